@@ -1,0 +1,398 @@
+//! Types shared by numatrace's eBPF programs and its userspace.
+//!
+//! Everything here is `#[repr(C)]` and plain data: the kernel side writes it into maps and the
+//! ring buffer, userspace reads the same bytes. Values of [`EventKind`] and [`Counter`] are
+//! never reused once released, so captures stay readable across versions.
+#![no_std]
+
+/// Name of the per-task aggregate map (`LRU_HASH`, key: kernel pid a.k.a. thread id).
+pub const MAP_TASK_STATS: &str = "TASK_STATS";
+/// Name of the ring buffer that carries discrete events to userspace.
+pub const MAP_EVENTS: &str = "EVENTS";
+/// Name of the per-CPU array of [`Counter`]s.
+pub const MAP_COUNTERS: &str = "COUNTERS";
+/// Name of the set of followed thread-group ids (`HASH`, key: tgid, value: 1).
+pub const MAP_TRACKED_TGIDS: &str = "TRACKED_TGIDS";
+
+/// Default capacity of [`MAP_TASK_STATS`]; the loader overrides it from `--max-tasks`.
+pub const DEFAULT_MAX_TASKS: u32 = 16384;
+/// Capacity of [`MAP_TRACKED_TGIDS`].
+pub const MAX_TRACKED_TGIDS: u32 = 8192;
+/// Default ring buffer size in bytes (a power of two, a multiple of the page size).
+pub const DEFAULT_RINGBUF_BYTES: u32 = 4 << 20;
+
+/// Global holding [`Config`].
+pub const GLOBAL_CONFIG: &str = "CONFIG";
+/// Globals holding the tracepoint field offsets read from tracefs `format` files.
+pub const GLOBAL_SKIP_VMA_OFFSETS: &str = "SKIP_VMA_OFFSETS";
+pub const GLOBAL_MOVE_OFFSETS: &str = "MOVE_OFFSETS";
+pub const GLOBAL_SWAP_OFFSETS: &str = "SWAP_OFFSETS";
+pub const GLOBAL_STICK_OFFSETS: &str = "STICK_OFFSETS";
+pub const GLOBAL_MIGRATE_OFFSETS: &str = "MIGRATE_OFFSETS";
+pub const GLOBAL_FORK_OFFSETS: &str = "FORK_OFFSETS";
+
+/// Program names; each is also the ELF section symbol in the object.
+pub const PROG_SKIP_VMA: &str = "tp_sched_skip_vma_numa";
+pub const PROG_MOVE: &str = "tp_sched_move_numa";
+pub const PROG_SWAP: &str = "tp_sched_swap_numa";
+pub const PROG_STICK: &str = "tp_sched_stick_numa";
+pub const PROG_MIGRATE: &str = "tp_mm_migrate_pages";
+pub const PROG_FORK: &str = "tp_sched_process_fork";
+pub const PROG_EXIT: &str = "tp_sched_process_exit";
+/// A do-nothing fentry program, loaded against a function only to learn whether the kernel
+/// accepts fentry there (and with which errno it refuses).
+pub const PROG_FENTRY_PROBE: &str = "fentry_probe";
+
+/// A field offset that the running kernel's tracepoint does not have.
+pub const FIELD_ABSENT: u32 = u32::MAX;
+
+/// Runtime switches, set by the loader.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Non-zero: only tasks whose tgid is in [`MAP_TRACKED_TGIDS`] are counted; forks of a
+    /// followed process are followed too.
+    pub filter_tgids: u32,
+    /// Non-zero: emit discrete events on the ring buffer (task exit snapshots are always sent).
+    pub emit_events: u32,
+    /// Non-zero: send aya-log debug messages from cold paths (fork following, exit snapshots).
+    pub debug_log: u32,
+}
+
+/// `sched:sched_skip_vma_numa` (6.7+) field offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkipVmaOffsets {
+    pub numa_scan_offset: u32,
+    pub vm_start: u32,
+    pub vm_end: u32,
+    pub reason: u32,
+}
+
+/// `sched:sched_move_numa` field offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoveOffsets {
+    pub pid: u32,
+    pub tgid: u32,
+    pub src_cpu: u32,
+    pub src_nid: u32,
+    pub dst_cpu: u32,
+    pub dst_nid: u32,
+}
+
+/// `sched:sched_swap_numa` / `sched:sched_stick_numa` field offsets (src_*/dst_* since 5.10;
+/// on older kernels stick has no dst task and those offsets are [`FIELD_ABSENT`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PairOffsets {
+    pub src_pid: u32,
+    pub src_tgid: u32,
+    pub src_cpu: u32,
+    pub src_nid: u32,
+    pub dst_pid: u32,
+    pub dst_tgid: u32,
+    pub dst_cpu: u32,
+    pub dst_nid: u32,
+}
+
+/// `migrate:mm_migrate_pages` field offsets; `thp_*` are absent before 5.16.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrateOffsets {
+    pub succeeded: u32,
+    pub failed: u32,
+    pub thp_succeeded: u32,
+    pub thp_failed: u32,
+    pub mode: u32,
+    pub reason: u32,
+}
+
+/// `sched:sched_process_fork` field offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkOffsets {
+    pub parent_pid: u32,
+    pub child_pid: u32,
+}
+
+macro_rules! all_absent {
+    ($($t:ident { $($f:ident),* }),*) => {$(
+        impl $t {
+            /// Every field absent: the program then reads nothing.
+            pub const ABSENT: Self = Self { $($f: FIELD_ABSENT),* };
+        }
+    )*};
+}
+all_absent!(
+    SkipVmaOffsets {
+        numa_scan_offset,
+        vm_start,
+        vm_end,
+        reason
+    },
+    MoveOffsets {
+        pid,
+        tgid,
+        src_cpu,
+        src_nid,
+        dst_cpu,
+        dst_nid
+    },
+    PairOffsets {
+        src_pid,
+        src_tgid,
+        src_cpu,
+        src_nid,
+        dst_pid,
+        dst_tgid,
+        dst_cpu,
+        dst_nid
+    },
+    MigrateOffsets {
+        succeeded,
+        failed,
+        thp_succeeded,
+        thp_failed,
+        mode,
+        reason
+    },
+    ForkOffsets {
+        parent_pid,
+        child_pid
+    }
+);
+
+/// `enum numa_vmaskip_reason` (include/linux/sched/numa_balancing.h), 6.7+.
+pub const SKIP_REASON_NAMES: [&str; 7] = [
+    "unsuitable",
+    "shared_ro",
+    "inaccessible",
+    "scan_delay",
+    "pid_inactive",
+    "ignore_pid_inactive",
+    "seq_completed",
+];
+/// Slots in [`TaskStats::skip_vma`]: the known reasons, then one for any reason a newer kernel adds.
+pub const SKIP_REASON_SLOTS: usize = 8;
+/// The slot counting reasons this build does not know.
+pub const SKIP_REASON_OTHER: usize = SKIP_REASON_SLOTS - 1;
+
+/// `enum migrate_reason`: MR_NUMA_MISPLACED, the only reason counted as a NUMA migration.
+pub const MR_NUMA_MISPLACED: u32 = 5;
+
+/// Per-task aggregates kept in [`MAP_TASK_STATS`]. Counters only grow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskStats {
+    /// Kernel pid (thread id).
+    pub pid: u32,
+    /// Thread-group id (the userspace "pid").
+    pub tgid: u32,
+    /// `comm` when the entry was created, or when the task was last seen running an event.
+    pub comm: [u8; 16],
+    /// Non-zero once the task has exited and this entry could not be handed over as a
+    /// [`TaskExitEvent`] (ring buffer full); userspace then takes it from the map.
+    pub exited: u32,
+    pub _pad: u32,
+    /// `sched_skip_vma_numa` events by reason (index = reason, last slot: unknown reasons).
+    pub skip_vma: [u64; SKIP_REASON_SLOTS],
+    /// `sched_move_numa`: the task was moved to its preferred node.
+    pub numa_moves: u64,
+    /// `sched_swap_numa` with this task as the source (it initiated the swap).
+    pub numa_swaps_out: u64,
+    /// `sched_swap_numa` with this task as the destination (swapped by another task).
+    pub numa_swaps_in: u64,
+    /// `sched_stick_numa`: a NUMA placement attempt that left the task where it was.
+    pub numa_sticks: u64,
+    /// `sched_stick_numa` with no candidate CPU at all (dst_cpu = -1).
+    pub numa_stick_no_target: u64,
+    /// `mm_migrate_pages` events with reason MR_NUMA_MISPLACED issued by this task.
+    pub migrate_calls: u64,
+    /// Pages (of any size) migrated / not migrated by those calls.
+    pub migrate_ok: u64,
+    pub migrate_failed: u64,
+    /// Of which THPs migrated / not migrated (0 on kernels without the fields).
+    pub migrate_thp_ok: u64,
+    pub migrate_thp_failed: u64,
+    /// `bpf_ktime_get_ns` of the first and the last counted event.
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+
+impl TaskStats {
+    pub const fn new(pid: u32, tgid: u32) -> Self {
+        Self {
+            pid,
+            tgid,
+            comm: [0; 16],
+            exited: 0,
+            _pad: 0,
+            skip_vma: [0; SKIP_REASON_SLOTS],
+            numa_moves: 0,
+            numa_swaps_out: 0,
+            numa_swaps_in: 0,
+            numa_sticks: 0,
+            numa_stick_no_target: 0,
+            migrate_calls: 0,
+            migrate_ok: 0,
+            migrate_failed: 0,
+            migrate_thp_ok: 0,
+            migrate_thp_failed: 0,
+            first_ns: 0,
+            last_ns: 0,
+        }
+    }
+}
+
+/// Kinds of ring buffer records. Values are never reused.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    SkipVma = 1,
+    NumaMove = 2,
+    NumaSwap = 3,
+    NumaStick = 4,
+    MigratePages = 5,
+    TaskExit = 6,
+}
+
+impl EventKind {
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            1 => Self::SkipVma,
+            2 => Self::NumaMove,
+            3 => Self::NumaSwap,
+            4 => Self::NumaStick,
+            5 => Self::MigratePages,
+            6 => Self::TaskExit,
+            _ => return None,
+        })
+    }
+}
+
+/// First field of every ring buffer record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventHeader {
+    /// An [`EventKind`] value.
+    pub kind: u32,
+    /// The task the event is about (for placement events: the source task).
+    pub pid: u32,
+    pub tgid: u32,
+    pub cpu: u32,
+    /// `bpf_ktime_get_ns` (CLOCK_MONOTONIC).
+    pub ts_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkipVmaEvent {
+    pub hdr: EventHeader,
+    pub numa_scan_offset: u64,
+    pub vm_start: u64,
+    pub vm_end: u64,
+    pub reason: u32,
+    pub _pad: u32,
+}
+
+/// `sched_{move,swap,stick}_numa`; for a move, `dst_pid`/`dst_tgid` equal the source.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlacementEvent {
+    pub hdr: EventHeader,
+    pub src_cpu: i32,
+    pub src_nid: i32,
+    pub dst_pid: u32,
+    pub dst_tgid: u32,
+    pub dst_cpu: i32,
+    pub dst_nid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigratePagesEvent {
+    pub hdr: EventHeader,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub thp_succeeded: u64,
+    pub thp_failed: u64,
+    pub mode: u32,
+    pub reason: u32,
+}
+
+/// The final aggregates of a task, sent when it exits so that the map entry can be freed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskExitEvent {
+    pub hdr: EventHeader,
+    pub stats: TaskStats,
+}
+
+/// Indices into [`MAP_COUNTERS`]: the kernel side's own accounting. Values are never reused.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// A ring buffer reservation failed: a discrete event was not delivered.
+    RingbufFull = 0,
+    /// A [`TaskStats`] entry could not be created: that event was not counted per task.
+    TaskMapFull = 1,
+    /// [`TaskStats`] entries created (userspace derives LRU evictions from it).
+    TasksCreated = 2,
+    /// A forked child of a followed process could not be followed.
+    TrackedMapFull = 3,
+    /// A tracepoint field could not be read.
+    ReadFailed = 4,
+    /// Events seen (after filtering), per tracepoint.
+    SeenSkipVma = 5,
+    SeenMove = 6,
+    SeenSwap = 7,
+    SeenStick = 8,
+    /// `mm_migrate_pages` events with reason MR_NUMA_MISPLACED.
+    SeenMigrateNuma = 9,
+    /// Task exit snapshots handed to userspace.
+    ExitSnapshots = 10,
+}
+
+/// Length of [`MAP_COUNTERS`].
+pub const COUNTER_SLOTS: u32 = 16;
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are #[repr(C)] plain data with explicit padding fields.
+    unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for SkipVmaOffsets {}
+    unsafe impl aya::Pod for MoveOffsets {}
+    unsafe impl aya::Pod for PairOffsets {}
+    unsafe impl aya::Pod for MigrateOffsets {}
+    unsafe impl aya::Pod for ForkOffsets {}
+    unsafe impl aya::Pod for TaskStats {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn layouts_have_no_implicit_padding() {
+        // 4+4+16+4+4 + 8*8 + 15*8 (u64 counters after skip_vma)
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 12 * 8);
+        assert_eq!(size_of::<EventHeader>(), 24);
+        assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
+        assert_eq!(size_of::<PlacementEvent>(), 24 + 24);
+        assert_eq!(size_of::<MigratePagesEvent>(), 24 + 40);
+        assert_eq!(size_of::<TaskExitEvent>(), 24 + size_of::<TaskStats>());
+    }
+
+    #[test]
+    fn event_kinds_round_trip() {
+        for k in 1..=6 {
+            assert_eq!(EventKind::from_u32(k).map(|e| e as u32), Some(k));
+        }
+        assert_eq!(EventKind::from_u32(0), None);
+        assert_eq!(EventKind::from_u32(7), None);
+    }
+}

@@ -1,0 +1,158 @@
+//! Maps, the followed-process filter, per-task entries and the kernel side's own counters.
+
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
+use aya_ebpf::{
+    Global,
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use numatrace_common::{
+    COUNTER_SLOTS, Config, Counter, DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, EventHeader,
+    MAX_TRACKED_TGIDS, TaskStats,
+};
+
+#[map]
+pub static TASK_STATS: LruHashMap<u32, TaskStats> =
+    LruHashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);
+
+#[map]
+pub static TRACKED_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED_TGIDS, 0);
+
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
+
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+#[unsafe(no_mangle)]
+pub static CONFIG: Global<Config> = Global::new(Config {
+    filter_tgids: 0,
+    emit_events: 1,
+    debug_log: 0,
+});
+
+/// Whether aya-log debug messages are wanted (cold paths only).
+#[inline(always)]
+pub fn debug_log() -> bool {
+    CONFIG.load().debug_log != 0
+}
+
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i32 = 17;
+
+/// Adds to a per-CPU counter: no contention, summed by userspace.
+#[inline(always)]
+pub fn count(c: Counter) {
+    if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
+        // SAFETY: a per-CPU slot is only touched by this CPU, and BPF programs do not nest on
+        // one CPU for these program types.
+        unsafe { *p += 1 };
+    }
+}
+
+/// Adds to a field of a shared map value: other CPUs may update the same task at once
+/// (e.g. the destination of a swap), so the add is atomic.
+#[inline(always)]
+pub fn add(field: *mut u64, v: u64) {
+    // core's AtomicU64 has no read-modify-write on the BPF target; the intrinsic lowers to the
+    // BPF atomic add (with the result unused, the v1 `lock xadd` every kernel accepts).
+    // SAFETY: `field` points into a live map value, which is 8-byte aligned.
+    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(field, v) };
+}
+
+pub struct Current {
+    pub pid: u32,
+    pub tgid: u32,
+}
+
+#[inline(always)]
+pub fn current() -> Current {
+    let v = bpf_get_current_pid_tgid();
+    Current {
+        pid: v as u32,
+        tgid: (v >> 32) as u32,
+    }
+}
+
+/// Whether events about thread group `tgid` are counted.
+#[inline(always)]
+pub fn wanted(tgid: u32) -> bool {
+    CONFIG.load().filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+pub fn emit_events() -> bool {
+    CONFIG.load().emit_events != 0
+}
+
+/// Follows a forked child of a followed process (also called for new threads, which are
+/// already followed through their tgid; the extra key is harmless).
+#[inline(always)]
+/// Returns whether the child is now followed.
+pub fn follow_child(parent_tgid: u32, child_pid: u32) -> bool {
+    if CONFIG.load().filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&parent_tgid) }.is_none() {
+        return false;
+    }
+    if TRACKED_TGIDS.insert(&child_pid, &1, 0).is_err() {
+        count(Counter::TrackedMapFull);
+        return false;
+    }
+    true
+}
+
+/// The task's aggregate entry, created on first use. `is_current` says whether `pid` is the
+/// running task, whose comm can then be recorded.
+#[inline(always)]
+pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStats> {
+    if let Some(p) = TASK_STATS.get_ptr_mut(&pid) {
+        return Some(p);
+    }
+    let mut init = TaskStats::new(pid, tgid);
+    if is_current && let Ok(comm) = bpf_get_current_comm() {
+        init.comm = comm;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    init.first_ns = now;
+    init.last_ns = now;
+    match TASK_STATS.insert(&pid, &init, BPF_NOEXIST) {
+        Ok(()) => count(Counter::TasksCreated),
+        Err(e) if e == -EEXIST => {}
+        Err(_) => {
+            count(Counter::TaskMapFull);
+            return None;
+        }
+    }
+    TASK_STATS.get_ptr_mut(&pid)
+}
+
+/// Marks the entry as just updated.
+#[inline(always)]
+pub fn touch(t: *mut TaskStats) {
+    // A plain store: the latest of concurrent writers wins, which is what "last seen" means.
+    unsafe { (*t).last_ns = bpf_ktime_get_ns() };
+}
+
+#[inline(always)]
+pub fn header(kind: u32, pid: u32, tgid: u32) -> EventHeader {
+    EventHeader {
+        kind,
+        pid,
+        tgid,
+        cpu: unsafe { aya_ebpf::helpers::bpf_get_smp_processor_id() },
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+    }
+}
+
+/// Sends one record on the ring buffer, counting it when there is no room.
+#[inline(always)]
+pub fn send<T: 'static>(ev: T) {
+    match EVENTS.reserve::<T>(0) {
+        Some(mut slot) => {
+            slot.write(ev);
+            slot.submit(0);
+        }
+        None => count(Counter::RingbufFull),
+    }
+}

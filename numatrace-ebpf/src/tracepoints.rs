@@ -1,0 +1,269 @@
+//! Classic tracepoint programs. Field offsets come from the running kernel's tracefs `format`
+//! files, through globals set by the loader: nothing about the layout is baked in here.
+
+use aya_ebpf::{
+    Global,
+    macros::{fentry, tracepoint},
+    programs::{FEntryContext, TracePointContext},
+};
+use numatrace_common::{
+    Counter, EventKind, FIELD_ABSENT, ForkOffsets, MR_NUMA_MISPLACED, MigrateOffsets,
+    MigratePagesEvent, MoveOffsets, PairOffsets, PlacementEvent, SKIP_REASON_OTHER,
+    SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets, TaskExitEvent,
+};
+
+use crate::tasks::{
+    TASK_STATS, add, count, current, emit_events, follow_child, header, send, task_entry, touch,
+    wanted,
+};
+
+#[unsafe(no_mangle)]
+static SKIP_VMA_OFFSETS: Global<SkipVmaOffsets> = Global::new(SkipVmaOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static MOVE_OFFSETS: Global<MoveOffsets> = Global::new(MoveOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static SWAP_OFFSETS: Global<PairOffsets> = Global::new(PairOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static STICK_OFFSETS: Global<PairOffsets> = Global::new(PairOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static MIGRATE_OFFSETS: Global<MigrateOffsets> = Global::new(MigrateOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static FORK_OFFSETS: Global<ForkOffsets> = Global::new(ForkOffsets::ABSENT);
+
+/// Reads a field at `off`; an absent field reads as `default`, a failed read is counted.
+#[inline(always)]
+fn field<T: Copy>(ctx: &TracePointContext, off: u32, default: T) -> T {
+    if off == FIELD_ABSENT {
+        return default;
+    }
+    match unsafe { ctx.read_at::<T>(off as usize) } {
+        Ok(v) => v,
+        Err(_) => {
+            count(Counter::ReadFailed);
+            default
+        }
+    }
+}
+
+#[tracepoint]
+pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
+    // Fires inside task_numa_work, so the scanning task is `current`.
+    let cur = current();
+    if !wanted(cur.tgid) {
+        return 0;
+    }
+    count(Counter::SeenSkipVma);
+    let o = SKIP_VMA_OFFSETS.load();
+    let reason: u32 = field(&ctx, o.reason, u32::MAX);
+    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
+        let slot = if (reason as usize) < SKIP_REASON_OTHER {
+            reason as usize
+        } else {
+            SKIP_REASON_OTHER
+        };
+        // Bounds are explicit for the verifier.
+        if slot < SKIP_REASON_SLOTS {
+            add(unsafe { &raw mut (*t).skip_vma[slot] }, 1);
+        }
+        touch(t);
+    }
+    if emit_events() {
+        send(SkipVmaEvent {
+            hdr: header(EventKind::SkipVma as u32, cur.pid, cur.tgid),
+            numa_scan_offset: field(&ctx, o.numa_scan_offset, 0u64),
+            vm_start: field(&ctx, o.vm_start, 0u64),
+            vm_end: field(&ctx, o.vm_end, 0u64),
+            reason,
+            _pad: 0,
+        });
+    }
+    0
+}
+
+#[tracepoint]
+pub fn tp_sched_move_numa(ctx: TracePointContext) -> u32 {
+    let o = MOVE_OFFSETS.load();
+    let pid: u32 = field(&ctx, o.pid, 0);
+    let tgid: u32 = field(&ctx, o.tgid, 0);
+    if !wanted(tgid) {
+        return 0;
+    }
+    count(Counter::SeenMove);
+    if let Some(t) = task_entry(pid, tgid, pid == current().pid) {
+        add(unsafe { &raw mut (*t).numa_moves }, 1);
+        touch(t);
+    }
+    if emit_events() {
+        send(PlacementEvent {
+            hdr: header(EventKind::NumaMove as u32, pid, tgid),
+            src_cpu: field(&ctx, o.src_cpu, -1),
+            src_nid: field(&ctx, o.src_nid, -1),
+            dst_pid: pid,
+            dst_tgid: tgid,
+            dst_cpu: field(&ctx, o.dst_cpu, -1),
+            dst_nid: field(&ctx, o.dst_nid, -1),
+        });
+    }
+    0
+}
+
+struct Pair {
+    src_pid: u32,
+    src_tgid: u32,
+    dst_pid: u32,
+    dst_tgid: u32,
+    dst_cpu: i32,
+}
+
+#[inline(always)]
+fn read_pair(ctx: &TracePointContext, o: &PairOffsets) -> Pair {
+    Pair {
+        src_pid: field(ctx, o.src_pid, 0),
+        src_tgid: field(ctx, o.src_tgid, 0),
+        dst_pid: field(ctx, o.dst_pid, 0),
+        dst_tgid: field(ctx, o.dst_tgid, 0),
+        dst_cpu: field(ctx, o.dst_cpu, -1),
+    }
+}
+
+#[inline(always)]
+fn placement_event(ctx: &TracePointContext, kind: EventKind, o: &PairOffsets, p: &Pair) {
+    if emit_events() {
+        send(PlacementEvent {
+            hdr: header(kind as u32, p.src_pid, p.src_tgid),
+            src_cpu: field(ctx, o.src_cpu, -1),
+            src_nid: field(ctx, o.src_nid, -1),
+            dst_pid: p.dst_pid,
+            dst_tgid: p.dst_tgid,
+            dst_cpu: p.dst_cpu,
+            dst_nid: field(ctx, o.dst_nid, -1),
+        });
+    }
+}
+
+#[tracepoint]
+pub fn tp_sched_swap_numa(ctx: TracePointContext) -> u32 {
+    let o = SWAP_OFFSETS.load();
+    let p = read_pair(&ctx, &o);
+    let (src, dst) = (wanted(p.src_tgid), wanted(p.dst_tgid));
+    if !src && !dst {
+        return 0;
+    }
+    count(Counter::SeenSwap);
+    let cur = current().pid;
+    if src && let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == cur) {
+        add(unsafe { &raw mut (*t).numa_swaps_out }, 1);
+        touch(t);
+    }
+    if dst && let Some(t) = task_entry(p.dst_pid, p.dst_tgid, p.dst_pid == cur) {
+        add(unsafe { &raw mut (*t).numa_swaps_in }, 1);
+        touch(t);
+    }
+    placement_event(&ctx, EventKind::NumaSwap, &o, &p);
+    0
+}
+
+#[tracepoint]
+pub fn tp_sched_stick_numa(ctx: TracePointContext) -> u32 {
+    let o = STICK_OFFSETS.load();
+    let p = read_pair(&ctx, &o);
+    if !wanted(p.src_tgid) {
+        return 0;
+    }
+    count(Counter::SeenStick);
+    if let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == current().pid) {
+        add(unsafe { &raw mut (*t).numa_sticks }, 1);
+        if p.dst_cpu < 0 {
+            add(unsafe { &raw mut (*t).numa_stick_no_target }, 1);
+        }
+        touch(t);
+    }
+    placement_event(&ctx, EventKind::NumaStick, &o, &p);
+    0
+}
+
+#[tracepoint]
+pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
+    let o = MIGRATE_OFFSETS.load();
+    let reason: i32 = field(&ctx, o.reason, -1);
+    if reason as u32 != MR_NUMA_MISPLACED {
+        return 0;
+    }
+    // NUMA-misplaced migrations run in the context of the task taking the hinting fault.
+    let cur = current();
+    if !wanted(cur.tgid) {
+        return 0;
+    }
+    count(Counter::SeenMigrateNuma);
+    let ev = MigratePagesEvent {
+        hdr: header(EventKind::MigratePages as u32, cur.pid, cur.tgid),
+        succeeded: field(&ctx, o.succeeded, 0u64),
+        failed: field(&ctx, o.failed, 0u64),
+        thp_succeeded: field(&ctx, o.thp_succeeded, 0u64),
+        thp_failed: field(&ctx, o.thp_failed, 0u64),
+        mode: field(&ctx, o.mode, 0u32),
+        reason: reason as u32,
+    };
+    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
+        unsafe {
+            add(&raw mut (*t).migrate_calls, 1);
+            add(&raw mut (*t).migrate_ok, ev.succeeded);
+            add(&raw mut (*t).migrate_failed, ev.failed);
+            add(&raw mut (*t).migrate_thp_ok, ev.thp_succeeded);
+            add(&raw mut (*t).migrate_thp_failed, ev.thp_failed);
+        }
+        touch(t);
+    }
+    if emit_events() {
+        send(ev);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn tp_sched_process_fork(ctx: TracePointContext) -> u32 {
+    // `current` is the parent.
+    let o = FORK_OFFSETS.load();
+    let child: u32 = field(&ctx, o.child_pid, 0);
+    if child != 0 && follow_child(current().tgid, child) {
+        debug!(&ctx, "following child pid={}", child);
+    }
+    0
+}
+
+#[tracepoint]
+pub fn tp_sched_process_exit(ctx: TracePointContext) -> u32 {
+    // Fires once per exiting thread, in its own context. Hand the final aggregates over and free
+    // the entry; if the ring buffer is full, keep the entry (marked) for userspace's final read.
+    let cur = current();
+    let Some(t) = TASK_STATS.get_ptr_mut(&cur.pid) else {
+        return 0;
+    };
+    match crate::tasks::EVENTS.reserve::<TaskExitEvent>(0) {
+        Some(mut slot) => {
+            let ev = slot.as_mut_ptr();
+            // SAFETY: `ev` is an exclusive reservation and `t` a live map value; copying in place
+            // keeps the ~200-byte snapshot off the 512-byte BPF stack.
+            unsafe {
+                (*ev).hdr = header(EventKind::TaskExit as u32, cur.pid, cur.tgid);
+                core::ptr::copy_nonoverlapping(t.cast_const(), &raw mut (*ev).stats, 1);
+            }
+            slot.submit(0);
+            count(Counter::ExitSnapshots);
+            let _ = TASK_STATS.remove(&cur.pid);
+            debug!(&ctx, "exit snapshot pid={}", cur.pid);
+        }
+        None => {
+            count(Counter::RingbufFull);
+            unsafe { (*t).exited = 1 };
+        }
+    }
+    0
+}
+
+/// Never attached: userspace loads it against a kernel function to learn whether fentry is
+/// accepted there, and with which errno it is refused.
+#[fentry(function = "task_numa_fault")]
+pub fn fentry_probe(_ctx: FEntryContext) -> u32 {
+    0
+}

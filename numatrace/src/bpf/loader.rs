@@ -1,0 +1,239 @@
+//! Executes a plan: loads the object with the tracepoint offsets and config as globals, tests
+//! fentry per function, attaches what the plan allows, and reports every hook's outcome.
+//!
+//! Links are owned by file descriptors of this process: whatever way it ends, the kernel
+//! detaches and frees the programs when the last descriptor closes.
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    programs::{FEntry, ProgramError, TracePoint},
+};
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::{
+    kernel::facts::{FentryTest, KernelFacts},
+    plan::{HookKind, HookPlan, Mechanism, Plan, plan},
+};
+use numatrace_common::{
+    Config, GLOBAL_CONFIG, GLOBAL_FORK_OFFSETS, GLOBAL_MIGRATE_OFFSETS, GLOBAL_MOVE_OFFSETS,
+    GLOBAL_SKIP_VMA_OFFSETS, GLOBAL_STICK_OFFSETS, GLOBAL_SWAP_OFFSETS, MAP_EVENTS, MAP_TASK_STATS,
+    PROG_FENTRY_PROBE,
+};
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("loading the eBPF object: {0}")]
+    Object(#[from] aya::EbpfError),
+    #[error("no hook could be attached on this kernel:\n{summary}")]
+    NothingAttached {
+        summary: String,
+        facts: Box<KernelFacts>,
+        hooks: Vec<HookReport>,
+    },
+}
+
+/// Sizes and switches chosen by the user.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    pub max_tasks: u32,
+    pub ringbuf_bytes: u32,
+    pub filter_tgids: bool,
+    pub emit_events: bool,
+    pub bpf_log: bool,
+}
+
+/// What happened to one hook.
+#[derive(Clone, Debug, Serialize)]
+pub struct HookReport {
+    pub name: &'static str,
+    pub kind: &'static str,
+    /// The best mechanism this kernel allows for it (`none`: nothing).
+    pub mechanism: Mechanism,
+    pub symbol: Option<String>,
+    pub attached: bool,
+    /// Why it is not attached, or why a better mechanism was not possible.
+    pub reasons: Vec<String>,
+    pub what: &'static str,
+}
+
+/// A loaded, attached object and the report of what it covers. Dropping it detaches everything.
+pub struct Session {
+    pub ebpf: Ebpf,
+    pub facts: KernelFacts,
+    pub plan: Plan,
+    pub hooks: Vec<HookReport>,
+}
+
+fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> {
+    let config = Config {
+        filter_tgids: opts.filter_tgids.into(),
+        emit_events: opts.emit_events.into(),
+        debug_log: opts.bpf_log.into(),
+    };
+    let o = &plan.offsets;
+    EbpfLoader::new()
+        .override_global(GLOBAL_CONFIG, &config, true)
+        .override_global(GLOBAL_SKIP_VMA_OFFSETS, &o.skip_vma, true)
+        .override_global(GLOBAL_MOVE_OFFSETS, &o.move_numa, true)
+        .override_global(GLOBAL_SWAP_OFFSETS, &o.swap_numa, true)
+        .override_global(GLOBAL_STICK_OFFSETS, &o.stick_numa, true)
+        .override_global(GLOBAL_MIGRATE_OFFSETS, &o.migrate, true)
+        .override_global(GLOBAL_FORK_OFFSETS, &o.fork, true)
+        .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
+        .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
+        .load(super::OBJECT)
+}
+
+fn errno_of(e: &ProgramError) -> Option<i32> {
+    match e {
+        ProgramError::LoadError { io_error, .. } => io_error.raw_os_error(),
+        ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
+        _ => None,
+    }
+}
+
+/// Loads the do-nothing fentry program against each BTF function of the catalogue.
+fn fentry_tests(ebpf: &mut Ebpf, facts: &mut KernelFacts) {
+    let btf = match Btf::from_sys_fs() {
+        Ok(b) => b,
+        Err(e) => {
+            for f in &facts.btf_functions {
+                facts.fentry.insert(
+                    f.clone(),
+                    FentryTest::NotTried {
+                        why: format!("kernel BTF unreadable: {e}"),
+                    },
+                );
+            }
+            return;
+        }
+    };
+    let Some(prog) = ebpf.program_mut(PROG_FENTRY_PROBE) else {
+        return;
+    };
+    let prog: &mut FEntry = match prog.try_into() {
+        Ok(p) => p,
+        Err(_) => return,
+    };
+    for f in facts.btf_functions.clone() {
+        let result = match prog.load(&f, &btf) {
+            Ok(()) => {
+                let _ = prog.unload();
+                FentryTest::Loaded
+            }
+            Err(e) => FentryTest::Refused {
+                errno: errno_of(&e).unwrap_or(0),
+                error: match &e {
+                    ProgramError::LoadError { io_error, .. } => io_error.to_string(),
+                    other => first_line(&other.to_string()),
+                },
+            },
+        };
+        facts.fentry.insert(f, result);
+    }
+}
+
+fn first_line(s: &str) -> String {
+    // Verifier logs can be long; the first line says what went wrong.
+    s.lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect()
+}
+
+fn attach(ebpf: &mut Ebpf, h: &HookPlan) -> Result<(), String> {
+    let (Some(program), HookKind::Tracepoint { category, name, .. }) =
+        (h.spec.program, h.spec.kind)
+    else {
+        return Err("no program for this hook in this numatrace version".into());
+    };
+    let prog: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or_else(|| format!("program {program} missing from the object"))?
+        .try_into()
+        .map_err(|e: ProgramError| e.to_string())?;
+    prog.load()
+        .map_err(|e| format!("load: {}", first_line(&e.to_string())))?;
+    prog.attach(category, name)
+        .map_err(|e| format!("attach: {}", first_line(&e.to_string())))?;
+    Ok(())
+}
+
+fn report(h: &HookPlan, attached: Result<(), String>) -> HookReport {
+    let mut reasons = h.reasons.clone();
+    let attached = match attached {
+        Ok(()) => true,
+        Err(e) => {
+            // A hook the kernel cannot take already says why; otherwise say what failed.
+            if h.mechanism != Mechanism::None {
+                reasons.push(e);
+            }
+            false
+        }
+    };
+    HookReport {
+        name: h.spec.name,
+        kind: match h.spec.kind {
+            HookKind::Tracepoint { .. } => "tracepoint",
+            HookKind::Function { .. } => "function",
+        },
+        mechanism: h.mechanism,
+        symbol: h.symbol.clone(),
+        attached,
+        reasons,
+        what: h.spec.what,
+    }
+}
+
+impl Session {
+    /// Gathers facts, plans, loads and attaches. Fails only when nothing at all attaches.
+    pub fn start(mut facts: KernelFacts, opts: &LoadOptions) -> Result<Self, LoadError> {
+        // Tracepoint offsets do not depend on the fentry tests, so a first plan gives the
+        // globals; the object is then loaded once and used for the tests and the real plan.
+        let mut ebpf = load_object(&plan(&facts), opts)?;
+        fentry_tests(&mut ebpf, &mut facts);
+        let plan = plan(&facts);
+        let hooks: Vec<HookReport> = plan
+            .hooks
+            .iter()
+            .map(|h| {
+                let outcome = if h.will_attach() {
+                    attach(&mut ebpf, h)
+                } else if h.mechanism == Mechanism::None {
+                    Err(String::new())
+                } else {
+                    Err("no program for this hook in this numatrace version".into())
+                };
+                report(h, outcome)
+            })
+            .collect();
+        for h in &hooks {
+            if h.attached {
+                tracing::debug!(hook = h.name, mechanism = %h.mechanism, "attached");
+            } else {
+                tracing::debug!(hook = h.name, reasons = ?h.reasons, "not attached");
+            }
+        }
+        if !hooks.iter().any(|h| h.attached) {
+            let why = hooks
+                .iter()
+                .map(|h| format!("  {}: {}", h.name, h.reasons.join("; ")))
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Err(LoadError::NothingAttached {
+                summary: why,
+                facts: Box::new(facts),
+                hooks,
+            });
+        }
+        Ok(Self {
+            ebpf,
+            facts,
+            plan,
+            hooks,
+        })
+    }
+}

@@ -1,0 +1,180 @@
+//! Command-line interface.
+
+use std::{ffi::OsString, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "numatrace",
+    version,
+    about = "Live tracer of the Linux kernel's automatic NUMA balancing",
+    long_about = "Live tracer of the Linux kernel's automatic NUMA balancing.\n\n\
+        numatrace attaches eBPF programs to the kernel's NUMA balancing tracepoints (and, where the \
+        kernel allows, functions) and aggregates what they see per task and per process: VMAs the \
+        scanner skipped and why, task placement (moves, swaps, sticks), NUMA page migrations.\n\n\
+        It needs root (CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN). Everything it attaches is released \
+        when it exits, however it exits.",
+    after_help = "Examples:\n  \
+        sudo numatrace probes                  what this kernel lets numatrace see\n  \
+        sudo numatrace stat --duration 30s     system-wide summary over 30 seconds\n  \
+        sudo numatrace stat -- ./my-benchmark  summary for a command and its children\n  \
+        sudo numatrace stat --pid 1234 --json  one process until Ctrl-C, as JSON"
+)]
+pub struct Cli {
+    /// Log level for numatrace's own diagnostics on stderr (error, warn, info, debug, trace);
+    /// NUMATRACE_LOG takes tracing filter directives.
+    #[arg(
+        long,
+        global = true,
+        default_value = "warn",
+        env = "NUMATRACE_LOG_LEVEL"
+    )]
+    pub log_level: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every hook numatrace has, whether this kernel lets it attach, how, and why not.
+    ///
+    /// Loads and attaches the programs for real (then detaches them), so "attached: yes" is a
+    /// fact about this kernel, not a guess. Function hooks are tested with a do-nothing fentry
+    /// program; kprobe support is read from sysfs/tracefs.
+    Probes {
+        /// Print JSON (schema numatrace.probes/1) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Count NUMA balancing activity for a while, then print a per-task summary.
+    ///
+    /// Without --duration, --pid or a COMMAND, runs system-wide until Ctrl-C. With a COMMAND,
+    /// counts from just before it starts until it exits, for it and every process it forks, and
+    /// exits with its exit status.
+    Stat(StatArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// How long to count (e.g. 10s, 2m, 1h30m); default: until Ctrl-C or the COMMAND exits.
+    #[arg(long, short = 'd', value_parser = parse_duration, conflicts_with = "command")]
+    pub duration: Option<Duration>,
+
+    /// Print JSON (schema numatrace.stat/1, see the README) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the report to FILE instead of stdout (a traced command keeps stdout to itself).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+
+    /// Only this process (thread-group id) and the processes it forks from now on.
+    #[arg(long, short = 'p', conflicts_with = "command")]
+    pub pid: Option<u32>,
+
+    /// Only tasks whose name (comm, at most 15 characters) is NAME.
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+
+    /// Rows in the text table (the JSON always lists every task).
+    #[arg(long, default_value_t = 25)]
+    pub rows: usize,
+
+    /// Capacity of the in-kernel per-task table; tasks beyond it evict the least recently
+    /// updated ones (reported under "dropped").
+    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_tasks: u32,
+
+    /// Ring buffer size in bytes, rounded up to a power of two (at least 64 KiB).
+    #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_parser = parse_ringbuf_size)]
+    pub ringbuf_size: u32,
+
+    /// Forward the kernel programs' debug messages (aya-log) to numatrace's log at debug level.
+    #[arg(long)]
+    pub bpf_log: bool,
+
+    /// The command to run and trace, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 2m, 1h30m)"))?;
+    if d.is_zero() {
+        return Err("the duration must be longer than zero".into());
+    }
+    Ok(d)
+}
+
+pub fn parse_ringbuf_size(s: &str) -> Result<u32, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of bytes"))?;
+    let n = n.max(64 << 10).next_power_of_two();
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n <= 1 << 30)
+        .ok_or_else(|| "at most 1 GiB".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("numatrace").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn stat_command_after_double_dash() {
+        let Command::Stat(a) = parse(&["stat", "--json", "--", "ls", "-l"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert!(a.json);
+        assert_eq!(a.command, ["ls", "-l"]);
+        assert_eq!(a.duration, None);
+        assert_eq!(a.max_tasks, DEFAULT_MAX_TASKS);
+    }
+
+    #[test]
+    fn stat_duration_and_pid() {
+        let Command::Stat(a) = parse(&["stat", "-d", "1m30s", "--pid", "42"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(a.duration, Some(Duration::from_secs(90)));
+        assert_eq!(a.pid, Some(42));
+    }
+
+    #[test]
+    fn stat_rejects_conflicts_and_bad_values() {
+        assert!(parse(&["stat", "--pid", "1", "--", "ls"]).is_err());
+        assert!(parse(&["stat", "-d", "5s", "--", "ls"]).is_err());
+        assert!(parse(&["stat", "-d", "0s"]).is_err());
+        assert!(parse(&["stat", "-d", "soon"]).is_err());
+        assert!(parse(&["stat", "--max-tasks", "3"]).is_err());
+    }
+
+    #[test]
+    fn ringbuf_size_rounds_up() {
+        assert_eq!(parse_ringbuf_size("100000"), Ok(131072));
+        assert_eq!(parse_ringbuf_size("1"), Ok(65536));
+        assert!(parse_ringbuf_size("x").is_err());
+        assert!(parse_ringbuf_size("4294967296").is_err());
+    }
+}

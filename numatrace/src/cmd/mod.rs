@@ -1,0 +1,3 @@
+//! Subcommands: each wires sources, model and a report together.
+pub mod probes;
+pub mod stat;

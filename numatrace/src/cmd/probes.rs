@@ -1,0 +1,38 @@
+//! `numatrace probes`.
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    bpf::loader::{LoadError, LoadOptions, Session},
+    kernel::facts::KernelFacts,
+    report::probes::ProbesReport,
+};
+use numatrace_common::DEFAULT_MAX_TASKS;
+
+/// Prints the report; returns the process exit code (1 when nothing could attach).
+pub fn run(json: bool) -> Result<i32> {
+    let facts = KernelFacts::gather().context("reading kernel facts")?;
+    let opts = LoadOptions {
+        max_tasks: DEFAULT_MAX_TASKS,
+        ringbuf_bytes: 64 << 10,
+        // Attach for real but count nothing: the followed set stays empty.
+        filter_tgids: true,
+        emit_events: false,
+        bpf_log: false,
+    };
+    let (facts, hooks, code) = match Session::start(facts, &opts) {
+        Ok(s) => (s.facts, s.hooks, 0),
+        Err(LoadError::NothingAttached { facts, hooks, .. }) => (*facts, hooks, 1),
+        Err(e) => return Err(e.into()),
+    };
+    let report = ProbesReport::new(&facts, &hooks);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    if code != 0 {
+        eprintln!("numatrace: no hook could be attached on this kernel");
+    }
+    Ok(code)
+}

@@ -1,0 +1,268 @@
+//! `numatrace stat`: count for a window, then print per-task and total aggregates.
+
+use std::{
+    path::Path,
+    process::ExitStatus,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+};
+use tokio::{
+    signal::unix::{Signal, SignalKind, signal},
+    sync::{mpsc, watch},
+};
+
+use crate::{
+    bpf::loader::{LoadOptions, Session},
+    cli::StatArgs,
+    kernel::{facts::KernelFacts, vmstat::Vmstat},
+    model::Model,
+    report::stat::{Dropped, KernelSummary, Scope, StatReport, Window},
+    sources::{maps::Maps, ringbuf},
+    spawn::{GatedChild, resolve},
+};
+use numatrace_common::{MAP_COUNTERS, MAP_EVENTS, MAP_TASK_STATS, MAP_TRACKED_TGIDS};
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))?;
+    T::try_from(map).with_context(|| format!("map {name}"))
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// The process exists and has not exited (a zombie waiting for its parent counts as exited).
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+struct Signals {
+    int: Signal,
+    term: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+        })
+    }
+
+    async fn any(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+        }
+    }
+}
+
+/// Waits for the window to end: the duration, a signal, or (with `pid`) that process exiting.
+async fn wait_window(duration: Option<Duration>, pid: Option<u32>, signals: &mut Signals) {
+    let sleep = async {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let gone = async {
+        match pid {
+            Some(pid) => {
+                while process_alive(pid) {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = sleep => {}
+        _ = gone => {}
+        _ = signals.any() => {}
+    }
+}
+
+/// Runs the traced command to completion, forwarding SIGINT/SIGTERM to it.
+async fn run_command(
+    command: &[std::ffi::OsString],
+    tracked: &mut HashMap<MapData, u32, u8>,
+    signals: &mut Signals,
+) -> Result<i32> {
+    let gated = GatedChild::spawn(command).context("starting the command")?;
+    let pid = gated
+        .pid()
+        .ok_or_else(|| anyhow!("the command exited before it started"))?;
+    tracked
+        .insert(&pid, &1u8, 0)
+        .context("registering the command with the kernel filter")?;
+    let mut child = gated.release().context("releasing the command")?;
+    loop {
+        tokio::select! {
+            status = child.wait() => return Ok(exit_code(status?)),
+            sig = signals.any() => {
+                // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
+                unsafe { libc::kill(pid as i32, sig) };
+            }
+        }
+    }
+}
+
+pub async fn run(args: StatArgs) -> Result<i32> {
+    if let Some(prog) = args.command.first()
+        && resolve(Path::new(prog)).is_none()
+    {
+        bail!("command not found: {}", prog.to_string_lossy());
+    }
+    if let Some(pid) = args.pid
+        && !process_alive(pid)
+    {
+        bail!("no process with pid {pid}");
+    }
+    let scope = if !args.command.is_empty() {
+        Scope::Command
+    } else if args.pid.is_some() {
+        Scope::Pid
+    } else {
+        Scope::System
+    };
+
+    let facts = KernelFacts::gather().context("reading kernel facts")?;
+    let opts = LoadOptions {
+        max_tasks: args.max_tasks,
+        ringbuf_bytes: args.ringbuf_size,
+        filter_tgids: scope != Scope::System,
+        emit_events: true,
+        bpf_log: args.bpf_log,
+    };
+    let Session {
+        mut ebpf,
+        facts,
+        hooks,
+        ..
+    } = Session::start(facts, &opts)?;
+    if args.bpf_log {
+        spawn_bpf_logger(&mut ebpf)?;
+    }
+    let ring: RingBuf<MapData> = take(&mut ebpf, MAP_EVENTS)?;
+    let maps = Maps {
+        tasks: take(&mut ebpf, MAP_TASK_STATS)?,
+        counters: take::<PerCpuArray<MapData, u64>>(&mut ebpf, MAP_COUNTERS)?,
+    };
+    let mut tracked: HashMap<MapData, u32, u8> = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
+    if let Some(pid) = args.pid {
+        tracked.insert(&pid, &1u8, 0).context("registering --pid")?;
+    }
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let reader = tokio::spawn(ringbuf::run(ring, tx, stop_rx));
+    let aggregator = tokio::spawn(async move {
+        let mut model = Model::default();
+        while let Some(ev) = rx.recv().await {
+            model.apply(&ev);
+        }
+        model
+    });
+
+    let mut signals = Signals::new()?;
+    let vm_before = Vmstat::read().unwrap_or_default();
+    let started = Instant::now();
+    let exit = match scope {
+        Scope::Command => Some(run_command(&args.command, &mut tracked, &mut signals).await?),
+        Scope::Pid | Scope::System => {
+            if !args.json && args.duration.is_none() {
+                eprintln!("numatrace: counting; press Ctrl-C to stop and print the summary");
+            }
+            wait_window(args.duration, args.pid, &mut signals).await;
+            None
+        }
+    };
+    let elapsed = started.elapsed();
+    let vm_after = Vmstat::read().unwrap_or_default();
+
+    // Detach first, so that the drained ring buffer and the map read afterwards are one
+    // consistent final state (a task exiting in between would otherwise be in neither).
+    drop(ebpf);
+    let _ = stop_tx.send(true);
+    let undecodable = reader.await.context("ring buffer reader")??;
+    let mut model = aggregator.await.context("aggregator")?;
+    let live = maps.tasks().context("reading the task map")?;
+    let counters = maps.counters().context("reading counters")?;
+    model.merge_live(&live);
+    let dropped = Dropped::compute(
+        &counters,
+        live.len() as u64,
+        model.events.task_exit,
+        undecodable,
+    );
+    if let Some(c) = &args.comm {
+        model.retain_comm(c);
+    }
+
+    let report = StatReport::new(
+        KernelSummary::from(&facts),
+        Window {
+            duration_s: elapsed.as_secs_f64(),
+            scope,
+            pid: args.pid,
+            command: (!args.command.is_empty()).then(|| {
+                args.command
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect()
+            }),
+            exit_code: exit,
+            comm_filter: args.comm.clone(),
+        },
+        hooks,
+        &model,
+        vm_after.delta(&vm_before),
+        &counters,
+        dropped,
+    );
+    let text = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        report.to_text(args.rows)
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("writing the report to {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(exit.unwrap_or(0))
+}
+
+fn spawn_bpf_logger(ebpf: &mut Ebpf) -> Result<()> {
+    let logger = aya_log::EbpfLogger::init(ebpf).context("initialising aya-log")?;
+    // SAFETY: the logger owns its map descriptor; flushing neither closes nor replaces it.
+    let mut logger = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
+    }
+    .context("polling aya-log")?;
+    tokio::spawn(async move {
+        while let Ok(mut guard) = logger.readable_mut().await {
+            guard.get_inner_mut().flush();
+            guard.clear_ready();
+        }
+    });
+    Ok(())
+}

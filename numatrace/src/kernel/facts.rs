@@ -1,0 +1,257 @@
+//! What the running kernel offers: the input of [`crate::plan::plan`]. Gathering does I/O;
+//! everything is plain data so that tests can build facts for kernels this machine is not.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    io::BufRead,
+    path::Path,
+};
+
+use serde::Serialize;
+
+use super::tracefs::{Format, Tracefs, TracefsError};
+use crate::plan::{HOOKS, HookKind};
+
+/// `major.minor.patch` of the running kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct KernelVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl KernelVersion {
+    /// Parses the leading `x.y[.z]` of a release string such as `6.1.0-27-cloud-amd64`.
+    pub fn parse(release: &str) -> Option<Self> {
+        let mut nums = release
+            .split(|c: char| !c.is_ascii_digit())
+            .take(3)
+            .map(|s| s.parse::<u32>().ok());
+        let major = nums.next()??;
+        let minor = nums.next()??;
+        let patch = nums.next().flatten().unwrap_or(0);
+        Some(Self {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        Self {
+            major,
+            minor,
+            patch,
+        }
+    }
+}
+
+impl std::fmt::Display for KernelVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// Outcome of loading the do-nothing fentry program against one function.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum FentryTest {
+    Loaded,
+    Refused { errno: i32, error: String },
+    NotTried { why: String },
+}
+
+/// Everything the plan needs to know about the running kernel.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KernelFacts {
+    pub release: String,
+    pub version: KernelVersion,
+    /// /sys/kernel/btf/vmlinux exists.
+    pub btf_vmlinux: bool,
+    /// Functions of the hook catalogue that have a BTF `FUNC` entry.
+    pub btf_functions: BTreeSet<String>,
+    /// Functions of the hook catalogue that are text symbols in /proc/kallsyms.
+    pub kallsyms: BTreeSet<String>,
+    /// The kernel can create kprobes (kprobe PMU or tracefs kprobe_events).
+    pub kprobes: bool,
+    /// Where tracefs is mounted; `None` if it could not be found or mounted.
+    pub tracefs: Option<String>,
+    pub tracefs_mounted_by_us: bool,
+    /// Formats of the catalogue's tracepoints that exist, by `category:name`.
+    #[serde(skip)]
+    pub tracepoints: BTreeMap<String, Format>,
+    /// Per function: whether a do-nothing fentry program loads there.
+    pub fentry: BTreeMap<String, FentryTest>,
+    pub numa_nodes: u32,
+    /// kernel.numa_balancing (0 off, 1 normal, 2 memory tiering, 3 both).
+    pub numa_balancing: Option<u32>,
+}
+
+/// Names of the functions the hook catalogue may hook.
+pub fn catalogue_functions() -> impl Iterator<Item = &'static str> {
+    HOOKS
+        .iter()
+        .flat_map(|h| match h.kind {
+            HookKind::Function { symbols } => symbols,
+            HookKind::Tracepoint { .. } => &[],
+        })
+        .copied()
+}
+
+/// Text symbols (`t`/`T`) among `wanted`, read from a kallsyms-formatted stream.
+pub fn kallsyms_from_reader(
+    r: impl BufRead,
+    wanted: &BTreeSet<&str>,
+) -> std::io::Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    for line in r.lines() {
+        let line = line?;
+        let mut it = line.split_whitespace();
+        let (_addr, ty, name) = match (it.next(), it.next(), it.next()) {
+            (Some(a), Some(t), Some(n)) => (a, t, n),
+            _ => continue,
+        };
+        if (ty == "t" || ty == "T") && wanted.contains(name) {
+            out.insert(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Number of NUMA nodes known to sysfs (1 when the kernel shows none).
+pub fn numa_nodes(sys_node: &Path) -> u32 {
+    let n = fs::read_dir(sys_node)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.strip_prefix("node")
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count() as u32
+        })
+        .unwrap_or(0);
+    n.max(1)
+}
+
+impl KernelFacts {
+    /// Reads the running kernel's facts, except [`Self::fentry`], which needs the BPF object
+    /// (see `bpf::fentry_test`). Mounts tracefs when it is not mounted.
+    pub fn gather() -> Result<Self, TracefsError> {
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        let version = KernelVersion::parse(&release).unwrap_or_default();
+        let wanted: BTreeSet<&str> = catalogue_functions().collect();
+
+        let btf_vmlinux = Path::new("/sys/kernel/btf/vmlinux").exists();
+        let btf_functions = if btf_vmlinux {
+            match aya::Btf::from_sys_fs() {
+                Ok(btf) => wanted
+                    .iter()
+                    .filter(|f| {
+                        btf.id_by_type_name_kind(f, aya_obj::btf::BtfKind::Func)
+                            .is_ok()
+                    })
+                    .map(|f| (*f).to_owned())
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!("cannot parse /sys/kernel/btf/vmlinux: {e}");
+                    BTreeSet::new()
+                }
+            }
+        } else {
+            BTreeSet::new()
+        };
+
+        let kallsyms = match fs::File::open("/proc/kallsyms") {
+            Ok(f) => kallsyms_from_reader(std::io::BufReader::new(f), &wanted).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!("cannot read /proc/kallsyms: {e}");
+                BTreeSet::new()
+            }
+        };
+
+        let tracefs = Tracefs::find_or_mount()?;
+        let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists()
+            || tracefs.root.join("kprobe_events").exists();
+
+        let mut tracepoints = BTreeMap::new();
+        for h in HOOKS {
+            if let HookKind::Tracepoint { category, name, .. } = h.kind
+                && let Some(f) = tracefs.format(category, name)?
+            {
+                tracepoints.insert(format!("{category}:{name}"), f);
+            }
+        }
+
+        let numa_balancing = fs::read_to_string("/proc/sys/kernel/numa_balancing")
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+
+        Ok(Self {
+            release,
+            version,
+            btf_vmlinux,
+            btf_functions,
+            kallsyms,
+            kprobes,
+            tracefs: Some(tracefs.root.display().to_string()),
+            tracefs_mounted_by_us: tracefs.mounted_by_us,
+            tracepoints,
+            fentry: BTreeMap::new(),
+            numa_nodes: numa_nodes(Path::new("/sys/devices/system/node")),
+            numa_balancing,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert_eq!(
+            KernelVersion::parse("6.1.0-27-cloud-amd64"),
+            Some(KernelVersion::new(6, 1, 0))
+        );
+        assert_eq!(
+            KernelVersion::parse("6.18.44-fc-v657"),
+            Some(KernelVersion::new(6, 18, 44))
+        );
+        assert_eq!(
+            KernelVersion::parse("6.12"),
+            Some(KernelVersion::new(6, 12, 0))
+        );
+        assert_eq!(KernelVersion::parse("garbage"), None);
+        assert!(KernelVersion::new(6, 7, 0) > KernelVersion::new(6, 6, 9));
+    }
+
+    #[test]
+    fn kallsyms_keeps_wanted_text_symbols() {
+        let text = "ffffffff813b0bb0 t task_numa_work\n\
+                    ffffffff813b70d0 T task_numa_fault\n\
+                    ffffffff82000000 d task_numa_fault_data\n\
+                    ffffffff813b70d0 T unrelated\n\
+                    ffffffffc0000000 t change_prot_numa\t[some_module]\n";
+        let wanted: BTreeSet<&str> = ["task_numa_work", "task_numa_fault", "change_prot_numa"]
+            .into_iter()
+            .collect();
+        let got = kallsyms_from_reader(text.as_bytes(), &wanted).unwrap();
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            ["change_prot_numa", "task_numa_fault", "task_numa_work"]
+        );
+    }
+
+    #[test]
+    fn catalogue_lists_both_migrate_names() {
+        let f: Vec<_> = catalogue_functions().collect();
+        assert!(f.contains(&"migrate_misplaced_folio"));
+        assert!(f.contains(&"migrate_misplaced_page"));
+        assert!(f.contains(&"task_numa_work"));
+    }
+}

@@ -1,0 +1,60 @@
+//! /proc/vmstat: the kernel's own NUMA balancing totals, to report beside ours.
+
+use std::{collections::BTreeMap, fs};
+
+/// Counters numatrace reports deltas of.
+pub const NUMA_COUNTERS: &[&str] = &[
+    "numa_pte_updates",
+    "numa_huge_pte_updates",
+    "numa_hint_faults",
+    "numa_hint_faults_local",
+    "numa_pages_migrated",
+    "pgmigrate_success",
+    "pgmigrate_fail",
+];
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Vmstat(pub BTreeMap<String, u64>);
+
+impl Vmstat {
+    pub fn parse(text: &str) -> Self {
+        Self(
+            text.lines()
+                .filter_map(|l| {
+                    let (k, v) = l.split_once(' ')?;
+                    NUMA_COUNTERS
+                        .contains(&k)
+                        .then(|| Some((k.to_owned(), v.trim().parse().ok()?)))?
+                })
+                .collect(),
+        )
+    }
+
+    pub fn read() -> std::io::Result<Self> {
+        Ok(Self::parse(&fs::read_to_string("/proc/vmstat")?))
+    }
+
+    /// `self - before`, for counters present in both (they only grow; wrap is not expected).
+    pub fn delta(&self, before: &Self) -> BTreeMap<String, u64> {
+        self.0
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.saturating_sub(*before.0.get(k)?))))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_diffs() {
+        let a = Vmstat::parse("nr_free_pages 10\nnuma_hint_faults 5\nnuma_pte_updates 7\n");
+        let b = Vmstat::parse("numa_hint_faults 9\nnuma_pte_updates 7\npgmigrate_fail 1\n");
+        assert_eq!(a.0.len(), 2, "only NUMA counters are kept");
+        let d = b.delta(&a);
+        assert_eq!(d["numa_hint_faults"], 4);
+        assert_eq!(d["numa_pte_updates"], 0);
+        assert!(!d.contains_key("pgmigrate_fail"), "absent before: no delta");
+    }
+}

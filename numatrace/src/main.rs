@@ -1,0 +1,52 @@
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use numatrace::{
+    cli::{Cli, Command},
+    cmd, kernel,
+    spawn::{GATE_ARG, exec_gated},
+};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    // The trampoline of `stat -- COMMAND` must not start a runtime: it only waits and execs.
+    let args: Vec<_> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == GATE_ARG) {
+        let fd = args
+            .get(2)
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(-1);
+        exec_gated(fd, args.get(4..).unwrap_or_default());
+    }
+
+    let cli = Cli::parse();
+    let filter = EnvFilter::try_from_env("NUMATRACE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("numatrace={0},aya={0}", cli.log_level)));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    if let Err(why) = kernel::caps::check_tracing_allowed() {
+        eprintln!("numatrace: {why}");
+        return ExitCode::from(1);
+    }
+
+    let result = match cli.command {
+        Command::Probes { json } => cmd::probes::run(json),
+        Command::Stat(args) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(cmd::stat::run(args))),
+    };
+    match result {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("numatrace: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

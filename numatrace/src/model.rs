@@ -1,0 +1,345 @@
+//! Aggregation: per task, per process (thread group) and in total. Plain data in, plain data
+//! out: no aya types, so it is tested on its own and shared by every frontend.
+
+use std::collections::BTreeMap;
+
+use numatrace_common::{EventKind, SKIP_REASON_NAMES, SKIP_REASON_OTHER, TaskStats};
+use serde::Serialize;
+
+use crate::sources::ringbuf::Event;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    /// Moved to its preferred node (sched_move_numa).
+    pub moves: u64,
+    /// Swapped with a task on another node, as the initiator / as the other task.
+    pub swaps_out: u64,
+    pub swaps_in: u64,
+    /// Placement attempts that changed nothing (sched_stick_numa), of which with no target CPU.
+    pub sticks: u64,
+    pub stick_no_target: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Migrations {
+    /// migrate_pages() calls with reason numa_misplaced.
+    pub calls: u64,
+    /// Pages (any size) migrated / not migrated; of which THPs.
+    pub pages_ok: u64,
+    pub pages_failed: u64,
+    pub thp_ok: u64,
+    pub thp_failed: u64,
+}
+
+/// The counters of one task, process or the whole window.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Skipped VMAs by reason name (only reasons that occurred).
+    pub skipped_vmas: BTreeMap<String, u64>,
+    pub skipped_vmas_total: u64,
+    pub placement: Placement,
+    pub migrations: Migrations,
+}
+
+pub fn skip_reason_name(slot: usize) -> &'static str {
+    SKIP_REASON_NAMES.get(slot).copied().unwrap_or("other")
+}
+
+impl Counts {
+    pub fn from_stats(s: &TaskStats) -> Self {
+        let mut skipped_vmas = BTreeMap::new();
+        for (slot, &n) in s.skip_vma.iter().enumerate() {
+            if n > 0 {
+                let name = if slot >= SKIP_REASON_OTHER {
+                    "other"
+                } else {
+                    skip_reason_name(slot)
+                };
+                *skipped_vmas.entry(name.to_owned()).or_insert(0) += n;
+            }
+        }
+        Self {
+            skipped_vmas_total: skipped_vmas.values().sum(),
+            skipped_vmas,
+            placement: Placement {
+                moves: s.numa_moves,
+                swaps_out: s.numa_swaps_out,
+                swaps_in: s.numa_swaps_in,
+                sticks: s.numa_sticks,
+                stick_no_target: s.numa_stick_no_target,
+            },
+            migrations: Migrations {
+                calls: s.migrate_calls,
+                pages_ok: s.migrate_ok,
+                pages_failed: s.migrate_failed,
+                thp_ok: s.migrate_thp_ok,
+                thp_failed: s.migrate_thp_failed,
+            },
+        }
+    }
+
+    pub fn add(&mut self, o: &Counts) {
+        for (k, v) in &o.skipped_vmas {
+            *self.skipped_vmas.entry(k.clone()).or_insert(0) += v;
+        }
+        self.skipped_vmas_total += o.skipped_vmas_total;
+        let (p, q) = (&mut self.placement, &o.placement);
+        p.moves += q.moves;
+        p.swaps_out += q.swaps_out;
+        p.swaps_in += q.swaps_in;
+        p.sticks += q.sticks;
+        p.stick_no_target += q.stick_no_target;
+        let (m, n) = (&mut self.migrations, &o.migrations);
+        m.calls += n.calls;
+        m.pages_ok += n.pages_ok;
+        m.pages_failed += n.pages_failed;
+        m.thp_ok += n.thp_ok;
+        m.thp_failed += n.thp_failed;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+pub fn comm_str(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskRecord {
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// The task exited during the window.
+    pub exited: bool,
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProcessRecord {
+    pub tgid: u32,
+    /// comm of the thread-group leader if seen, else of its first thread.
+    pub comm: String,
+    pub threads: u32,
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// Ring buffer records received, by kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EventTally {
+    pub skip_vma: u64,
+    pub numa_move: u64,
+    pub numa_swap: u64,
+    pub numa_stick: u64,
+    pub migrate_pages: u64,
+    pub task_exit: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    /// Keyed by (pid, creation time): a pid reused within the window is another task.
+    tasks: BTreeMap<(u32, u64), TaskRecord>,
+    pub events: EventTally,
+}
+
+impl Model {
+    fn put(&mut self, s: &TaskStats, exited: bool) {
+        self.tasks.insert(
+            (s.pid, s.first_ns),
+            TaskRecord {
+                pid: s.pid,
+                tgid: s.tgid,
+                comm: comm_str(&s.comm),
+                exited,
+                counts: Counts::from_stats(s),
+            },
+        );
+    }
+
+    pub fn apply(&mut self, ev: &Event) {
+        let t = &mut self.events;
+        match ev {
+            Event::SkipVma(_) => t.skip_vma += 1,
+            Event::Placement(EventKind::NumaMove, _) => t.numa_move += 1,
+            Event::Placement(EventKind::NumaSwap, _) => t.numa_swap += 1,
+            Event::Placement(_, _) => t.numa_stick += 1,
+            Event::MigratePages(_) => t.migrate_pages += 1,
+            Event::TaskExit(e) => {
+                t.task_exit += 1;
+                self.put(&e.stats, true);
+            }
+        }
+    }
+
+    /// Adds the live entries of the task map, read after the ring buffer was drained.
+    pub fn merge_live(&mut self, live: &[TaskStats]) {
+        for s in live {
+            // An entry whose task exited while the ring buffer was full is marked in the map.
+            self.put(s, s.exited != 0);
+        }
+    }
+
+    /// Keeps only tasks whose comm is `comm` (as the kernel truncates it: 15 bytes).
+    pub fn retain_comm(&mut self, comm: &str) {
+        let want: String = comm.chars().take(15).collect();
+        self.tasks.retain(|_, t| t.comm == want);
+    }
+
+    pub fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Tasks with anything counted, most skipped VMAs first, then by pid.
+    pub fn tasks(&self) -> Vec<&TaskRecord> {
+        let mut v: Vec<_> = self
+            .tasks
+            .values()
+            .filter(|t| !t.counts.is_empty())
+            .collect();
+        v.sort_by(|a, b| {
+            b.counts
+                .skipped_vmas_total
+                .cmp(&a.counts.skipped_vmas_total)
+                .then(a.pid.cmp(&b.pid))
+        });
+        v
+    }
+
+    pub fn processes(&self) -> Vec<ProcessRecord> {
+        let mut by_tgid: BTreeMap<u32, ProcessRecord> = BTreeMap::new();
+        for t in self.tasks.values().filter(|t| !t.counts.is_empty()) {
+            let p = by_tgid.entry(t.tgid).or_insert_with(|| ProcessRecord {
+                tgid: t.tgid,
+                comm: t.comm.clone(),
+                threads: 0,
+                counts: Counts::default(),
+            });
+            if t.pid == t.tgid {
+                p.comm = t.comm.clone();
+            }
+            p.threads += 1;
+            p.counts.add(&t.counts);
+        }
+        let mut v: Vec<_> = by_tgid.into_values().collect();
+        v.sort_by(|a, b| {
+            b.counts
+                .skipped_vmas_total
+                .cmp(&a.counts.skipped_vmas_total)
+                .then(a.tgid.cmp(&b.tgid))
+        });
+        v
+    }
+
+    pub fn totals(&self) -> Counts {
+        let mut c = Counts::default();
+        for t in self.tasks.values() {
+            c.add(&t.counts);
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use numatrace_common::{EventHeader, TaskExitEvent};
+
+    use super::*;
+
+    fn stats(pid: u32, tgid: u32, first_ns: u64) -> TaskStats {
+        let mut s = TaskStats::new(pid, tgid);
+        s.first_ns = first_ns;
+        s.comm[..4].copy_from_slice(b"work");
+        s
+    }
+
+    fn exit(s: TaskStats) -> Event {
+        Event::TaskExit(TaskExitEvent {
+            hdr: EventHeader {
+                kind: EventKind::TaskExit as u32,
+                pid: s.pid,
+                tgid: s.tgid,
+                cpu: 0,
+                ts_ns: 0,
+            },
+            stats: s,
+        })
+    }
+
+    #[test]
+    fn counts_map_reasons_and_unknown_slot() {
+        let mut s = stats(1, 1, 0);
+        s.skip_vma[1] = 3; // shared_ro
+        s.skip_vma[4] = 2; // pid_inactive
+        s.skip_vma[7] = 1; // a reason newer than this build
+        s.migrate_ok = 10;
+        let c = Counts::from_stats(&s);
+        assert_eq!(c.skipped_vmas["shared_ro"], 3);
+        assert_eq!(c.skipped_vmas["pid_inactive"], 2);
+        assert_eq!(c.skipped_vmas["other"], 1);
+        assert_eq!(c.skipped_vmas_total, 6);
+        assert_eq!(c.migrations.pages_ok, 10);
+        assert!(!c.skipped_vmas.contains_key("unsuitable"));
+    }
+
+    #[test]
+    fn exit_snapshots_and_live_entries_add_up() {
+        let mut m = Model::default();
+        let mut a = stats(10, 10, 1);
+        a.skip_vma[1] = 4;
+        let mut b = stats(11, 10, 2);
+        b.skip_vma[1] = 1;
+        b.skip_vma[2] = 2;
+        b.numa_moves = 1;
+        let mut c = stats(20, 20, 3);
+        c.numa_swaps_in = 5;
+        m.apply(&exit(a));
+        m.merge_live(&[b, c]);
+        assert_eq!(m.events.task_exit, 1);
+        let t = m.totals();
+        assert_eq!(t.skipped_vmas["shared_ro"], 5);
+        assert_eq!(t.skipped_vmas["inaccessible"], 2);
+        assert_eq!(t.skipped_vmas_total, 7);
+        assert_eq!(t.placement.moves, 1);
+        assert_eq!(t.placement.swaps_in, 5);
+        let procs = m.processes();
+        assert_eq!(procs[0].tgid, 10);
+        assert_eq!(procs[0].threads, 2);
+        assert_eq!(procs[0].counts.skipped_vmas_total, 7);
+        let tasks = m.tasks();
+        assert_eq!(tasks[0].pid, 10, "most skipped first");
+        assert!(tasks[0].exited);
+        assert!(!tasks[1].exited);
+    }
+
+    #[test]
+    fn reused_pid_is_another_task() {
+        let mut m = Model::default();
+        let mut a = stats(7, 7, 100);
+        a.numa_sticks = 1;
+        let mut b = stats(7, 7, 200);
+        b.numa_sticks = 2;
+        m.apply(&exit(a));
+        m.merge_live(&[b]);
+        assert_eq!(m.task_count(), 2);
+        assert_eq!(m.totals().placement.sticks, 3);
+    }
+
+    #[test]
+    fn comm_filter_truncates_like_the_kernel() {
+        let mut m = Model::default();
+        let mut a = stats(1, 1, 0);
+        a.comm = *b"averyveryverylon";
+        a.comm[15] = 0;
+        a.numa_moves = 1;
+        let mut b = stats(2, 2, 0);
+        b.numa_moves = 1;
+        m.merge_live(&[a, b]);
+        m.retain_comm("averyveryverylongname");
+        assert_eq!(m.task_count(), 1);
+        assert_eq!(m.tasks()[0].pid, 1);
+    }
+}

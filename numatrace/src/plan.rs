@@ -1,0 +1,756 @@
+//! The one place that knows about kernel differences: a catalogue of every hook of the product
+//! and a pure `plan(facts)` that decides, hook by hook, how (or why not) to attach it.
+
+use serde::Serialize;
+
+use crate::kernel::{
+    facts::{FentryTest, KernelFacts, KernelVersion},
+    tracefs::Format,
+};
+use numatrace_common::{
+    FIELD_ABSENT, ForkOffsets, MigrateOffsets, MoveOffsets, PROG_EXIT, PROG_FORK, PROG_MIGRATE,
+    PROG_MOVE, PROG_SKIP_VMA, PROG_STICK, PROG_SWAP, PairOffsets, SkipVmaOffsets,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookKind {
+    Tracepoint {
+        category: &'static str,
+        name: &'static str,
+        /// First mainline version that has it, when that is recent enough to matter.
+        since: Option<KernelVersion>,
+    },
+    Function {
+        /// Candidate symbols in order of preference (renames across versions).
+        symbols: &'static [&'static str],
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct HookSpec {
+    /// `category:name` for tracepoints, the function name (or `a|b`) for functions.
+    pub name: &'static str,
+    pub kind: HookKind,
+    /// The eBPF program implementing it, when this version has one.
+    pub program: Option<&'static str>,
+    /// What it contributes, for `probes`.
+    pub what: &'static str,
+}
+
+const fn tp(
+    category: &'static str,
+    name: &'static str,
+    full: &'static str,
+    since: Option<KernelVersion>,
+    program: &'static str,
+    what: &'static str,
+) -> HookSpec {
+    HookSpec {
+        name: full,
+        kind: HookKind::Tracepoint {
+            category,
+            name,
+            since,
+        },
+        program: Some(program),
+        what,
+    }
+}
+
+const fn func(
+    name: &'static str,
+    symbols: &'static [&'static str],
+    what: &'static str,
+) -> HookSpec {
+    HookSpec {
+        name,
+        kind: HookKind::Function { symbols },
+        program: None,
+        what,
+    }
+}
+
+/// Every hook of the product, in the order `probes` lists them.
+pub const HOOKS: &[HookSpec] = &[
+    tp(
+        "sched",
+        "sched_skip_vma_numa",
+        "sched:sched_skip_vma_numa",
+        Some(KernelVersion::new(6, 7, 0)),
+        PROG_SKIP_VMA,
+        "VMAs the NUMA scanner skipped, by reason",
+    ),
+    tp(
+        "sched",
+        "sched_move_numa",
+        "sched:sched_move_numa",
+        None,
+        PROG_MOVE,
+        "task moved to its preferred node",
+    ),
+    tp(
+        "sched",
+        "sched_swap_numa",
+        "sched:sched_swap_numa",
+        None,
+        PROG_SWAP,
+        "two tasks swapped across nodes",
+    ),
+    tp(
+        "sched",
+        "sched_stick_numa",
+        "sched:sched_stick_numa",
+        None,
+        PROG_STICK,
+        "placement attempt that left the task where it was",
+    ),
+    tp(
+        "migrate",
+        "mm_migrate_pages",
+        "migrate:mm_migrate_pages",
+        None,
+        PROG_MIGRATE,
+        "page migrations (reason numa_misplaced only)",
+    ),
+    tp(
+        "sched",
+        "sched_process_fork",
+        "sched:sched_process_fork",
+        None,
+        PROG_FORK,
+        "follows children of a traced command",
+    ),
+    tp(
+        "sched",
+        "sched_process_exit",
+        "sched:sched_process_exit",
+        None,
+        PROG_EXIT,
+        "hands over a task's final counts and frees its entry",
+    ),
+    func(
+        "task_numa_work",
+        &["task_numa_work"],
+        "PTE scan calls, time and runtime share",
+    ),
+    func(
+        "change_prot_numa",
+        &["change_prot_numa"],
+        "PTEs made PROT_NONE per scan",
+    ),
+    func(
+        "task_numa_fault",
+        &["task_numa_fault"],
+        "every hint fault: node, pages, local/remote, migrated",
+    ),
+    func(
+        "do_numa_page",
+        &["do_numa_page"],
+        "4K/mTHP hint fault entry",
+    ),
+    func(
+        "do_huge_pmd_numa_page",
+        &["do_huge_pmd_numa_page"],
+        "THP hint fault entry",
+    ),
+    func(
+        "mpol_misplaced",
+        &["mpol_misplaced"],
+        "faulted page and VMA: COW-shared pages",
+    ),
+    func(
+        "migrate_misplaced_folio|_page",
+        &["migrate_misplaced_folio", "migrate_misplaced_page"],
+        "migration attempts, outcome, latency, nodes",
+    ),
+    func(
+        "migration_entry_wait",
+        &["migration_entry_wait"],
+        "tasks stalled on a page under migration",
+    ),
+];
+
+/// How a hook is (or would be) attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    Tracepoint,
+    TpBtf,
+    Fentry,
+    Kprobe,
+    None,
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Tracepoint => "tracepoint",
+            Self::TpBtf => "tp_btf",
+            Self::Fentry => "fentry",
+            Self::Kprobe => "kprobe",
+            Self::None => "none",
+        })
+    }
+}
+
+/// The decision for one hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookPlan {
+    pub spec: HookSpec,
+    /// What this kernel allows (`None`: nothing).
+    pub mechanism: Mechanism,
+    /// For functions: the symbol that would be hooked.
+    pub symbol: Option<String>,
+    /// Why a better mechanism, or any, is not possible here.
+    pub reasons: Vec<String>,
+}
+
+impl PartialEq for HookSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for HookSpec {}
+
+impl HookPlan {
+    /// The loader attaches it: the kernel allows it and this version has a program for it.
+    pub fn will_attach(&self) -> bool {
+        self.mechanism != Mechanism::None && self.spec.program.is_some()
+    }
+}
+
+/// Tracepoint field offsets handed to the programs as globals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offsets {
+    pub skip_vma: SkipVmaOffsets,
+    pub move_numa: MoveOffsets,
+    pub swap_numa: PairOffsets,
+    pub stick_numa: PairOffsets,
+    pub migrate: MigrateOffsets,
+    pub fork: ForkOffsets,
+}
+
+impl Default for Offsets {
+    fn default() -> Self {
+        Self {
+            skip_vma: SkipVmaOffsets::ABSENT,
+            move_numa: MoveOffsets::ABSENT,
+            swap_numa: PairOffsets::ABSENT,
+            stick_numa: PairOffsets::ABSENT,
+            migrate: MigrateOffsets::ABSENT,
+            fork: ForkOffsets::ABSENT,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub hooks: Vec<HookPlan>,
+    pub offsets: Offsets,
+}
+
+impl Plan {
+    pub fn attachable(&self) -> impl Iterator<Item = &HookPlan> {
+        self.hooks.iter().filter(|h| h.will_attach())
+    }
+}
+
+fn off(f: &Format, names: &[&str], size: u32) -> u32 {
+    f.offset(names, size).unwrap_or(FIELD_ABSENT)
+}
+
+/// Offsets of one tracepoint; `Err` names the required fields it lacks.
+fn tracepoint_offsets(name: &str, f: &Format, o: &mut Offsets) -> Result<(), Vec<&'static str>> {
+    let mut missing = Vec::new();
+    let mut need = |v: u32, field: &'static str| {
+        if v == FIELD_ABSENT {
+            missing.push(field);
+        }
+        v
+    };
+    match name {
+        "sched:sched_skip_vma_numa" => {
+            o.skip_vma = SkipVmaOffsets {
+                numa_scan_offset: off(f, &["numa_scan_offset"], 8),
+                vm_start: off(f, &["vm_start"], 8),
+                vm_end: off(f, &["vm_end"], 8),
+                reason: need(off(f, &["reason"], 4), "reason"),
+            }
+        }
+        "sched:sched_move_numa" => {
+            o.move_numa = MoveOffsets {
+                pid: need(off(f, &["pid"], 4), "pid"),
+                tgid: need(off(f, &["tgid"], 4), "tgid"),
+                src_cpu: off(f, &["src_cpu"], 4),
+                src_nid: off(f, &["src_nid"], 4),
+                dst_cpu: off(f, &["dst_cpu"], 4),
+                dst_nid: off(f, &["dst_nid"], 4),
+            }
+        }
+        "sched:sched_swap_numa" | "sched:sched_stick_numa" => {
+            // Before 5.10 stick_numa had one task (pid/tgid) and no destination task.
+            let p = PairOffsets {
+                src_pid: need(off(f, &["src_pid", "pid"], 4), "src_pid"),
+                src_tgid: need(off(f, &["src_tgid", "tgid"], 4), "src_tgid"),
+                src_cpu: off(f, &["src_cpu"], 4),
+                src_nid: off(f, &["src_nid"], 4),
+                dst_pid: off(f, &["dst_pid"], 4),
+                dst_tgid: off(f, &["dst_tgid"], 4),
+                dst_cpu: off(f, &["dst_cpu"], 4),
+                dst_nid: off(f, &["dst_nid"], 4),
+            };
+            if name == "sched:sched_swap_numa" {
+                need(p.dst_pid, "dst_pid");
+                need(p.dst_tgid, "dst_tgid");
+                o.swap_numa = p;
+            } else {
+                o.stick_numa = p;
+            }
+        }
+        "migrate:mm_migrate_pages" => {
+            o.migrate = MigrateOffsets {
+                succeeded: need(off(f, &["succeeded"], 8), "succeeded"),
+                failed: need(off(f, &["failed"], 8), "failed"),
+                thp_succeeded: off(f, &["thp_succeeded"], 8),
+                thp_failed: off(f, &["thp_failed"], 8),
+                mode: off(f, &["mode"], 4),
+                reason: need(off(f, &["reason"], 4), "reason"),
+            }
+        }
+        "sched:sched_process_fork" => {
+            o.fork = ForkOffsets {
+                parent_pid: off(f, &["parent_pid"], 4),
+                child_pid: need(off(f, &["child_pid"], 4), "child_pid"),
+            }
+        }
+        _ => {}
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing)
+    }
+}
+
+fn plan_tracepoint(facts: &KernelFacts, spec: HookSpec, offsets: &mut Offsets) -> HookPlan {
+    let HookKind::Tracepoint { since, .. } = spec.kind else {
+        unreachable!("plan_tracepoint called for a function hook")
+    };
+    let mut plan = HookPlan {
+        spec,
+        mechanism: Mechanism::None,
+        symbol: None,
+        reasons: Vec::new(),
+    };
+    match facts.tracepoints.get(spec.name) {
+        None if facts.tracefs.is_none() => plan.reasons.push("tracefs is not available".into()),
+        None => plan.reasons.push(match since {
+            Some(v) if facts.version < v => format!(
+                "tracepoint absent on this kernel version ({} < {}.{}, where it was added)",
+                facts.version, v.major, v.minor
+            ),
+            _ => "tracepoint absent on this kernel".into(),
+        }),
+        Some(format) => match tracepoint_offsets(spec.name, format, offsets) {
+            Ok(()) => plan.mechanism = Mechanism::Tracepoint,
+            Err(missing) => plan.reasons.push(format!(
+                "tracepoint format lacks field(s) {}",
+                missing.join(", ")
+            )),
+        },
+    }
+    plan
+}
+
+fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "EPERM",
+        libc::EACCES => "EACCES",
+        libc::EINVAL => "EINVAL",
+        libc::ENOENT => "ENOENT",
+        ENOTSUPP => "ENOTSUPP",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ESRCH => "ESRCH",
+        libc::E2BIG => "E2BIG",
+        _ => "errno",
+    }
+}
+
+/// Kernel-internal ENOTSUPP, which BPF returns for trampolines it cannot build; not in libc.
+const ENOTSUPP: i32 = 524;
+
+fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
+    let HookKind::Function { symbols } = spec.kind else {
+        unreachable!("plan_function called for a tracepoint hook")
+    };
+    let mut reasons = Vec::new();
+    // Prefer the first candidate the kernel has at all.
+    let present = symbols
+        .iter()
+        .find(|s| facts.kallsyms.contains(**s) || facts.btf_functions.contains(**s));
+    let Some(sym) = present else {
+        reasons.push(format!(
+            "symbol {} absent from kallsyms and BTF (inlined, renamed or not built in)",
+            symbols.join(" / ")
+        ));
+        return HookPlan {
+            spec,
+            mechanism: Mechanism::None,
+            symbol: None,
+            reasons,
+        };
+    };
+
+    let fentry_ok = if !facts.btf_vmlinux {
+        reasons.push("fentry: no kernel BTF (/sys/kernel/btf/vmlinux)".into());
+        false
+    } else if !facts.btf_functions.contains(*sym) {
+        reasons.push(format!("fentry: {sym} has no BTF FUNC entry"));
+        false
+    } else {
+        match facts.fentry.get(*sym) {
+            Some(FentryTest::Loaded) => true,
+            Some(FentryTest::Refused { errno, error }) => {
+                reasons.push(format!(
+                    "fentry refused: {} ({errno}): {error}",
+                    errno_name(*errno)
+                ));
+                false
+            }
+            Some(FentryTest::NotTried { why }) => {
+                reasons.push(format!("fentry not tried: {why}"));
+                false
+            }
+            None => {
+                reasons.push("fentry not tested".into());
+                false
+            }
+        }
+    };
+    let mechanism = if fentry_ok {
+        Mechanism::Fentry
+    } else if !facts.kprobes {
+        reasons.push("kprobe: kprobes not built in (no kprobe PMU, no kprobe_events)".into());
+        Mechanism::None
+    } else if !facts.kallsyms.contains(*sym) {
+        reasons.push(format!("kprobe: {sym} is not in kallsyms (inlined?)"));
+        Mechanism::None
+    } else {
+        Mechanism::Kprobe
+    };
+    HookPlan {
+        spec,
+        mechanism,
+        symbol: Some((*sym).to_owned()),
+        reasons,
+    }
+}
+
+/// Decides every hook of [`HOOKS`] for a kernel described by `facts`.
+pub fn plan(facts: &KernelFacts) -> Plan {
+    let mut offsets = Offsets::default();
+    let hooks = HOOKS
+        .iter()
+        .map(|spec| match spec.kind {
+            HookKind::Tracepoint { .. } => plan_tracepoint(facts, *spec, &mut offsets),
+            HookKind::Function { .. } => plan_function(facts, *spec),
+        })
+        .collect();
+    Plan { hooks, offsets }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn fmt(fields: &[(&str, u32, u32)]) -> Format {
+        let mut text = String::from(
+            "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n",
+        );
+        for (name, offset, size) in fields {
+            text.push_str(&format!(
+                "\tfield:long {name};\toffset:{offset};\tsize:{size};\tsigned:0;\n"
+            ));
+        }
+        Format::parse(&text)
+    }
+
+    fn pair_fields() -> Vec<(&'static str, u32, u32)> {
+        vec![
+            ("src_pid", 8, 4),
+            ("src_tgid", 12, 4),
+            ("src_ngid", 16, 4),
+            ("src_cpu", 20, 4),
+            ("src_nid", 24, 4),
+            ("dst_pid", 28, 4),
+            ("dst_tgid", 32, 4),
+            ("dst_ngid", 36, 4),
+            ("dst_cpu", 40, 4),
+            ("dst_nid", 44, 4),
+        ]
+    }
+
+    fn common_tracepoints(migrate: Format) -> BTreeMap<String, Format> {
+        let mut tps = BTreeMap::new();
+        tps.insert(
+            "sched:sched_move_numa".into(),
+            fmt(&[
+                ("pid", 8, 4),
+                ("tgid", 12, 4),
+                ("ngid", 16, 4),
+                ("src_cpu", 20, 4),
+                ("src_nid", 24, 4),
+                ("dst_cpu", 28, 4),
+                ("dst_nid", 32, 4),
+            ]),
+        );
+        tps.insert("sched:sched_swap_numa".into(), fmt(&pair_fields()));
+        tps.insert("sched:sched_stick_numa".into(), fmt(&pair_fields()));
+        tps.insert("migrate:mm_migrate_pages".into(), migrate);
+        tps.insert(
+            "sched:sched_process_fork".into(),
+            fmt(&[("parent_pid", 24, 4), ("child_pid", 44, 4)]),
+        );
+        tps.insert("sched:sched_process_exit".into(), fmt(&[("pid", 24, 4)]));
+        tps
+    }
+
+    fn set(names: &[&str]) -> std::collections::BTreeSet<String> {
+        names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// This machine: 6.18, BTF, no kprobes, fentry refused with EPERM, do_numa_page inlined.
+    pub(crate) fn host_6_18() -> KernelFacts {
+        let mut tps = common_tracepoints(fmt(&[
+            ("succeeded", 8, 8),
+            ("failed", 16, 8),
+            ("thp_succeeded", 24, 8),
+            ("thp_failed", 32, 8),
+            ("thp_split", 40, 8),
+            ("large_folio_split", 48, 8),
+            ("mode", 56, 4),
+            ("reason", 60, 4),
+        ]));
+        tps.insert(
+            "sched:sched_skip_vma_numa".into(),
+            fmt(&[
+                ("numa_scan_offset", 8, 8),
+                ("vm_start", 16, 8),
+                ("vm_end", 24, 8),
+                ("reason", 32, 4),
+            ]),
+        );
+        let syms = [
+            "task_numa_work",
+            "task_numa_fault",
+            "change_prot_numa",
+            "mpol_misplaced",
+            "migration_entry_wait",
+            "migrate_misplaced_folio",
+            "do_huge_pmd_numa_page",
+        ];
+        let fentry = syms
+            .iter()
+            .map(|s| {
+                (
+                    (*s).to_owned(),
+                    FentryTest::Refused {
+                        errno: 1,
+                        error: "Operation not permitted".into(),
+                    },
+                )
+            })
+            .collect();
+        KernelFacts {
+            release: "6.18.44-fc-v657".into(),
+            version: KernelVersion::new(6, 18, 44),
+            btf_vmlinux: true,
+            btf_functions: set(&syms),
+            kallsyms: set(&syms),
+            kprobes: false,
+            tracefs: Some("/sys/kernel/tracing".into()),
+            tracefs_mounted_by_us: true,
+            tracepoints: tps,
+            fentry,
+            numa_nodes: 1,
+            numa_balancing: Some(0),
+        }
+    }
+
+    /// Debian 12's 6.1 cloud kernel: BTF, kprobes, fentry works, no skip_vma tracepoint,
+    /// migrate_misplaced_page, mm_migrate_pages without large_folio_split.
+    pub(crate) fn debian_6_1() -> KernelFacts {
+        let tps = common_tracepoints(fmt(&[
+            ("succeeded", 8, 8),
+            ("failed", 16, 8),
+            ("thp_succeeded", 24, 8),
+            ("thp_failed", 32, 8),
+            ("thp_split", 40, 8),
+            ("mode", 48, 4),
+            ("reason", 52, 4),
+        ]));
+        let syms = [
+            "task_numa_work",
+            "task_numa_fault",
+            "change_prot_numa",
+            "do_numa_page",
+            "mpol_misplaced",
+            "migration_entry_wait",
+            "migrate_misplaced_page",
+            "do_huge_pmd_numa_page",
+        ];
+        KernelFacts {
+            release: "6.1.0-27-cloud-amd64".into(),
+            version: KernelVersion::new(6, 1, 0),
+            btf_vmlinux: true,
+            btf_functions: set(&syms),
+            kallsyms: set(&syms),
+            kprobes: true,
+            tracefs: Some("/sys/kernel/tracing".into()),
+            tracefs_mounted_by_us: false,
+            tracepoints: tps,
+            fentry: syms
+                .iter()
+                .map(|s| ((*s).to_owned(), FentryTest::Loaded))
+                .collect(),
+            numa_nodes: 2,
+            numa_balancing: Some(1),
+        }
+    }
+
+    fn hook<'a>(p: &'a Plan, name: &str) -> &'a HookPlan {
+        p.hooks.iter().find(|h| h.spec.name == name).unwrap()
+    }
+
+    #[test]
+    fn host_6_18_attaches_every_tracepoint_and_no_function() {
+        let p = plan(&host_6_18());
+        for h in &p.hooks {
+            match h.spec.kind {
+                HookKind::Tracepoint { .. } => {
+                    assert_eq!(h.mechanism, Mechanism::Tracepoint, "{}", h.spec.name);
+                    assert!(h.will_attach());
+                }
+                HookKind::Function { .. } => {
+                    assert_eq!(h.mechanism, Mechanism::None, "{}", h.spec.name);
+                    assert!(!h.reasons.is_empty(), "{} needs a reason", h.spec.name);
+                }
+            }
+        }
+        let work = hook(&p, "task_numa_work");
+        assert!(work.reasons.iter().any(|r| r.contains("EPERM")), "{work:?}");
+        assert!(
+            work.reasons
+                .iter()
+                .any(|r| r.contains("kprobes not built in"))
+        );
+        let dnp = hook(&p, "do_numa_page");
+        assert!(dnp.reasons[0].contains("absent from kallsyms"), "{dnp:?}");
+        assert_eq!(
+            hook(&p, "migrate_misplaced_folio|_page").symbol.as_deref(),
+            Some("migrate_misplaced_folio")
+        );
+        assert_eq!(p.offsets.skip_vma.reason, 32);
+        assert_eq!(p.offsets.migrate.reason, 60);
+        assert_eq!(p.offsets.migrate.mode, 56);
+        assert_eq!(p.offsets.fork.child_pid, 44);
+        assert_eq!(p.attachable().count(), 7);
+    }
+
+    #[test]
+    fn debian_6_1_lacks_skip_vma_and_prefers_fentry() {
+        let p = plan(&debian_6_1());
+        let skip = hook(&p, "sched:sched_skip_vma_numa");
+        assert_eq!(skip.mechanism, Mechanism::None);
+        assert!(skip.reasons[0].contains("6.1.0 < 6.7"), "{skip:?}");
+        assert_eq!(p.offsets.skip_vma, SkipVmaOffsets::ABSENT);
+        assert_eq!(p.offsets.migrate.reason, 52);
+        assert_eq!(p.offsets.migrate.thp_failed, 32);
+        for name in ["task_numa_work", "task_numa_fault", "do_numa_page"] {
+            let h = hook(&p, name);
+            assert_eq!(h.mechanism, Mechanism::Fentry, "{name}");
+            assert!(h.reasons.is_empty());
+            // No program for function hooks in this version: reported, not attached.
+            assert!(!h.will_attach());
+        }
+        assert_eq!(
+            hook(&p, "migrate_misplaced_folio|_page").symbol.as_deref(),
+            Some("migrate_misplaced_page")
+        );
+        assert_eq!(p.attachable().count(), 6);
+    }
+
+    #[test]
+    fn kprobe_fallback_when_fentry_refused() {
+        let mut f = debian_6_1();
+        f.fentry.insert(
+            "task_numa_fault".into(),
+            FentryTest::Refused {
+                errno: 524,
+                error: "trampoline".into(),
+            },
+        );
+        let p = plan(&f);
+        let h = hook(&p, "task_numa_fault");
+        assert_eq!(h.mechanism, Mechanism::Kprobe);
+        assert!(h.reasons[0].contains("ENOTSUPP"), "{h:?}");
+    }
+
+    #[test]
+    fn missing_required_field_disables_only_that_tracepoint() {
+        let mut f = host_6_18();
+        f.tracepoints
+            .insert("sched:sched_swap_numa".into(), fmt(&[("src_pid", 8, 4)]));
+        let p = plan(&f);
+        let swap = hook(&p, "sched:sched_swap_numa");
+        assert_eq!(swap.mechanism, Mechanism::None);
+        assert!(swap.reasons[0].contains("src_tgid"), "{swap:?}");
+        assert!(swap.reasons[0].contains("dst_pid"));
+        assert_eq!(
+            hook(&p, "sched:sched_move_numa").mechanism,
+            Mechanism::Tracepoint
+        );
+    }
+
+    #[test]
+    fn old_stick_numa_layout_uses_pid_and_tgid() {
+        let mut f = debian_6_1();
+        f.tracepoints.insert(
+            "sched:sched_stick_numa".into(),
+            fmt(&[
+                ("pid", 8, 4),
+                ("tgid", 12, 4),
+                ("ngid", 16, 4),
+                ("src_cpu", 20, 4),
+                ("src_nid", 24, 4),
+                ("dst_cpu", 28, 4),
+                ("dst_nid", 32, 4),
+            ]),
+        );
+        let p = plan(&f);
+        assert_eq!(
+            hook(&p, "sched:sched_stick_numa").mechanism,
+            Mechanism::Tracepoint
+        );
+        assert_eq!(p.offsets.stick_numa.src_pid, 8);
+        assert_eq!(p.offsets.stick_numa.dst_pid, FIELD_ABSENT);
+        assert_eq!(p.offsets.stick_numa.dst_cpu, 28);
+    }
+
+    #[test]
+    fn no_tracefs_means_no_tracepoints() {
+        let mut f = host_6_18();
+        f.tracefs = None;
+        f.tracepoints.clear();
+        let p = plan(&f);
+        assert_eq!(p.attachable().count(), 0);
+        assert!(
+            hook(&p, "sched:sched_move_numa").reasons[0].contains("tracefs"),
+            "{:?}",
+            hook(&p, "sched:sched_move_numa")
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! Frontends that print: `probes` and `stat` reports, as text for people and JSON for tools.
+pub mod probes;
+pub mod stat;
+
+/// Left-aligned table cells, widths from the content.
+pub(crate) fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                if i + 1 == r.len() {
+                    cell.clone()
+                } else {
+                    format!("{cell:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,4 @@
+//! Where data comes from: the kernel programs' ring buffer and maps. Each source turns raw
+//! bytes into the plain types of [`crate::model`]; none of them aggregates.
+pub mod maps;
+pub mod ringbuf;

@@ -1,0 +1,136 @@
+//! Helpers for tests against the real kernel. Each guard restores the kernel state it changed.
+#![allow(dead_code)]
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::{Duration, Instant},
+};
+
+pub const NUMATRACE: &str = env!("CARGO_BIN_EXE_numatrace");
+pub const WORKLOAD: &str = env!("CARGO_BIN_EXE_numatrace-workload");
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Skips the calling test, loudly, when not root.
+#[macro_export]
+macro_rules! require_root {
+    ($test:expr) => {
+        if !common::is_root() {
+            eprintln!(
+                "SKIPPED {}: needs root (CAP_BPF + CAP_PERFMON) to load BPF programs; CI runs it as root",
+                $test
+            );
+            return;
+        }
+    };
+}
+
+pub fn numatrace(args: &[&str]) -> Output {
+    Command::new(NUMATRACE)
+        .args(args)
+        .output()
+        .expect("running numatrace")
+}
+
+/// Sets a sysctl under /proc/sys and puts the old value back on drop.
+pub struct Sysctl {
+    path: PathBuf,
+    old: String,
+}
+
+impl Sysctl {
+    pub fn set(name: &str, value: &str) -> std::io::Result<Self> {
+        let path = Path::new("/proc/sys").join(name.replace('.', "/"));
+        let old = fs::read_to_string(&path)?;
+        fs::write(&path, value)?;
+        Ok(Self { path, old })
+    }
+}
+
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        let _ = fs::write(&self.path, self.old.trim());
+    }
+}
+
+pub fn tracefs_root() -> PathBuf {
+    for c in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        if Path::new(c).join("events").is_dir() {
+            return c.into();
+        }
+    }
+    // numatrace mounts it when missing; do the same so the test does not depend on order.
+    let _ = Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .status();
+    "/sys/kernel/tracing".into()
+}
+
+/// A private tracefs instance (its own buffer and event switches), removed on drop.
+pub struct TraceInstance {
+    pub dir: PathBuf,
+}
+
+impl TraceInstance {
+    pub fn new(tag: &str) -> std::io::Result<Self> {
+        let dir = tracefs_root()
+            .join("instances")
+            .join(format!("numatrace-test-{tag}-{}", std::process::id()));
+        fs::create_dir(&dir)?;
+        Ok(Self { dir })
+    }
+
+    pub fn write(&self, rel: &str, value: &str) -> std::io::Result<()> {
+        fs::write(self.dir.join(rel), value)
+    }
+
+    pub fn read(&self, rel: &str) -> std::io::Result<String> {
+        fs::read_to_string(self.dir.join(rel))
+    }
+}
+
+impl Drop for TraceInstance {
+    fn drop(&mut self) {
+        let _ = fs::write(self.dir.join("tracing_on"), "0");
+        let _ = fs::write(self.dir.join("events/enable"), "0");
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Polls `f` every 50 ms until it is true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+/// Names (as the kernel keeps them: 15 characters) of loaded programs that are numatrace's.
+pub fn numatrace_programs_loaded() -> Vec<String> {
+    const OURS: [&str; 7] = [
+        numatrace_common::PROG_SKIP_VMA,
+        numatrace_common::PROG_MOVE,
+        numatrace_common::PROG_SWAP,
+        numatrace_common::PROG_STICK,
+        numatrace_common::PROG_MIGRATE,
+        numatrace_common::PROG_FORK,
+        numatrace_common::PROG_EXIT,
+    ];
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|p| p.name_as_str().map(str::to_owned))
+        .filter(|n| {
+            OURS.iter()
+                .any(|o| o.starts_with(n.as_str()) && n.len() >= 8)
+        })
+        .collect()
+}

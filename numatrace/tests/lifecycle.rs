@@ -1,0 +1,124 @@
+//! However numatrace ends, nothing of it stays attached in the kernel; commands are run to the
+//! end and their exit status passed on.
+
+mod common;
+
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::{NUMATRACE, numatrace, numatrace_programs_loaded, wait_until};
+
+fn assert_none_loaded_before() {
+    let before = numatrace_programs_loaded();
+    assert!(
+        before.is_empty(),
+        "numatrace programs already loaded (another numatrace running?): {before:?}"
+    );
+}
+
+fn start_stat(extra: &[&str]) -> std::process::Child {
+    let child = Command::new(NUMATRACE)
+        .arg("stat")
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn numatrace");
+    assert!(
+        wait_until(Duration::from_secs(20), || numatrace_programs_loaded()
+            .len()
+            >= 7),
+        "numatrace's programs never showed up as loaded"
+    );
+    child
+}
+
+fn assert_all_released() {
+    assert!(
+        wait_until(Duration::from_secs(10), || numatrace_programs_loaded()
+            .is_empty()),
+        "still loaded after numatrace ended: {:?}",
+        numatrace_programs_loaded()
+    );
+}
+
+#[test]
+fn sigkill_leaves_nothing_attached() {
+    require_root!("sigkill_leaves_nothing_attached");
+    assert_none_loaded_before();
+    let mut child = start_stat(&[]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_all_released();
+}
+
+#[test]
+fn sigint_prints_the_summary_and_detaches() {
+    require_root!("sigint_prints_the_summary_and_detaches");
+    assert_none_loaded_before();
+    let child = start_stat(&["--json"]);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "numatrace.stat/1");
+    assert_eq!(v["window"]["scope"], "system");
+    assert_all_released();
+}
+
+#[test]
+fn sigterm_also_detaches() {
+    require_root!("sigterm_also_detaches");
+    assert_none_loaded_before();
+    let child = start_stat(&[]);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("numatrace stat:"));
+    assert_all_released();
+}
+
+#[test]
+fn duration_window_ends_by_itself() {
+    require_root!("duration_window_ends_by_itself");
+    let out = numatrace(&["stat", "--duration", "1s", "--json"]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["window"]["duration_s"].as_f64().unwrap() >= 1.0);
+    assert_all_released();
+}
+
+#[test]
+fn command_exit_status_is_passed_on() {
+    require_root!("command_exit_status_is_passed_on");
+    let out = numatrace(&["stat", "--json", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["window"]["exit_code"], 3);
+    assert_eq!(v["window"]["command"][0], "sh");
+
+    let out = numatrace(&["stat", "--", "/nonexistent/command"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
+    assert_all_released();
+}
+
+#[test]
+fn pid_scope_ends_when_the_process_exits() {
+    require_root!("pid_scope_ends_when_the_process_exits");
+    let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();
+    let out = numatrace(&["stat", "--json", "--pid", &sleeper.id().to_string()]);
+    sleeper.wait().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["window"]["scope"], "pid");
+    assert!(v["window"]["duration_s"].as_f64().unwrap() < 30.0);
+}

@@ -1,0 +1,148 @@
+//! Cross-check: `numatrace stat -- <workload>` counts `sched_skip_vma_numa` per reason exactly
+//! as an independent tracefs instance, filtered to the same workload, counts it.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    ffi::CString,
+    fs,
+    io::Write,
+    os::unix::ffi::OsStrExt,
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::{NUMATRACE, Sysctl, TraceInstance, WORKLOAD, tracefs_root, wait_until};
+
+fn tracefs_counts(trace: &str) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for line in trace.lines().filter(|l| !l.starts_with('#')) {
+        if let Some(reason) = line.rsplit_once("reason=").map(|(_, r)| r.trim()) {
+            *m.entry(reason.to_owned()).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+#[test]
+fn tracefs_counter_parses_reasons() {
+    let t = "# tracer: nop\n  mt-1 [001] ..... 1.0: sched_skip_vma_numa: numa_scan_offset=0 vm_start=1 vm_end=2 reason=shared_ro\n  mt-1 [001] ..... 1.1: sched_skip_vma_numa: numa_scan_offset=0 vm_start=1 vm_end=2 reason=shared_ro\n  mt-2 [000] ..... 1.2: sched_skip_vma_numa: numa_scan_offset=0 vm_start=3 vm_end=4 reason=inaccessible\n";
+    let m = tracefs_counts(t);
+    assert_eq!(m["shared_ro"], 2);
+    assert_eq!(m["inaccessible"], 1);
+    assert_eq!(m.len(), 2);
+}
+
+#[test]
+fn skip_vma_counts_equal_an_independent_tracefs_count() {
+    require_root!("skip_vma_counts_equal_an_independent_tracefs_count");
+    if !Path::new("/proc/sys/kernel/numa_balancing").exists() {
+        eprintln!("SKIPPED: this kernel has no NUMA balancing (CONFIG_NUMA_BALANCING)");
+        return;
+    }
+    if !tracefs_root()
+        .join("events/sched/sched_skip_vma_numa")
+        .is_dir()
+    {
+        eprintln!("SKIPPED: this kernel has no sched:sched_skip_vma_numa (added in 6.7)");
+        return;
+    }
+
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").expect("enable NUMA balancing");
+    let inst = TraceInstance::new("skipvma").expect("tracefs instance");
+    inst.write("buffer_size_kb", "8192").unwrap();
+    inst.write("options/event-fork", "1").unwrap();
+    inst.write("events/sched/sched_skip_vma_numa/enable", "1")
+        .unwrap();
+
+    let dir = std::env::temp_dir().join(format!("numatrace-test-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("pid");
+    let gate = dir.join("gate");
+    let _ = fs::remove_file(&gate);
+    let c = CString::new(gate.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+
+    let report = dir.join("report.json");
+    let child = Command::new(NUMATRACE)
+        .args(["stat", "--json", "--output"])
+        .arg(&report)
+        .arg("--")
+        .arg(WORKLOAD)
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg("--gate")
+        .arg(&gate)
+        .args([
+            "threads",
+            "--threads",
+            "4",
+            "--mem-mib",
+            "64",
+            "--duration",
+            "10s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn numatrace");
+
+    assert!(
+        wait_until(Duration::from_secs(30), || fs::read_to_string(&pid_file)
+            .is_ok_and(|s| !s.trim().is_empty())),
+        "the workload never wrote its pid"
+    );
+    let pid: u32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The independent count follows the same process and every thread it creates.
+    inst.write("set_event_pid", &pid.to_string()).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&gate)
+        .and_then(|mut f| f.write_all(b"g"))
+        .expect("open the gate");
+
+    let out = child.wait_with_output().unwrap();
+    inst.write("tracing_on", "0").unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "numatrace stat failed: {stderr}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&fs::read(&report).expect("report written")).expect("JSON");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("threads: 4 x 64 MiB"),
+        "the workload's own output reaches stdout"
+    );
+
+    for cpu in fs::read_dir(inst.dir.join("per_cpu")).unwrap() {
+        let stats = fs::read_to_string(cpu.unwrap().path().join("stats")).unwrap();
+        assert!(
+            stats.contains("overrun: 0"),
+            "the reference tracefs buffer lost events: {stats}"
+        );
+    }
+    let reference = tracefs_counts(&inst.read("trace").unwrap());
+    let total: u64 = reference.values().sum();
+    assert!(
+        total > 0,
+        "the kernel reported no skipped VMA for the workload: nothing to compare"
+    );
+
+    let ours: BTreeMap<String, u64> =
+        serde_json::from_value(v["totals"]["skipped_vmas"].clone()).unwrap();
+    assert_eq!(ours, reference, "numatrace vs tracefs, per reason");
+    assert_eq!(v["totals"]["skipped_vmas_total"], total);
+    assert_eq!(v["dropped"]["total"], 0, "dropped: {}", v["dropped"]);
+    assert_eq!(v["kernel_seen"]["skip_vma"], total);
+    assert_eq!(v["events_received"]["skip_vma"], total);
+    // Every counted task belongs to the workload.
+    for t in v["tasks"].as_array().unwrap() {
+        assert_eq!(t["tgid"], pid, "task outside the workload: {t}");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,58 @@
+//! `cargo xtask test`: the whole suite, in the order that fails fastest.
+
+use anyhow::Result;
+
+use crate::{cmd::check, setup::Tools};
+
+pub fn run(tools: &Tools, lint: bool) -> Result<()> {
+    let stable = &tools.pins.stable;
+    let nightly = &tools.pins.nightly;
+    if lint {
+        eprintln!("xtask: cargo fmt --check");
+        check(tools.cargo(stable).args(["fmt", "--all", "--", "--check"]))?;
+        eprintln!("xtask: clippy (host crates)");
+        check(tools.cargo(stable).args([
+            "clippy",
+            "--release",
+            "--all-targets",
+            "--package",
+            "numatrace",
+            "--package",
+            "numatrace-common",
+            "--package",
+            "xtask",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        eprintln!("xtask: clippy (eBPF crate, bpfel-unknown-none)");
+        check(tools.cargo(nightly).args([
+            "clippy",
+            "--release",
+            "--package",
+            "numatrace-ebpf",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    }
+    // Real-kernel tests share kernel state (sysctls, tracefs, attached programs): one at a time.
+    eprintln!("xtask: unit and real-kernel tests");
+    check(tools.cargo(stable).args([
+        "test",
+        "--release",
+        "--package",
+        "numatrace",
+        "--package",
+        "numatrace-common",
+        "--package",
+        "xtask",
+        "--",
+        "--test-threads=1",
+    ]))?;
+    Ok(())
+}
