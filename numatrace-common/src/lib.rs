@@ -39,12 +39,116 @@ pub const PROG_STICK: &str = "tp_sched_stick_numa";
 pub const PROG_MIGRATE: &str = "tp_mm_migrate_pages";
 pub const PROG_FORK: &str = "tp_sched_process_fork";
 pub const PROG_EXIT: &str = "tp_sched_process_exit";
+/// Function-hook programs, by mechanism (see `numatrace::plan`).
+pub const PROG_FENTRY_TASK_NUMA_WORK: &str = "fentry_task_numa_work";
+pub const PROG_FEXIT_TASK_NUMA_WORK: &str = "fexit_task_numa_work";
+pub const PROG_KPROBE_TASK_NUMA_WORK: &str = "kprobe_task_numa_work";
+pub const PROG_KRETPROBE_TASK_NUMA_WORK: &str = "kretprobe_task_numa_work";
+pub const PROG_FEXIT_CHANGE_PROT_NUMA: &str = "fexit_change_prot_numa";
+pub const PROG_KRETPROBE_CHANGE_PROT_NUMA: &str = "kretprobe_change_prot_numa";
+pub const PROG_FENTRY_TASK_NUMA_FAULT: &str = "fentry_task_numa_fault";
+pub const PROG_KPROBE_TASK_NUMA_FAULT: &str = "kprobe_task_numa_fault";
+pub const PROG_FENTRY_DO_NUMA_PAGE: &str = "fentry_do_numa_page";
+pub const PROG_KPROBE_DO_NUMA_PAGE: &str = "kprobe_do_numa_page";
+pub const PROG_FENTRY_DO_HUGE_PMD_NUMA_PAGE: &str = "fentry_do_huge_pmd_numa_page";
+pub const PROG_KPROBE_DO_HUGE_PMD_NUMA_PAGE: &str = "kprobe_do_huge_pmd_numa_page";
+pub const PROG_FENTRY_MIGRATE_MISPLACED: &str = "fentry_migrate_misplaced";
+pub const PROG_FEXIT_MIGRATE_MISPLACED: &str = "fexit_migrate_misplaced";
+pub const PROG_KPROBE_MIGRATE_MISPLACED: &str = "kprobe_migrate_misplaced";
+pub const PROG_KRETPROBE_MIGRATE_MISPLACED: &str = "kretprobe_migrate_misplaced";
+pub const PROG_FENTRY_MIGRATION_ENTRY_WAIT: &str = "fentry_migration_entry_wait";
+pub const PROG_FEXIT_MIGRATION_ENTRY_WAIT: &str = "fexit_migration_entry_wait";
+pub const PROG_KPROBE_MIGRATION_ENTRY_WAIT: &str = "kprobe_migration_entry_wait";
+pub const PROG_KRETPROBE_MIGRATION_ENTRY_WAIT: &str = "kretprobe_migration_entry_wait";
+/// CPU-clock sampling (the scan-share fallback where no function hook attaches).
+pub const PROG_SAMPLE: &str = "perf_sample_scan";
+
+/// Entry state of an in-flight function call, keyed by (kind << 32 | pid).
+pub const MAP_INFLIGHT: &str = "INFLIGHT";
+/// Per-CPU histogram of migrate_misplaced_* latency, log2 nanosecond buckets.
+pub const MAP_MIGRATE_LATENCY: &str = "MIGRATE_LATENCY";
+pub const LATENCY_BUCKETS: u32 = 64;
+/// Per-CPU histogram of pages per hint fault (task_numa_fault `pages`), log2 buckets.
+pub const MAP_FAULT_PAGES: &str = "FAULT_PAGES";
+pub const FAULT_PAGE_BUCKETS: u32 = 16;
+/// Zeroed template for new [`TaskStats`] entries (kept off the 512-byte BPF stack).
+pub const MAP_ZERO_STATS: &str = "ZERO_STATS";
+
+/// Globals for the function hooks.
+pub const GLOBAL_TASK_OFFSETS: &str = "TASK_OFFSETS";
+pub const GLOBAL_FUNC_CONFIG: &str = "FUNC_CONFIG";
+pub const GLOBAL_SCAN_RANGES: &str = "SCAN_RANGES";
+
+/// Byte offsets of the kernel fields the function hooks read, from the running kernel's BTF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskOffsets {
+    /// task_struct.se.sum_exec_runtime
+    pub sum_exec_runtime: u32,
+    /// task_struct.node_stamp
+    pub node_stamp: u32,
+    /// task_struct.mm
+    pub mm: u32,
+    /// mm_struct.numa_scan_seq
+    pub mm_numa_scan_seq: u32,
+}
+
+/// Per-kernel conventions of the function hooks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncConfig {
+    /// Index of migrate_misplaced_*'s `node` argument (2 before 6.14's `(folio, node)`).
+    pub migrate_node_arg: u32,
+    /// Parameter count of migrate_misplaced_*: fexit finds the return value after them.
+    pub migrate_params: u32,
+    /// Non-zero: 0 means migrated (6.10+); zero: 1 means migrated (older).
+    pub migrate_ok_is_zero: u32,
+    pub _pad: u32,
+}
+
+/// Kernel text ranges whose presence on a sampled kernel stack means "NUMA scanning".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanRanges {
+    pub task_numa_work: [u64; 2],
+    pub change_prot_numa: [u64; 2],
+}
+
+/// Kinds of in-flight calls (high half of the [`MAP_INFLIGHT`] key).
+pub const INFLIGHT_TASK_NUMA_WORK: u64 = 1;
+pub const INFLIGHT_MIGRATE: u64 = 2;
+pub const INFLIGHT_MIGRATION_WAIT: u64 = 3;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inflight {
+    pub ts_ns: u64,
+    pub runtime_ns: u64,
+    pub node_stamp: u64,
+    pub arg: u64,
+}
+
+/// task_numa_fault flags.
+pub const TNF_MIGRATED: u32 = 0x01;
+pub const TNF_SHARED: u32 = 0x04;
+pub const TNF_FAULT_LOCAL: u32 = 0x08;
+pub const TNF_MIGRATE_FAIL: u32 = 0x10;
+
 /// A do-nothing fentry program, loaded against a function only to learn whether the kernel
 /// accepts fentry there (and with which errno it refuses).
 pub const PROG_FENTRY_PROBE: &str = "fentry_probe";
 
 /// A field offset that the running kernel's tracepoint does not have.
 pub const FIELD_ABSENT: u32 = u32::MAX;
+
+impl TaskOffsets {
+    pub const ABSENT: Self = Self {
+        sum_exec_runtime: FIELD_ABSENT,
+        node_stamp: FIELD_ABSENT,
+        mm: FIELD_ABSENT,
+        mm_numa_scan_seq: FIELD_ABSENT,
+    };
+}
 
 /// Runtime switches, set by the loader.
 #[repr(C)]
@@ -218,9 +322,48 @@ pub struct TaskStats {
     /// `bpf_ktime_get_ns` of the first and the last counted event.
     pub first_ns: u64,
     pub last_ns: u64,
+    /// `se.sum_exec_runtime` first and last seen (task_numa_work entry/exit, task exit).
+    pub runtime_first_ns: u64,
+    pub runtime_last_ns: u64,
+    /// task_numa_work: calls, time inside, Σ Δsum_exec_runtime and Σ Δnode_stamp across calls,
+    /// longest call, entries where node_stamp > sum_exec_runtime (seed 003 invariant 1).
+    pub scan_calls: u64,
+    pub scan_ns: u64,
+    pub scan_runtime_ns: u64,
+    pub scan_node_stamp_ns: u64,
+    pub scan_max_ns: u64,
+    pub scan_stamp_violations: u64,
+    /// change_prot_numa: PTEs made PROT_NONE (a huge PMD counts 512), calls.
+    pub pte_updates: u64,
+    pub prot_numa_calls: u64,
+    /// task_numa_fault: hint faults, local ones, pages, by size (1 page, 512, other), pages
+    /// migrated (TNF_MIGRATED), faults whose migration failed (TNF_MIGRATE_FAIL).
+    pub hint_faults: u64,
+    pub hint_faults_local: u64,
+    pub hint_pages: u64,
+    pub hint_faults_4k: u64,
+    pub hint_faults_thp: u64,
+    pub hint_faults_large: u64,
+    pub hint_migrated_pages: u64,
+    pub hint_migrate_failed: u64,
+    /// do_numa_page / do_huge_pmd_numa_page entries.
+    pub numa_page_entries: u64,
+    pub huge_pmd_numa_entries: u64,
+    /// migrate_misplaced_*: calls, migrated, not migrated, Σ latency.
+    pub migrate_attempts: u64,
+    pub migrate_succeeded: u64,
+    pub migrate_not_migrated: u64,
+    pub migrate_ns: u64,
+    /// migration_entry_wait: stalls on a page under migration, Σ time stalled.
+    pub migration_waits: u64,
+    pub migration_wait_ns: u64,
+    /// CPU-clock samples of this task, and of those with task_numa_work on the kernel stack.
+    pub samples: u64,
+    pub scan_samples: u64,
 }
 
 impl TaskStats {
+    /// Userspace only (the kernel side copies a zeroed map value instead: too big for its stack).
     pub const fn new(pid: u32, tgid: u32) -> Self {
         Self {
             pid,
@@ -241,6 +384,34 @@ impl TaskStats {
             migrate_thp_failed: 0,
             first_ns: 0,
             last_ns: 0,
+            runtime_first_ns: 0,
+            runtime_last_ns: 0,
+            scan_calls: 0,
+            scan_ns: 0,
+            scan_runtime_ns: 0,
+            scan_node_stamp_ns: 0,
+            scan_max_ns: 0,
+            scan_stamp_violations: 0,
+            pte_updates: 0,
+            prot_numa_calls: 0,
+            hint_faults: 0,
+            hint_faults_local: 0,
+            hint_pages: 0,
+            hint_faults_4k: 0,
+            hint_faults_thp: 0,
+            hint_faults_large: 0,
+            hint_migrated_pages: 0,
+            hint_migrate_failed: 0,
+            numa_page_entries: 0,
+            huge_pmd_numa_entries: 0,
+            migrate_attempts: 0,
+            migrate_succeeded: 0,
+            migrate_not_migrated: 0,
+            migrate_ns: 0,
+            migration_waits: 0,
+            migration_wait_ns: 0,
+            samples: 0,
+            scan_samples: 0,
         }
     }
 }
@@ -352,10 +523,24 @@ pub enum Counter {
     SeenMigrateNuma = 9,
     /// Task exit snapshots handed to userspace.
     ExitSnapshots = 10,
+    /// Function-hook totals over every followed task (per-CPU: they are on the fault path).
+    HintFaults = 11,
+    HintFaultsLocal = 12,
+    HintPages = 13,
+    HintMigratedPages = 14,
+    PteUpdates = 15,
+    /// An entry/exit pair could not be matched (in-flight map full or entry missed).
+    InflightLost = 16,
+    ScanCalls = 17,
+    MigrateAttempts = 18,
+    MigrateSucceeded = 19,
+    MigrationWaits = 20,
+    Samples = 21,
+    ScanSamples = 22,
 }
 
 /// Length of [`MAP_COUNTERS`].
-pub const COUNTER_SLOTS: u32 = 16;
+pub const COUNTER_SLOTS: u32 = 32;
 
 #[cfg(feature = "user")]
 mod pod {
@@ -368,6 +553,10 @@ mod pod {
     unsafe impl aya::Pod for MigrateOffsets {}
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for TaskStats {}
+    unsafe impl aya::Pod for TaskOffsets {}
+    unsafe impl aya::Pod for FuncConfig {}
+    unsafe impl aya::Pod for ScanRanges {}
+    unsafe impl aya::Pod for Inflight {}
 }
 
 #[cfg(test)]
@@ -378,8 +567,8 @@ mod tests {
 
     #[test]
     fn layouts_have_no_implicit_padding() {
-        // 4+4+16+4+4 + 8*8 + 15*8 (u64 counters after skip_vma)
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 12 * 8);
+        // 4+4+16+4+4, skip_vma[8], then only u64 counters
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 42 * 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);

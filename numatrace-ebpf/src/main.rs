@@ -6,6 +6,8 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod functions;
+mod sampling;
 mod tasks;
 
 /// aya-log debug message, emitted only when userspace asked for them (`--bpf-log`).

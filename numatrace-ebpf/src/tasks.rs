@@ -26,6 +26,10 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
 
+/// Never written: a zeroed value to create entries from.
+#[map]
+pub static ZERO_STATS: PerCpuArray<TaskStats> = PerCpuArray::with_max_entries(1, 0);
+
 #[unsafe(no_mangle)]
 pub static CONFIG: Global<Config> = Global::new(Config {
     filter_tgids: 0,
@@ -45,10 +49,15 @@ const EEXIST: i32 = 17;
 /// Adds to a per-CPU counter: no contention, summed by userspace.
 #[inline(always)]
 pub fn count(c: Counter) {
+    count_n(c, 1);
+}
+
+#[inline(always)]
+pub fn count_n(c: Counter, n: u64) {
     if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
-        // SAFETY: a per-CPU slot is only touched by this CPU, and BPF programs do not nest on
-        // one CPU for these program types.
-        unsafe { *p += 1 };
+        // A per-CPU slot, but a kprobe can interrupt a tracepoint program on the same CPU:
+        // the atomic add keeps both increments.
+        add(p, n);
     }
 }
 
@@ -109,22 +118,30 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
     if let Some(p) = TASK_STATS.get_ptr_mut(&pid) {
         return Some(p);
     }
-    let mut init = TaskStats::new(pid, tgid);
-    if is_current && let Ok(comm) = bpf_get_current_comm() {
-        init.comm = comm;
-    }
-    let now = unsafe { bpf_ktime_get_ns() };
-    init.first_ns = now;
-    init.last_ns = now;
-    match TASK_STATS.insert(&pid, &init, BPF_NOEXIST) {
-        Ok(()) => count(Counter::TasksCreated),
-        Err(e) if e == -EEXIST => {}
+    // TaskStats is too big for the 512-byte stack: insert a zeroed map value, then fill it in.
+    let zero = ZERO_STATS.get_ptr(0)?;
+    match TASK_STATS.insert(&pid, unsafe { &*zero }, BPF_NOEXIST) {
+        Ok(()) => {
+            count(Counter::TasksCreated);
+            let t = TASK_STATS.get_ptr_mut(&pid)?;
+            let now = unsafe { bpf_ktime_get_ns() };
+            unsafe {
+                (*t).pid = pid;
+                (*t).tgid = tgid;
+                (*t).first_ns = now;
+                (*t).last_ns = now;
+                if is_current && let Ok(comm) = bpf_get_current_comm() {
+                    (*t).comm = comm;
+                }
+            }
+            Some(t)
+        }
+        Err(e) if e == -EEXIST => TASK_STATS.get_ptr_mut(&pid),
         Err(_) => {
             count(Counter::TaskMapFull);
-            return None;
+            None
         }
     }
-    TASK_STATS.get_ptr_mut(&pid)
 }
 
 /// Marks the entry as just updated.
@@ -155,4 +172,19 @@ pub fn send<T: 'static>(ev: T) {
         }
         None => count(Counter::RingbufFull),
     }
+}
+
+/// The current task, for reading its fields at BTF-derived offsets.
+#[inline(always)]
+pub fn current_task() -> *const u8 {
+    unsafe { aya_ebpf::helpers::bpf_get_current_task() as *const u8 }
+}
+
+/// Reads a `T` at `base + off`; `None` for an absent field or a failed read.
+#[inline(always)]
+pub fn read_field<T: Copy>(base: *const u8, off: u32) -> Option<T> {
+    if off == numatrace_common::FIELD_ABSENT || base.is_null() {
+        return None;
+    }
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(base.add(off as usize).cast::<T>()) }.ok()
 }

@@ -239,14 +239,19 @@ pub fn tp_sched_process_exit(ctx: TracePointContext) -> u32 {
     let Some(t) = TASK_STATS.get_ptr_mut(&cur.pid) else {
         return 0;
     };
+    crate::functions::note_runtime(t);
     match crate::tasks::EVENTS.reserve::<TaskExitEvent>(0) {
         Some(mut slot) => {
             let ev = slot.as_mut_ptr();
-            // SAFETY: `ev` is an exclusive reservation and `t` a live map value; copying in place
-            // keeps the ~200-byte snapshot off the 512-byte BPF stack.
+            // SAFETY: `ev` is an exclusive reservation and `t` a live map value; the helper
+            // copies the snapshot without passing it through the 512-byte BPF stack.
             unsafe {
                 (*ev).hdr = header(EventKind::TaskExit as u32, cur.pid, cur.tgid);
-                core::ptr::copy_nonoverlapping(t.cast_const(), &raw mut (*ev).stats, 1);
+                aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+                    (&raw mut (*ev).stats).cast(),
+                    core::mem::size_of::<numatrace_common::TaskStats>() as u32,
+                    t.cast_const().cast(),
+                );
             }
             slot.submit(0);
             count(Counter::ExitSnapshots);

@@ -92,6 +92,11 @@ pub struct StatArgs {
     #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
 
+    /// Sampling frequency (per CPU) of the scan-share fallback, used only where task_numa_work
+    /// cannot be hooked: more samples, finer estimates, more overhead.
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub sample_hz: u64,
+
     /// Forward the kernel programs' debug messages (aya-log) to numatrace's log at debug level.
     #[arg(long)]
     pub bpf_log: bool,

@@ -20,25 +20,85 @@ pub struct Placement {
     pub stick_no_target: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Migrations {
-    /// migrate_pages() calls with reason numa_misplaced.
+    /// migrate_pages() calls with reason numa_misplaced (tracepoint).
     pub calls: u64,
     /// Pages (any size) migrated / not migrated; of which THPs.
     pub pages_ok: u64,
     pub pages_failed: u64,
     pub thp_ok: u64,
     pub thp_failed: u64,
+    /// migrate_misplaced_folio/_page calls (function hook): migrated, not migrated, and the
+    /// mean latency in nanoseconds.
+    pub attempts: u64,
+    pub succeeded: u64,
+    pub not_migrated: u64,
+    pub latency_ns_total: u64,
+    pub latency_ns_mean: Option<f64>,
+    /// migration_entry_wait: stalls on a page under migration, and time stalled.
+    pub stalls: u64,
+    pub stall_ns: u64,
+}
+
+/// task_numa_work, change_prot_numa and the sampled fallback.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Scan {
+    /// task_numa_work calls, time inside, longest call.
+    pub calls: u64,
+    pub time_ns: u64,
+    pub max_ns: u64,
+    /// Σ Δse.sum_exec_runtime and Σ Δnode_stamp across the calls (seed 003: node_stamp should
+    /// advance 32× the runtime spent scanning).
+    pub runtime_in_scan_ns: u64,
+    pub node_stamp_advance_ns: u64,
+    /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0).
+    pub stamp_violations: u64,
+    /// The task's run time over the window, from its sum_exec_runtime (first to last seen).
+    pub task_runtime_ns: u64,
+    /// time_ns / task_runtime_ns: the share of run time spent scanning PTEs.
+    pub share: Option<f64>,
+    /// PTEs made PROT_NONE (change_prot_numa) and its calls.
+    pub pte_updates: u64,
+    pub prot_numa_calls: u64,
+    /// CPU-clock samples of the task, those inside task_numa_work, and their ratio.
+    pub samples: u64,
+    pub scan_samples: u64,
+    pub sampled_share: Option<f64>,
+}
+
+/// task_numa_fault and the fault entry points.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HintFaults {
+    pub faults: u64,
+    pub local: u64,
+    pub remote: u64,
+    pub pages: u64,
+    /// By pages per fault: 1 (4K), 512 (PMD THP), other (mTHP / large folio).
+    pub faults_4k: u64,
+    pub faults_thp: u64,
+    pub faults_large: u64,
+    /// Pages whose fault migrated them (TNF_MIGRATED), faults whose migration failed.
+    pub migrated_pages: u64,
+    pub migrate_failed: u64,
+    pub numa_page_entries: u64,
+    pub huge_pmd_numa_entries: u64,
 }
 
 /// The counters of one task, process or the whole window.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Counts {
     /// Skipped VMAs by reason name (only reasons that occurred).
     pub skipped_vmas: BTreeMap<String, u64>,
     pub skipped_vmas_total: u64,
     pub placement: Placement,
     pub migrations: Migrations,
+    pub scan: Scan,
+    pub hint_faults: HintFaults,
+}
+
+fn ratio(num: u64, den: u64) -> Option<f64> {
+    (den > 0).then(|| num as f64 / den as f64)
 }
 
 pub fn skip_reason_name(slot: usize) -> &'static str {
@@ -74,8 +134,54 @@ impl Counts {
                 pages_failed: s.migrate_failed,
                 thp_ok: s.migrate_thp_ok,
                 thp_failed: s.migrate_thp_failed,
+                attempts: s.migrate_attempts,
+                succeeded: s.migrate_succeeded,
+                not_migrated: s.migrate_not_migrated,
+                latency_ns_total: s.migrate_ns,
+                latency_ns_mean: None,
+                stalls: s.migration_waits,
+                stall_ns: s.migration_wait_ns,
+            },
+            scan: Scan {
+                calls: s.scan_calls,
+                time_ns: s.scan_ns,
+                max_ns: s.scan_max_ns,
+                runtime_in_scan_ns: s.scan_runtime_ns,
+                node_stamp_advance_ns: s.scan_node_stamp_ns,
+                stamp_violations: s.scan_stamp_violations,
+                task_runtime_ns: s.runtime_last_ns.saturating_sub(s.runtime_first_ns),
+                share: None,
+                pte_updates: s.pte_updates,
+                prot_numa_calls: s.prot_numa_calls,
+                samples: s.samples,
+                scan_samples: s.scan_samples,
+                sampled_share: None,
+            },
+            hint_faults: HintFaults {
+                faults: s.hint_faults,
+                local: s.hint_faults_local,
+                remote: s.hint_faults.saturating_sub(s.hint_faults_local),
+                pages: s.hint_pages,
+                faults_4k: s.hint_faults_4k,
+                faults_thp: s.hint_faults_thp,
+                faults_large: s.hint_faults_large,
+                migrated_pages: s.hint_migrated_pages,
+                migrate_failed: s.hint_migrate_failed,
+                numa_page_entries: s.numa_page_entries,
+                huge_pmd_numa_entries: s.huge_pmd_numa_entries,
             },
         }
+        .finished()
+    }
+
+    /// Computes the ratios, which are not additive: call after summing.
+    pub fn finished(mut self) -> Self {
+        let sc = &mut self.scan;
+        sc.share = ratio(sc.time_ns, sc.task_runtime_ns);
+        sc.sampled_share = ratio(sc.scan_samples, sc.samples);
+        let m = &mut self.migrations;
+        m.latency_ns_mean = ratio(m.latency_ns_total, m.attempts);
+        self
     }
 
     pub fn add(&mut self, o: &Counts) {
@@ -95,10 +201,46 @@ impl Counts {
         m.pages_failed += n.pages_failed;
         m.thp_ok += n.thp_ok;
         m.thp_failed += n.thp_failed;
+        m.attempts += n.attempts;
+        m.succeeded += n.succeeded;
+        m.not_migrated += n.not_migrated;
+        m.latency_ns_total += n.latency_ns_total;
+        m.stalls += n.stalls;
+        m.stall_ns += n.stall_ns;
+        let (a, b) = (&mut self.scan, &o.scan);
+        a.calls += b.calls;
+        a.time_ns += b.time_ns;
+        a.max_ns = a.max_ns.max(b.max_ns);
+        a.runtime_in_scan_ns += b.runtime_in_scan_ns;
+        a.node_stamp_advance_ns += b.node_stamp_advance_ns;
+        a.stamp_violations += b.stamp_violations;
+        a.task_runtime_ns += b.task_runtime_ns;
+        a.pte_updates += b.pte_updates;
+        a.prot_numa_calls += b.prot_numa_calls;
+        a.samples += b.samples;
+        a.scan_samples += b.scan_samples;
+        let (f, g) = (&mut self.hint_faults, &o.hint_faults);
+        f.faults += g.faults;
+        f.local += g.local;
+        f.remote += g.remote;
+        f.pages += g.pages;
+        f.faults_4k += g.faults_4k;
+        f.faults_thp += g.faults_thp;
+        f.faults_large += g.faults_large;
+        f.migrated_pages += g.migrated_pages;
+        f.migrate_failed += g.migrate_failed;
+        f.numa_page_entries += g.numa_page_entries;
+        f.huge_pmd_numa_entries += g.huge_pmd_numa_entries;
     }
 
+    /// Nothing NUMA-balancing related happened (samples alone do not count).
     pub fn is_empty(&self) -> bool {
-        *self == Self::default()
+        let mut c = self.clone();
+        c.scan.samples = 0;
+        c.scan.task_runtime_ns = 0;
+        c.scan.share = None;
+        c.scan.sampled_share = None;
+        c == Self::default()
     }
 }
 
@@ -107,7 +249,7 @@ pub fn comm_str(comm: &[u8; 16]) -> String {
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TaskRecord {
     pub pid: u32,
     pub tgid: u32,
@@ -118,7 +260,7 @@ pub struct TaskRecord {
     pub counts: Counts,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProcessRecord {
     pub tgid: u32,
     /// comm of the thread-group leader if seen, else of its first thread.
@@ -224,7 +366,13 @@ impl Model {
             p.threads += 1;
             p.counts.add(&t.counts);
         }
-        let mut v: Vec<_> = by_tgid.into_values().collect();
+        let mut v: Vec<_> = by_tgid
+            .into_values()
+            .map(|mut p| {
+                p.counts = p.counts.finished();
+                p
+            })
+            .collect();
         v.sort_by(|a, b| {
             b.counts
                 .skipped_vmas_total
@@ -239,7 +387,7 @@ impl Model {
         for t in self.tasks.values() {
             c.add(&t.counts);
         }
-        c
+        c.finished()
     }
 }
 
@@ -313,6 +461,47 @@ mod tests {
         assert_eq!(tasks[0].pid, 10, "most skipped first");
         assert!(tasks[0].exited);
         assert!(!tasks[1].exited);
+    }
+
+    #[test]
+    fn shares_are_computed_on_sums_not_summed() {
+        let mut m = Model::default();
+        let mut a = stats(1, 1, 0);
+        a.scan_calls = 1;
+        a.scan_ns = 10;
+        a.runtime_first_ns = 100;
+        a.runtime_last_ns = 1100; // 1% share
+        a.samples = 100;
+        a.scan_samples = 1;
+        let mut b = stats(2, 1, 0);
+        b.scan_calls = 1;
+        b.scan_ns = 30;
+        b.runtime_first_ns = 0;
+        b.runtime_last_ns = 1000; // 3% share
+        b.samples = 100;
+        b.scan_samples = 3;
+        b.hint_faults = 4;
+        b.hint_faults_local = 1;
+        b.migrate_attempts = 2;
+        b.migrate_ns = 300;
+        m.merge_live(&[a, b]);
+        let t = m.totals();
+        assert_eq!(t.scan.share, Some(40.0 / 2000.0));
+        assert_eq!(t.scan.sampled_share, Some(4.0 / 200.0));
+        assert_eq!(t.hint_faults.remote, 3);
+        assert_eq!(t.migrations.latency_ns_mean, Some(150.0));
+        let task2 = m.tasks().into_iter().find(|t| t.pid == 2).unwrap();
+        assert_eq!(task2.counts.scan.share, Some(0.03));
+    }
+
+    #[test]
+    fn samples_alone_are_not_activity() {
+        let mut m = Model::default();
+        let mut a = stats(1, 1, 0);
+        a.samples = 5;
+        a.runtime_last_ns = 10;
+        m.merge_live(&[a]);
+        assert!(m.tasks().is_empty());
     }
 
     #[test]

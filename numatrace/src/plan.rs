@@ -7,10 +7,7 @@ use crate::kernel::{
     facts::{FentryTest, KernelFacts, KernelVersion},
     tracefs::Format,
 };
-use numatrace_common::{
-    FIELD_ABSENT, ForkOffsets, MigrateOffsets, MoveOffsets, PROG_EXIT, PROG_FORK, PROG_MIGRATE,
-    PROG_MOVE, PROG_SKIP_VMA, PROG_STICK, PROG_SWAP, PairOffsets, SkipVmaOffsets,
-};
+use numatrace_common::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookKind {
@@ -24,6 +21,21 @@ pub enum HookKind {
         /// Candidate symbols in order of preference (renames across versions).
         symbols: &'static [&'static str],
     },
+    /// CPU-clock sampling of kernel stacks: the scan-share fallback.
+    Sampling,
+}
+
+/// The eBPF programs that implement a hook, per mechanism.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Programs {
+    None,
+    Tracepoint(&'static str),
+    /// `fentry_*`/`fexit_*` and `kprobe_*`/`kretprobe_*` programs; the prefix says the type.
+    Function {
+        fentry: &'static [&'static str],
+        kprobe: &'static [&'static str],
+    },
+    PerfEvent(&'static str),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -31,8 +43,8 @@ pub struct HookSpec {
     /// `category:name` for tracepoints, the function name (or `a|b`) for functions.
     pub name: &'static str,
     pub kind: HookKind,
-    /// The eBPF program implementing it, when this version has one.
-    pub program: Option<&'static str>,
+    /// The eBPF programs implementing it.
+    pub programs: Programs,
     /// What it contributes, for `probes`.
     pub what: &'static str,
 }
@@ -52,7 +64,7 @@ const fn tp(
             name,
             since,
         },
-        program: Some(program),
+        programs: Programs::Tracepoint(program),
         what,
     }
 }
@@ -60,12 +72,14 @@ const fn tp(
 const fn func(
     name: &'static str,
     symbols: &'static [&'static str],
+    fentry: &'static [&'static str],
+    kprobe: &'static [&'static str],
     what: &'static str,
 ) -> HookSpec {
     HookSpec {
         name,
         kind: HookKind::Function { symbols },
-        program: None,
+        programs: Programs::Function { fentry, kprobe },
         what,
     }
 }
@@ -131,43 +145,75 @@ pub const HOOKS: &[HookSpec] = &[
     func(
         "task_numa_work",
         &["task_numa_work"],
+        &[PROG_FENTRY_TASK_NUMA_WORK, PROG_FEXIT_TASK_NUMA_WORK],
+        &[PROG_KPROBE_TASK_NUMA_WORK, PROG_KRETPROBE_TASK_NUMA_WORK],
         "PTE scan calls, time and runtime share",
     ),
     func(
         "change_prot_numa",
         &["change_prot_numa"],
+        &[PROG_FEXIT_CHANGE_PROT_NUMA],
+        &[PROG_KRETPROBE_CHANGE_PROT_NUMA],
         "PTEs made PROT_NONE per scan",
     ),
     func(
         "task_numa_fault",
         &["task_numa_fault"],
+        &[PROG_FENTRY_TASK_NUMA_FAULT],
+        &[PROG_KPROBE_TASK_NUMA_FAULT],
         "every hint fault: node, pages, local/remote, migrated",
     ),
     func(
         "do_numa_page",
         &["do_numa_page"],
+        &[PROG_FENTRY_DO_NUMA_PAGE],
+        &[PROG_KPROBE_DO_NUMA_PAGE],
         "4K/mTHP hint fault entry",
     ),
     func(
         "do_huge_pmd_numa_page",
         &["do_huge_pmd_numa_page"],
+        &[PROG_FENTRY_DO_HUGE_PMD_NUMA_PAGE],
+        &[PROG_KPROBE_DO_HUGE_PMD_NUMA_PAGE],
         "THP hint fault entry",
     ),
-    func(
-        "mpol_misplaced",
-        &["mpol_misplaced"],
-        "faulted page and VMA: COW-shared pages",
-    ),
+    HookSpec {
+        name: "mpol_misplaced",
+        kind: HookKind::Function {
+            symbols: &["mpol_misplaced"],
+        },
+        programs: Programs::None,
+        what: "faulted page and VMA: COW-shared pages",
+    },
     func(
         "migrate_misplaced_folio|_page",
         &["migrate_misplaced_folio", "migrate_misplaced_page"],
-        "migration attempts, outcome, latency, nodes",
+        &[PROG_FENTRY_MIGRATE_MISPLACED, PROG_FEXIT_MIGRATE_MISPLACED],
+        &[
+            PROG_KPROBE_MIGRATE_MISPLACED,
+            PROG_KRETPROBE_MIGRATE_MISPLACED,
+        ],
+        "migration attempts, outcome, latency",
     ),
     func(
         "migration_entry_wait",
         &["migration_entry_wait"],
+        &[
+            PROG_FENTRY_MIGRATION_ENTRY_WAIT,
+            PROG_FEXIT_MIGRATION_ENTRY_WAIT,
+        ],
+        &[
+            PROG_KPROBE_MIGRATION_ENTRY_WAIT,
+            PROG_KRETPROBE_MIGRATION_ENTRY_WAIT,
+        ],
         "tasks stalled on a page under migration",
     ),
+    HookSpec {
+        name: "sampling:cpu-clock",
+        kind: HookKind::Sampling,
+        programs: Programs::PerfEvent(PROG_SAMPLE),
+        what: "sampled scan share where task_numa_work cannot be hooked",
+    },
 ];
 
 /// How a hook is (or would be) attached.
@@ -178,6 +224,7 @@ pub enum Mechanism {
     TpBtf,
     Fentry,
     Kprobe,
+    PerfEvent,
     None,
 }
 
@@ -188,6 +235,7 @@ impl std::fmt::Display for Mechanism {
             Self::TpBtf => "tp_btf",
             Self::Fentry => "fentry",
             Self::Kprobe => "kprobe",
+            Self::PerfEvent => "perf_event",
             Self::None => "none",
         })
     }
@@ -213,13 +261,24 @@ impl PartialEq for HookSpec {
 impl Eq for HookSpec {}
 
 impl HookPlan {
-    /// The loader attaches it: the kernel allows it and this version has a program for it.
+    /// The programs to attach: those of the chosen mechanism (empty: nothing to attach).
+    pub fn programs(&self) -> Vec<&'static str> {
+        match (self.spec.programs, self.mechanism) {
+            (Programs::Function { fentry, .. }, Mechanism::Fentry) => fentry.to_vec(),
+            (Programs::Function { kprobe, .. }, Mechanism::Kprobe) => kprobe.to_vec(),
+            (Programs::Tracepoint(p), Mechanism::Tracepoint)
+            | (Programs::PerfEvent(p), Mechanism::PerfEvent) => vec![p],
+            _ => vec![],
+        }
+    }
+
+    /// The loader attaches it: the kernel allows it and this version has programs for it.
     pub fn will_attach(&self) -> bool {
-        self.mechanism != Mechanism::None && self.spec.program.is_some()
+        !self.programs().is_empty()
     }
 }
 
-/// Tracepoint field offsets handed to the programs as globals.
+/// Field offsets and conventions handed to the programs as globals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offsets {
     pub skip_vma: SkipVmaOffsets,
@@ -228,6 +287,9 @@ pub struct Offsets {
     pub stick_numa: PairOffsets,
     pub migrate: MigrateOffsets,
     pub fork: ForkOffsets,
+    pub task: TaskOffsets,
+    pub func: FuncConfig,
+    pub scan_ranges: ScanRanges,
 }
 
 impl Default for Offsets {
@@ -239,6 +301,17 @@ impl Default for Offsets {
             stick_numa: PairOffsets::ABSENT,
             migrate: MigrateOffsets::ABSENT,
             fork: ForkOffsets::ABSENT,
+            task: TaskOffsets::ABSENT,
+            func: FuncConfig {
+                migrate_node_arg: 2,
+                migrate_params: 3,
+                migrate_ok_is_zero: 0,
+                _pad: 0,
+            },
+            scan_ranges: ScanRanges {
+                task_numa_work: [0, 0],
+                change_prot_numa: [0, 0],
+            },
         }
     }
 }
@@ -334,7 +407,7 @@ fn tracepoint_offsets(name: &str, f: &Format, o: &mut Offsets) -> Result<(), Vec
 
 fn plan_tracepoint(facts: &KernelFacts, spec: HookSpec, offsets: &mut Offsets) -> HookPlan {
     let HookKind::Tracepoint { since, .. } = spec.kind else {
-        unreachable!("plan_tracepoint called for a function hook")
+        unreachable!("plan_tracepoint called for another kind of hook")
     };
     let mut plan = HookPlan {
         spec,
@@ -381,7 +454,7 @@ const ENOTSUPP: i32 = 524;
 
 fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
     let HookKind::Function { symbols } = spec.kind else {
-        unreachable!("plan_function called for a tracepoint hook")
+        unreachable!("plan_function called for another kind of hook")
     };
     let mut reasons = Vec::new();
     // Prefer the first candidate the kernel has at all.
@@ -446,16 +519,104 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
     }
 }
 
+fn field(facts: &KernelFacts, name: &str) -> u32 {
+    facts
+        .btf_fields
+        .get(name)
+        .copied()
+        .flatten()
+        .unwrap_or(FIELD_ABSENT)
+}
+
+/// Globals of the function hooks: BTF offsets, per-version conventions, sampled ranges.
+fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
+    o.task = TaskOffsets {
+        sum_exec_runtime: field(facts, "task_struct.se.sum_exec_runtime"),
+        node_stamp: field(facts, "task_struct.node_stamp"),
+        mm: field(facts, "task_struct.mm"),
+        mm_numa_scan_seq: field(facts, "mm_struct.numa_scan_seq"),
+    };
+    let params = facts.migrate_params.unwrap_or(3);
+    o.func = FuncConfig {
+        // (folio, node) from 6.14; (page|folio, vma, node) before.
+        migrate_node_arg: if params == 2 { 1 } else { 2 },
+        migrate_params: params,
+        // int return, 0 on success, from 6.10; 1 = migrated before.
+        migrate_ok_is_zero: u32::from(facts.version >= KernelVersion::new(6, 10, 0)),
+        _pad: 0,
+    };
+    let range = |n: &str| facts.scan_ranges.get(n).copied().unwrap_or([0, 0]);
+    o.scan_ranges = ScanRanges {
+        task_numa_work: range("task_numa_work"),
+        change_prot_numa: range("change_prot_numa"),
+    };
+}
+
+/// What a function hook loses when BTF lacks a field it reads.
+fn field_notes(facts: &KernelFacts, h: &mut HookPlan) {
+    if h.spec.name != "task_numa_work" || h.mechanism == Mechanism::None {
+        return;
+    }
+    for (f, loses) in [
+        (
+            "task_struct.se.sum_exec_runtime",
+            "runtime deltas and scan share",
+        ),
+        (
+            "task_struct.node_stamp",
+            "the node_stamp invariants (seed 003)",
+        ),
+    ] {
+        if field(facts, f) == FIELD_ABSENT {
+            h.reasons.push(format!("BTF lacks {f}: no {loses}"));
+        }
+    }
+}
+
+fn plan_sampling(facts: &KernelFacts, spec: HookSpec, work: Option<&HookPlan>) -> HookPlan {
+    let mut plan = HookPlan {
+        spec,
+        mechanism: Mechanism::None,
+        symbol: Some("task_numa_work".into()),
+        reasons: Vec::new(),
+    };
+    let range = facts
+        .scan_ranges
+        .get("task_numa_work")
+        .copied()
+        .unwrap_or([0, 0]);
+    if work.is_some_and(|w| w.will_attach()) {
+        plan.reasons
+            .push("not needed: task_numa_work is hooked, scan time is measured exactly".into());
+    } else if range[0] == 0 || range[1] <= range[0] {
+        plan.reasons
+            .push("task_numa_work's address is not in /proc/kallsyms (hidden or absent)".into());
+    } else {
+        plan.mechanism = Mechanism::PerfEvent;
+    }
+    plan
+}
+
 /// Decides every hook of [`HOOKS`] for a kernel described by `facts`.
 pub fn plan(facts: &KernelFacts) -> Plan {
     let mut offsets = Offsets::default();
-    let hooks = HOOKS
-        .iter()
-        .map(|spec| match spec.kind {
+    function_globals(facts, &mut offsets);
+    let mut hooks: Vec<HookPlan> = Vec::new();
+    for spec in HOOKS {
+        let h = match spec.kind {
             HookKind::Tracepoint { .. } => plan_tracepoint(facts, *spec, &mut offsets),
-            HookKind::Function { .. } => plan_function(facts, *spec),
-        })
-        .collect();
+            HookKind::Function { .. } => {
+                let mut h = plan_function(facts, *spec);
+                field_notes(facts, &mut h);
+                h
+            }
+            HookKind::Sampling => {
+                let work = hooks.iter().find(|h| h.spec.name == "task_numa_work");
+                plan_sampling(facts, *spec, work)
+            }
+        };
+        hooks.push(h);
+    }
     Plan { hooks, offsets }
 }
 
@@ -518,6 +679,14 @@ pub(crate) mod tests {
         tps
     }
 
+    fn btf_fields(offs: &[u32; 4]) -> BTreeMap<String, Option<u32>> {
+        crate::kernel::facts::BTF_FIELDS
+            .iter()
+            .zip(offs)
+            .map(|((st, path), off)| (format!("{st}.{path}"), Some(*off)))
+            .collect()
+    }
+
     fn set(names: &[&str]) -> std::collections::BTreeSet<String> {
         names.iter().map(|s| (*s).to_owned()).collect()
     }
@@ -570,6 +739,19 @@ pub(crate) mod tests {
             btf_vmlinux: true,
             btf_functions: set(&syms),
             kallsyms: set(&syms),
+            scan_ranges: [
+                (
+                    "task_numa_work".to_owned(),
+                    [0xffffffff813b0bb0, 0xffffffff813b1000],
+                ),
+                (
+                    "change_prot_numa".to_owned(),
+                    [0xffffffff8165a7b0, 0xffffffff8165a900],
+                ),
+            ]
+            .into(),
+            btf_fields: btf_fields(&[100, 200, 300, 40]),
+            migrate_params: Some(2),
             kprobes: false,
             tracefs: Some("/sys/kernel/tracing".into()),
             tracefs_mounted_by_us: true,
@@ -608,6 +790,9 @@ pub(crate) mod tests {
             btf_vmlinux: true,
             btf_functions: set(&syms),
             kallsyms: set(&syms),
+            scan_ranges: [("task_numa_work".to_owned(), [0x1000, 0x2000])].into(),
+            btf_fields: btf_fields(&[10, 20, 30, 4]),
+            migrate_params: Some(3),
             kprobes: true,
             tracefs: Some("/sys/kernel/tracing".into()),
             tracefs_mounted_by_us: false,
@@ -638,8 +823,19 @@ pub(crate) mod tests {
                     assert_eq!(h.mechanism, Mechanism::None, "{}", h.spec.name);
                     assert!(!h.reasons.is_empty(), "{} needs a reason", h.spec.name);
                 }
+                HookKind::Sampling => {
+                    // The fallback for the unhookable task_numa_work.
+                    assert_eq!(h.mechanism, Mechanism::PerfEvent);
+                    assert_eq!(h.programs(), [PROG_SAMPLE]);
+                }
             }
         }
+        // 6.14+ migrate_misplaced_folio(folio, node): node is argument 1, 0 means migrated.
+        assert_eq!(p.offsets.func.migrate_node_arg, 1);
+        assert_eq!(p.offsets.func.migrate_params, 2);
+        assert_eq!(p.offsets.func.migrate_ok_is_zero, 1);
+        assert_eq!(p.offsets.scan_ranges.task_numa_work[0], 0xffffffff813b0bb0);
+        assert_eq!(p.offsets.task.sum_exec_runtime, 100);
         let work = hook(&p, "task_numa_work");
         assert!(work.reasons.iter().any(|r| r.contains("EPERM")), "{work:?}");
         assert!(
@@ -657,7 +853,7 @@ pub(crate) mod tests {
         assert_eq!(p.offsets.migrate.reason, 60);
         assert_eq!(p.offsets.migrate.mode, 56);
         assert_eq!(p.offsets.fork.child_pid, 44);
-        assert_eq!(p.attachable().count(), 7);
+        assert_eq!(p.attachable().count(), 8);
     }
 
     #[test]
@@ -673,14 +869,28 @@ pub(crate) mod tests {
             let h = hook(&p, name);
             assert_eq!(h.mechanism, Mechanism::Fentry, "{name}");
             assert!(h.reasons.is_empty());
-            // No program for function hooks in this version: reported, not attached.
-            assert!(!h.will_attach());
+            assert!(h.will_attach());
         }
+        assert_eq!(
+            hook(&p, "task_numa_work").programs(),
+            [PROG_FENTRY_TASK_NUMA_WORK, PROG_FEXIT_TASK_NUMA_WORK]
+        );
+        // mpol_misplaced has no program yet: reported with its mechanism, not attached.
+        assert!(!hook(&p, "mpol_misplaced").will_attach());
+        let sampling = hook(&p, "sampling:cpu-clock");
+        assert_eq!(sampling.mechanism, Mechanism::None);
+        assert!(sampling.reasons[0].contains("not needed"), "{sampling:?}");
+        assert_eq!(p.offsets.func.migrate_node_arg, 2);
+        assert_eq!(
+            p.offsets.func.migrate_ok_is_zero, 0,
+            "6.1 returns 1 when migrated"
+        );
         assert_eq!(
             hook(&p, "migrate_misplaced_folio|_page").symbol.as_deref(),
             Some("migrate_misplaced_page")
         );
-        assert_eq!(p.attachable().count(), 6);
+        // 6 tracepoints and 7 function hooks with programs.
+        assert_eq!(p.attachable().count(), 13);
     }
 
     #[test]
@@ -697,6 +907,20 @@ pub(crate) mod tests {
         let h = hook(&p, "task_numa_fault");
         assert_eq!(h.mechanism, Mechanism::Kprobe);
         assert!(h.reasons[0].contains("ENOTSUPP"), "{h:?}");
+        assert_eq!(h.programs(), [PROG_KPROBE_TASK_NUMA_FAULT]);
+    }
+
+    #[test]
+    fn missing_btf_field_is_reported_and_only_disables_its_reads() {
+        let mut f = debian_6_1();
+        f.btf_fields.insert("task_struct.node_stamp".into(), None);
+        let p = plan(&f);
+        let h = hook(&p, "task_numa_work");
+        assert_eq!(h.mechanism, Mechanism::Fentry);
+        assert!(h.will_attach());
+        assert!(h.reasons[0].contains("node_stamp"), "{h:?}");
+        assert_eq!(p.offsets.task.node_stamp, FIELD_ABSENT);
+        assert_eq!(p.offsets.task.sum_exec_runtime, 10);
     }
 
     #[test]
@@ -746,7 +970,11 @@ pub(crate) mod tests {
         f.tracefs = None;
         f.tracepoints.clear();
         let p = plan(&f);
-        assert_eq!(p.attachable().count(), 0);
+        // Only the sampling fallback remains (it does not need tracefs).
+        assert_eq!(
+            p.attachable().map(|h| h.spec.name).collect::<Vec<_>>(),
+            ["sampling:cpu-clock"]
+        );
         assert!(
             hook(&p, "sched:sched_move_numa").reasons[0].contains("tracefs"),
             "{:?}",

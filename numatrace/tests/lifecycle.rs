@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use common::{NUMATRACE, numatrace, numatrace_programs_loaded, wait_until};
+use common::{numatrace, numatrace_bin, numatrace_programs_loaded, wait_until};
 
 fn assert_none_loaded_before() {
     let before = numatrace_programs_loaded();
@@ -19,7 +19,7 @@ fn assert_none_loaded_before() {
 }
 
 fn start_stat(extra: &[&str]) -> std::process::Child {
-    let child = Command::new(NUMATRACE)
+    let child = Command::new(numatrace_bin())
         .arg("stat")
         .args(extra)
         .stdout(Stdio::piped())
@@ -27,7 +27,7 @@ fn start_stat(extra: &[&str]) -> std::process::Child {
         .spawn()
         .expect("spawn numatrace");
     assert!(
-        wait_until(Duration::from_secs(20), || numatrace_programs_loaded()
+        wait_until(Duration::from_secs(90), || numatrace_programs_loaded()
             .len()
             >= 7),
         "numatrace's programs never showed up as loaded"

@@ -4,12 +4,12 @@ mod common;
 
 use std::{os::unix::process::CommandExt, process::Command};
 
-use common::{NUMATRACE, is_root};
+use common::{is_root, numatrace_bin};
 
 #[test]
 fn unprivileged_user_gets_one_line_error_and_exit_1() {
     for sub in [&["probes"][..], &["stat", "--duration", "1s"]] {
-        let mut cmd = Command::new(NUMATRACE);
+        let mut cmd = Command::new(numatrace_bin());
         cmd.args(sub);
         if is_root() {
             // nobody: no capabilities after the uid change.
@@ -18,7 +18,10 @@ fn unprivileged_user_gets_one_line_error_and_exit_1() {
         let out = match cmd.output() {
             Ok(o) => o,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                eprintln!("SKIPPED: user nobody cannot execute {NUMATRACE}: {e}");
+                eprintln!(
+                    "SKIPPED: user nobody cannot execute {}: {e}",
+                    numatrace_bin()
+                );
                 return;
             }
             Err(e) => panic!("running numatrace: {e}"),
@@ -33,7 +36,7 @@ fn unprivileged_user_gets_one_line_error_and_exit_1() {
 
 #[test]
 fn bad_arguments_are_explained() {
-    let out = Command::new(NUMATRACE)
+    let out = Command::new(numatrace_bin())
         .args(["stat", "--duration", "soon"])
         .output()
         .unwrap();

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use common::{NUMATRACE, Sysctl, TraceInstance, WORKLOAD, tracefs_root, wait_until};
+use common::{Sysctl, TraceInstance, numatrace_bin, tracefs_root, wait_until, workload_bin};
 
 fn tracefs_counts(trace: &str) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
@@ -67,11 +67,11 @@ fn skip_vma_counts_equal_an_independent_tracefs_count() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
 
     let report = dir.join("report.json");
-    let child = Command::new(NUMATRACE)
+    let child = Command::new(numatrace_bin())
         .args(["stat", "--json", "--output"])
         .arg(&report)
         .arg("--")
-        .arg(WORKLOAD)
+        .arg(workload_bin())
         .arg("--pid-file")
         .arg(&pid_file)
         .arg("--gate")

@@ -4,6 +4,7 @@
 mod cmd;
 mod setup;
 mod test;
+mod vm;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -20,18 +21,29 @@ enum Step {
     /// Install the pinned toolchains and bpf-linker (what every other step does first).
     Setup,
     /// Build target/release/numatrace (eBPF object embedded) and numatrace-workload.
-    Build,
+    Build {
+        /// Build static (musl) binaries at target/x86_64-unknown-linux-musl/release/ instead.
+        #[arg(long = "static")]
+        static_: bool,
+    },
     /// Build, then run numatrace with ARGS (as root; through sudo when not root).
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// The whole test suite: fmt, clippy (host and eBPF crates), unit and real-kernel tests.
+    /// The whole test suite: fmt, clippy (host and eBPF crates), unit and real-kernel tests on
+    /// this kernel, then the same real-kernel tests in 2-node QEMU guests (vm-test).
     Test {
         /// Skip fmt and clippy.
         #[arg(long)]
         no_lint: bool,
+        /// Skip the QEMU guests.
+        #[arg(long)]
+        no_vm: bool,
     },
+    /// Run the real-kernel tests in 2-node QEMU guests on Debian's 6.1 and 6.12 cloud kernels
+    /// (installs qemu-system-x86, busybox-static and cpio with apt when missing; needs root).
+    VmTest,
 }
 
 fn main() {
@@ -49,11 +61,21 @@ fn run(cli: Cli) -> Result<()> {
             println!("ready: {tools}");
             Ok(())
         }
-        Step::Build => cmd::build(&tools),
+        Step::Build { static_: false } => cmd::build(&tools),
+        Step::Build { static_: true } => vm::build_static(&tools).map(drop),
         Step::Run { args } => {
             cmd::build(&tools)?;
             cmd::run_numatrace(&args)
         }
-        Step::Test { no_lint } => test::run(&tools, !no_lint),
+        Step::Test { no_lint, no_vm } => {
+            test::run(&tools, !no_lint)?;
+            if no_vm {
+                eprintln!("xtask: --no-vm: QEMU guests skipped");
+                Ok(())
+            } else {
+                vm::run(&tools)
+            }
+        }
+        Step::VmTest => vm::run(&tools),
     }
 }

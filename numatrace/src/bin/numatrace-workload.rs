@@ -48,6 +48,69 @@ enum Workload {
         #[arg(long, default_value = "8s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
+    /// Touch memory on a CPU of one NUMA node, then read it from a CPU of another: NUMA
+    /// balancing should find the pages misplaced and migrate them (needs 2+ nodes).
+    Migrate {
+        /// MiB to touch.
+        #[arg(long, default_value_t = 64)]
+        mem_mib: usize,
+        /// Node to first-touch the memory on.
+        #[arg(long, default_value_t = 1)]
+        from_node: u32,
+        /// Node to read it from afterwards.
+        #[arg(long, default_value_t = 0)]
+        to_node: u32,
+        /// How long to keep reading.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
+}
+
+/// First CPU of a NUMA node, from sysfs (`0-3,8` -> 0).
+fn node_cpu(node: u32) -> Result<usize> {
+    let list = fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist"))
+        .with_context(|| format!("NUMA node {node} does not exist here"))?;
+    list.trim()
+        .split([',', '-'])
+        .next()
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("node {node} has no CPU"))
+}
+
+fn pin_to_cpu(cpu: usize) -> Result<()> {
+    // SAFETY: cpu_set_t is plain data; the calls only read and write it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error()).context("sched_setaffinity");
+        }
+    }
+    Ok(())
+}
+
+fn migrate(mem_mib: usize, from: u32, to: u32, duration: Duration) -> Result<()> {
+    let bytes = mem_mib << 20;
+    pin_to_cpu(node_cpu(from)?)?;
+    let mut buf = vec![0u8; bytes];
+    for page in buf.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    pin_to_cpu(node_cpu(to)?)?;
+    let start = Instant::now();
+    let (mut passes, mut sum) = (0u64, 0u64);
+    while start.elapsed() < duration {
+        for page in buf.chunks(4096) {
+            sum = sum.wrapping_add(u64::from(page[0]));
+        }
+        passes += 1;
+    }
+    std::hint::black_box(sum);
+    println!(
+        "migrate: {mem_mib} MiB touched on node {from}, read from node {to}: {passes} passes in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn gate(cli: &Cli) -> Result<()> {
@@ -111,5 +174,11 @@ fn main() -> Result<()> {
             mem_mib,
             duration,
         } => threads(n, mem_mib, duration),
+        Workload::Migrate {
+            mem_mib,
+            from_node,
+            to_node,
+            duration,
+        } => migrate(mem_mib, from_node, to_node, duration),
     }
 }

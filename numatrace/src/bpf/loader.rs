@@ -6,7 +6,10 @@
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{FEntry, ProgramError, TracePoint},
+    programs::{
+        FEntry, FExit, KProbe, PerfEvent, ProgramError, TracePoint,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
 };
 use serde::Serialize;
 use thiserror::Error;
@@ -16,9 +19,9 @@ use crate::{
     plan::{HookKind, HookPlan, Mechanism, Plan, plan},
 };
 use numatrace_common::{
-    Config, GLOBAL_CONFIG, GLOBAL_FORK_OFFSETS, GLOBAL_MIGRATE_OFFSETS, GLOBAL_MOVE_OFFSETS,
-    GLOBAL_SKIP_VMA_OFFSETS, GLOBAL_STICK_OFFSETS, GLOBAL_SWAP_OFFSETS, MAP_EVENTS, MAP_TASK_STATS,
-    PROG_FENTRY_PROBE,
+    Config, GLOBAL_CONFIG, GLOBAL_FORK_OFFSETS, GLOBAL_FUNC_CONFIG, GLOBAL_MIGRATE_OFFSETS,
+    GLOBAL_MOVE_OFFSETS, GLOBAL_SCAN_RANGES, GLOBAL_SKIP_VMA_OFFSETS, GLOBAL_STICK_OFFSETS,
+    GLOBAL_SWAP_OFFSETS, GLOBAL_TASK_OFFSETS, MAP_EVENTS, MAP_TASK_STATS, PROG_FENTRY_PROBE,
 };
 
 #[derive(Debug, Error)]
@@ -41,6 +44,8 @@ pub struct LoadOptions {
     pub filter_tgids: bool,
     pub emit_events: bool,
     pub bpf_log: bool,
+    /// CPU-clock sampling frequency of the scan-share fallback.
+    pub sample_hz: u64,
 }
 
 /// What happened to one hook.
@@ -80,6 +85,9 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(GLOBAL_STICK_OFFSETS, &o.stick_numa, true)
         .override_global(GLOBAL_MIGRATE_OFFSETS, &o.migrate, true)
         .override_global(GLOBAL_FORK_OFFSETS, &o.fork, true)
+        .override_global(GLOBAL_TASK_OFFSETS, &o.task, true)
+        .override_global(GLOBAL_FUNC_CONFIG, &o.func, true)
+        .override_global(GLOBAL_SCAN_RANGES, &o.scan_ranges, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
         .load(super::OBJECT)
@@ -144,21 +152,67 @@ fn first_line(s: &str) -> String {
         .collect()
 }
 
-fn attach(ebpf: &mut Ebpf, h: &HookPlan) -> Result<(), String> {
-    let (Some(program), HookKind::Tracepoint { category, name, .. }) =
-        (h.spec.program, h.spec.kind)
-    else {
-        return Err("no program for this hook in this numatrace version".into());
-    };
-    let prog: &mut TracePoint = ebpf
+fn err(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {}", first_line(&e.to_string()))
+}
+
+/// Loads and attaches one program; its type is in its name (see `plan::Programs`).
+fn attach_program(
+    ebpf: &mut Ebpf,
+    program: &str,
+    h: &HookPlan,
+    btf: Option<&Btf>,
+    opts: &LoadOptions,
+) -> Result<(), String> {
+    let prog = ebpf
         .program_mut(program)
-        .ok_or_else(|| format!("program {program} missing from the object"))?
-        .try_into()
-        .map_err(|e: ProgramError| e.to_string())?;
-    prog.load()
-        .map_err(|e| format!("load: {}", first_line(&e.to_string())))?;
-    prog.attach(category, name)
-        .map_err(|e| format!("attach: {}", first_line(&e.to_string())))?;
+        .ok_or_else(|| format!("program {program} missing from the object"))?;
+    let symbol = h.symbol.as_deref().unwrap_or_default();
+    let need_btf = || btf.ok_or_else(|| "kernel BTF unreadable".to_owned());
+    if program.starts_with("fentry_") {
+        let p: &mut FEntry = prog.try_into().map_err(|e| err("type", e))?;
+        p.load(symbol, need_btf()?).map_err(|e| err("load", e))?;
+        p.attach().map_err(|e| err("attach", e))?;
+    } else if program.starts_with("fexit_") {
+        let p: &mut FExit = prog.try_into().map_err(|e| err("type", e))?;
+        p.load(symbol, need_btf()?).map_err(|e| err("load", e))?;
+        p.attach().map_err(|e| err("attach", e))?;
+    } else if program.starts_with("kprobe_") || program.starts_with("kretprobe_") {
+        let p: &mut KProbe = prog.try_into().map_err(|e| err("type", e))?;
+        p.load().map_err(|e| err("load", e))?;
+        p.attach(symbol, 0).map_err(|e| err("attach", e))?;
+    } else if program.starts_with("perf_") {
+        let p: &mut PerfEvent = prog.try_into().map_err(|e| err("type", e))?;
+        p.load().map_err(|e| err("load", e))?;
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| err(what, e))?;
+        for cpu in cpus {
+            p.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(opts.sample_hz),
+                false,
+            )
+            .map_err(|e| err("attach", e))?;
+        }
+    } else if let HookKind::Tracepoint { category, name, .. } = h.spec.kind {
+        let p: &mut TracePoint = prog.try_into().map_err(|e| err("type", e))?;
+        p.load().map_err(|e| err("load", e))?;
+        p.attach(category, name).map_err(|e| err("attach", e))?;
+    } else {
+        return Err(format!("no way to attach {program}"));
+    }
+    Ok(())
+}
+
+fn attach(
+    ebpf: &mut Ebpf,
+    h: &HookPlan,
+    btf: Option<&Btf>,
+    opts: &LoadOptions,
+) -> Result<(), String> {
+    for program in h.programs() {
+        attach_program(ebpf, program, h, btf, opts)?;
+    }
     Ok(())
 }
 
@@ -179,6 +233,7 @@ fn report(h: &HookPlan, attached: Result<(), String>) -> HookReport {
         kind: match h.spec.kind {
             HookKind::Tracepoint { .. } => "tracepoint",
             HookKind::Function { .. } => "function",
+            HookKind::Sampling => "sampling",
         },
         mechanism: h.mechanism,
         symbol: h.symbol.clone(),
@@ -196,12 +251,13 @@ impl Session {
         let mut ebpf = load_object(&plan(&facts), opts)?;
         fentry_tests(&mut ebpf, &mut facts);
         let plan = plan(&facts);
+        let btf = Btf::from_sys_fs().ok();
         let hooks: Vec<HookReport> = plan
             .hooks
             .iter()
             .map(|h| {
                 let outcome = if h.will_attach() {
-                    attach(&mut ebpf, h)
+                    attach(&mut ebpf, h, btf.as_ref(), opts)
                 } else if h.mechanism == Mechanism::None {
                     Err(String::new())
                 } else {

@@ -19,6 +19,7 @@ pub fn run(json: bool) -> Result<i32> {
         filter_tgids: true,
         emit_events: false,
         bpf_log: false,
+        sample_hz: 99,
     };
     let (facts, hooks, code) = match Session::start(facts, &opts) {
         Ok(s) => (s.facts, s.hooks, 0),

@@ -21,11 +21,14 @@ use crate::{
     cli::StatArgs,
     kernel::{facts::KernelFacts, vmstat::Vmstat},
     model::Model,
-    report::stat::{Dropped, KernelSummary, Scope, StatReport, Window},
+    report::stat::{Dropped, Histograms, KernelSummary, Scope, StatReport, Window},
     sources::{maps::Maps, ringbuf},
     spawn::{GatedChild, resolve},
 };
-use numatrace_common::{MAP_COUNTERS, MAP_EVENTS, MAP_TASK_STATS, MAP_TRACKED_TGIDS};
+use numatrace_common::{
+    MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_TASK_STATS,
+    MAP_TRACKED_TGIDS,
+};
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
 where
@@ -151,6 +154,7 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         filter_tgids: scope != Scope::System,
         emit_events: true,
         bpf_log: args.bpf_log,
+        sample_hz: args.sample_hz,
     };
     let Session {
         mut ebpf,
@@ -165,6 +169,8 @@ pub async fn run(args: StatArgs) -> Result<i32> {
     let maps = Maps {
         tasks: take(&mut ebpf, MAP_TASK_STATS)?,
         counters: take::<PerCpuArray<MapData, u64>>(&mut ebpf, MAP_COUNTERS)?,
+        migrate_latency: take(&mut ebpf, MAP_MIGRATE_LATENCY)?,
+        fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
     };
     let mut tracked: HashMap<MapData, u32, u8> = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
     if let Some(pid) = args.pid {
@@ -206,6 +212,7 @@ pub async fn run(args: StatArgs) -> Result<i32> {
     let mut model = aggregator.await.context("aggregator")?;
     let live = maps.tasks().context("reading the task map")?;
     let counters = maps.counters().context("reading counters")?;
+    let (latency, pages) = maps.histograms().context("reading histograms")?;
     model.merge_live(&live);
     let dropped = Dropped::compute(
         &counters,
@@ -217,7 +224,7 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         model.retain_comm(c);
     }
 
-    let report = StatReport::new(
+    let mut report = StatReport::new(
         KernelSummary::from(&facts),
         Window {
             duration_s: elapsed.as_secs_f64(),
@@ -238,6 +245,10 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         &counters,
         dropped,
     );
+    report.histograms = Histograms {
+        migrate_latency_ns: latency,
+        pages_per_hint_fault: pages,
+    };
     let text = if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {

@@ -73,6 +73,13 @@ pub struct KernelFacts {
     pub btf_functions: BTreeSet<String>,
     /// Functions of the hook catalogue that are text symbols in /proc/kallsyms.
     pub kallsyms: BTreeSet<String>,
+    /// Address ranges [start, next symbol) of the scan functions (zero when kallsyms hides
+    /// addresses), for attributing sampled stacks.
+    pub scan_ranges: BTreeMap<String, [u64; 2]>,
+    /// Kernel struct fields the function hooks read: byte offset from BTF, `None` if absent.
+    pub btf_fields: BTreeMap<String, Option<u32>>,
+    /// Parameter count of the migrate_misplaced_* function this kernel has.
+    pub migrate_params: Option<u32>,
     /// The kernel can create kprobes (kprobe PMU or tracefs kprobe_events).
     pub kprobes: bool,
     /// Where tracefs is mounted; `None` if it could not be found or mounted.
@@ -94,30 +101,57 @@ pub fn catalogue_functions() -> impl Iterator<Item = &'static str> {
         .iter()
         .flat_map(|h| match h.kind {
             HookKind::Function { symbols } => symbols,
-            HookKind::Tracepoint { .. } => &[],
+            HookKind::Tracepoint { .. } | HookKind::Sampling => &[],
         })
         .copied()
 }
 
-/// Text symbols (`t`/`T`) among `wanted`, read from a kallsyms-formatted stream.
+/// Text symbols (`t`/`T`) among `wanted` with their range [address, next text symbol), read
+/// from a kallsyms-formatted stream.
 pub fn kallsyms_from_reader(
     r: impl BufRead,
     wanted: &BTreeSet<&str>,
-) -> std::io::Result<BTreeSet<String>> {
-    let mut out = BTreeSet::new();
+) -> std::io::Result<BTreeMap<String, [u64; 2]>> {
+    let mut starts = BTreeMap::new();
+    let mut text_addrs = Vec::new();
     for line in r.lines() {
         let line = line?;
         let mut it = line.split_whitespace();
-        let (_addr, ty, name) = match (it.next(), it.next(), it.next()) {
+        let (addr, ty, name) = match (it.next(), it.next(), it.next()) {
             (Some(a), Some(t), Some(n)) => (a, t, n),
             _ => continue,
         };
-        if (ty == "t" || ty == "T") && wanted.contains(name) {
-            out.insert(name.to_owned());
+        if ty != "t" && ty != "T" {
+            continue;
+        }
+        let addr = u64::from_str_radix(addr, 16).unwrap_or(0);
+        text_addrs.push(addr);
+        if wanted.contains(name) {
+            starts.insert(name.to_owned(), addr);
         }
     }
-    Ok(out)
+    text_addrs.sort_unstable();
+    Ok(starts
+        .into_iter()
+        .map(|(name, start)| {
+            let end = if start == 0 {
+                0
+            } else {
+                let i = text_addrs.partition_point(|&a| a <= start);
+                text_addrs.get(i).copied().unwrap_or(start)
+            };
+            (name, [start, end])
+        })
+        .collect())
 }
+
+/// Kernel struct fields the function hooks need: (struct, member path).
+pub const BTF_FIELDS: &[(&str, &str)] = &[
+    ("task_struct", "se.sum_exec_runtime"),
+    ("task_struct", "node_stamp"),
+    ("task_struct", "mm"),
+    ("mm_struct", "numa_scan_seq"),
+];
 
 /// Number of NUMA nodes known to sysfs (1 when the kernel shows none).
 pub fn numa_nodes(sys_node: &Path) -> u32 {
@@ -166,11 +200,37 @@ impl KernelFacts {
             BTreeSet::new()
         };
 
-        let kallsyms = match fs::File::open("/proc/kallsyms") {
+        let symbols = match fs::File::open("/proc/kallsyms") {
             Ok(f) => kallsyms_from_reader(std::io::BufReader::new(f), &wanted).unwrap_or_default(),
             Err(e) => {
                 tracing::warn!("cannot read /proc/kallsyms: {e}");
-                BTreeSet::new()
+                BTreeMap::new()
+            }
+        };
+        let kallsyms = symbols.keys().cloned().collect();
+        let scan_ranges = symbols
+            .into_iter()
+            .filter(|(n, _)| n == "task_numa_work" || n == "change_prot_numa")
+            .collect();
+        let (btf_fields, migrate_params) = match super::btf::Btf::from_sys_fs() {
+            Ok(btf) => (
+                BTF_FIELDS
+                    .iter()
+                    .map(|(st, path)| (format!("{st}.{path}"), btf.offset_of(st, path)))
+                    .collect(),
+                ["migrate_misplaced_folio", "migrate_misplaced_page"]
+                    .iter()
+                    .find_map(|f| btf.func_params(f)),
+            ),
+            Err(e) => {
+                tracing::warn!("kernel BTF unreadable: {e}");
+                (
+                    BTF_FIELDS
+                        .iter()
+                        .map(|(st, path)| (format!("{st}.{path}"), None))
+                        .collect(),
+                    None,
+                )
             }
         };
 
@@ -197,6 +257,9 @@ impl KernelFacts {
             btf_vmlinux,
             btf_functions,
             kallsyms,
+            scan_ranges,
+            btf_fields,
+            migrate_params,
             kprobes,
             tracefs: Some(tracefs.root.display().to_string()),
             tracefs_mounted_by_us: tracefs.mounted_by_us,
@@ -242,8 +305,24 @@ mod tests {
             .collect();
         let got = kallsyms_from_reader(text.as_bytes(), &wanted).unwrap();
         assert_eq!(
-            got.into_iter().collect::<Vec<_>>(),
+            got.keys().collect::<Vec<_>>(),
             ["change_prot_numa", "task_numa_fault", "task_numa_work"]
+        );
+        // A range ends at the next text symbol, wherever it is listed.
+        assert_eq!(
+            got["task_numa_work"],
+            [0xffffffff813b0bb0, 0xffffffff813b70d0]
+        );
+        assert_eq!(
+            got["change_prot_numa"],
+            [0xffffffffc0000000, 0xffffffffc0000000]
+        );
+        let hidden = "0000000000000000 t task_numa_work\n0000000000000000 T task_numa_fault\n";
+        let got = kallsyms_from_reader(hidden.as_bytes(), &wanted).unwrap();
+        assert_eq!(
+            got["task_numa_work"],
+            [0, 0],
+            "no addresses for non-root readers"
         );
     }
 

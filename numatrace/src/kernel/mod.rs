@@ -1,4 +1,5 @@
 //! Reading the running kernel: facts for the plan, tracefs, capabilities, /proc/vmstat.
+pub mod btf;
 pub mod caps;
 pub mod facts;
 pub mod tracefs;

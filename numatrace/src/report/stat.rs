@@ -9,7 +9,7 @@ use crate::{
     bpf::loader::HookReport,
     kernel::facts::KernelFacts,
     model::{Counts, EventTally, Model, ProcessRecord, TaskRecord},
-    sources::maps::Counters,
+    sources::maps::{Counters, Log2Bucket},
 };
 use numatrace_common::Counter;
 
@@ -118,6 +118,13 @@ impl From<&Counters> for KernelSeen {
     }
 }
 
+/// System-wide histograms of the function hooks (empty where they are not attached).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Histograms {
+    pub migrate_latency_ns: Vec<Log2Bucket>,
+    pub pages_per_hint_fault: Vec<Log2Bucket>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct StatReport {
     pub schema: &'static str,
@@ -133,6 +140,7 @@ pub struct StatReport {
     /// Events the kernel programs saw / ring buffer records received.
     pub kernel_seen: KernelSeen,
     pub events_received: EventTally,
+    pub histograms: Histograms,
     pub dropped: Dropped,
 }
 
@@ -158,6 +166,7 @@ impl StatReport {
             vmstat_delta,
             kernel_seen: counters.into(),
             events_received: model.events.clone(),
+            histograms: Histograms::default(),
             dropped,
         }
     }
@@ -210,6 +219,10 @@ impl StatReport {
                 "PID",
                 "TGID",
                 "COMM",
+                "SCAN%",
+                "PTES",
+                "HINTS",
+                "LOCAL%",
                 "SKIPPED",
                 "MOVES",
                 "SWAPS",
@@ -227,6 +240,10 @@ impl StatReport {
                 t.pid.to_string(),
                 t.tgid.to_string(),
                 format!("{}{}", t.comm, if t.exited { "*" } else { "" }),
+                scan_share(c),
+                c.scan.pte_updates.to_string(),
+                c.hint_faults.faults.to_string(),
+                pct(c.hint_faults.local, c.hint_faults.faults),
                 c.skipped_vmas_total.to_string(),
                 c.placement.moves.to_string(),
                 format!("{}/{}", c.placement.swaps_out, c.placement.swaps_in),
@@ -246,7 +263,7 @@ impl StatReport {
                     self.tasks.len() - max_rows
                 ));
             }
-            out.push_str("(* exited; SWAPS = initiated/received)\n");
+            out.push_str("(* exited; SCAN% measured, or ~ sampled; SWAPS = initiated/received)\n");
         }
 
         let t = &self.totals;
@@ -265,6 +282,40 @@ impl StatReport {
             t.migrations.calls,
             t.migrations.thp_ok,
             t.migrations.thp_failed,
+        ));
+        out.push_str(&format!(
+            "scan: {} task_numa_work calls, {} in them (longest {}), share {}; {} PTEs updated in {} change_prot_numa calls; \
+             node_stamp advanced {} for {} of scan runtime; {} node_stamp>runtime violations\n",
+            t.scan.calls,
+            ns(t.scan.time_ns),
+            ns(t.scan.max_ns),
+            scan_share(t),
+            t.scan.pte_updates,
+            t.scan.prot_numa_calls,
+            ns(t.scan.node_stamp_advance_ns),
+            ns(t.scan.runtime_in_scan_ns),
+            t.scan.stamp_violations,
+        ));
+        let h = &t.hint_faults;
+        out.push_str(&format!(
+            "hint faults: {} ({} local, {} remote; {} 4K, {} THP, {} large folio; {} pages), {} pages migrated, {} failed; \
+             migrate_misplaced: {} calls, {} migrated, mean {}; {} migration stalls ({})\n",
+            h.faults,
+            h.local,
+            h.remote,
+            h.faults_4k,
+            h.faults_thp,
+            h.faults_large,
+            h.pages,
+            h.migrated_pages,
+            h.migrate_failed,
+            t.migrations.attempts,
+            t.migrations.succeeded,
+            t.migrations
+                .latency_ns_mean
+                .map_or("-".into(), |m| ns(m as u64)),
+            t.migrations.stalls,
+            ns(t.migrations.stall_ns),
         ));
         out.push_str(&format!(
             "kernel /proc/vmstat (system-wide): {}\n",
@@ -291,6 +342,32 @@ impl StatReport {
             ));
         }
         out
+    }
+}
+
+fn pct(n: u64, d: u64) -> String {
+    if d == 0 {
+        "-".into()
+    } else {
+        format!("{:.0}", 100.0 * n as f64 / d as f64)
+    }
+}
+
+/// Measured share, else the sampled estimate marked with `~`, else `-`.
+fn scan_share(c: &Counts) -> String {
+    match (c.scan.share, c.scan.sampled_share) {
+        (Some(s), _) => format!("{:.2}", s * 100.0),
+        (None, Some(s)) => format!("~{:.2}", s * 100.0),
+        _ => "-".into(),
+    }
+}
+
+fn ns(v: u64) -> String {
+    match v {
+        0..1_000 => format!("{v} ns"),
+        1_000..1_000_000 => format!("{:.1} us", v as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} ms", v as f64 / 1e6),
+        _ => format!("{:.2} s", v as f64 / 1e9),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Snapshots of the per-task map and the per-CPU counters.
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
-use numatrace_common::{COUNTER_SLOTS, Counter, TaskStats};
+use numatrace_common::{COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, TaskStats};
 
 /// Per-CPU counters summed over CPUs, indexed by [`Counter`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -16,14 +16,46 @@ impl Counters {
 pub struct Maps {
     pub tasks: HashMap<MapData, u32, TaskStats>,
     pub counters: PerCpuArray<MapData, u64>,
+    pub migrate_latency: PerCpuArray<MapData, u64>,
+    pub fault_pages: PerCpuArray<MapData, u64>,
+}
+
+/// A log2 histogram: bucket `b` holds values in [2^(b-1), 2^b) (bucket 0: the value 0).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Log2Bucket {
+    /// Exclusive upper bound of the bucket.
+    pub lt: u64,
+    pub count: u64,
+}
+
+fn sum_array(a: &PerCpuArray<MapData, u64>, len: u32) -> Result<Vec<u64>, MapError> {
+    (0..len).map(|i| Ok(a.get(&i, 0)?.iter().sum())).collect()
+}
+
+/// Non-empty buckets, in order.
+pub fn log2_buckets(counts: &[u64]) -> Vec<Log2Bucket> {
+    counts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(b, &count)| Log2Bucket {
+            lt: if b >= 64 { u64::MAX } else { 1u64 << b },
+            count,
+        })
+        .collect()
 }
 
 impl Maps {
     pub fn counters(&self) -> Result<Counters, MapError> {
-        (0..COUNTER_SLOTS)
-            .map(|i| Ok(self.counters.get(&i, 0)?.iter().sum()))
-            .collect::<Result<_, MapError>>()
-            .map(Counters)
+        sum_array(&self.counters, COUNTER_SLOTS).map(Counters)
+    }
+
+    /// (migrate_misplaced latency in ns, pages per hint fault) histograms.
+    pub fn histograms(&self) -> Result<(Vec<Log2Bucket>, Vec<Log2Bucket>), MapError> {
+        Ok((
+            log2_buckets(&sum_array(&self.migrate_latency, LATENCY_BUCKETS)?),
+            log2_buckets(&sum_array(&self.fault_pages, FAULT_PAGE_BUCKETS)?),
+        ))
     }
 
     /// Every live entry. Entries may change while being read; each value is read atomically.
@@ -39,5 +71,23 @@ impl Maps {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_log2_upper_bounds() {
+        let b = log2_buckets(&[2, 0, 5, 1]);
+        assert_eq!(
+            b,
+            vec![
+                Log2Bucket { lt: 1, count: 2 },
+                Log2Bucket { lt: 4, count: 5 },
+                Log2Bucket { lt: 8, count: 1 },
+            ]
+        );
     }
 }

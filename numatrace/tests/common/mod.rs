@@ -8,8 +8,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub const NUMATRACE: &str = env!("CARGO_BIN_EXE_numatrace");
-pub const WORKLOAD: &str = env!("CARGO_BIN_EXE_numatrace-workload");
+/// The binaries under test; overridable because the QEMU guests keep them elsewhere.
+pub fn numatrace_bin() -> String {
+    std::env::var("NUMATRACE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_numatrace").into())
+}
+
+pub fn workload_bin() -> String {
+    std::env::var("NUMATRACE_WORKLOAD_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_numatrace-workload").into())
+}
 
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -31,7 +38,7 @@ macro_rules! require_root {
 }
 
 pub fn numatrace(args: &[&str]) -> Output {
-    Command::new(NUMATRACE)
+    Command::new(numatrace_bin())
         .args(args)
         .output()
         .expect("running numatrace")
@@ -112,6 +119,23 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     f()
+}
+
+/// How many of numatrace's tracepoint programs attach on this kernel (the tracepoints it has).
+pub fn expected_tracepoint_programs() -> usize {
+    let root = tracefs_root();
+    [
+        "sched/sched_skip_vma_numa",
+        "sched/sched_move_numa",
+        "sched/sched_swap_numa",
+        "sched/sched_stick_numa",
+        "migrate/mm_migrate_pages",
+        "sched/sched_process_fork",
+        "sched/sched_process_exit",
+    ]
+    .iter()
+    .filter(|e| root.join("events").join(e).is_dir())
+    .count()
 }
 
 /// Names (as the kernel keeps them: 15 characters) of loaded programs that are numatrace's.

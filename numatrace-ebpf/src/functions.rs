@@ -1,0 +1,468 @@
+//! Function hooks. Each hook's work lives in one `on_*` function; the fentry/fexit and
+//! kprobe/kretprobe programs are thin wrappers that only extract arguments, so both
+//! mechanisms count exactly the same thing. Field offsets come from BTF via globals.
+
+use aya_ebpf::{
+    Global,
+    helpers::bpf_ktime_get_ns,
+    macros::{fentry, fexit, kprobe, kretprobe, map},
+    maps::{HashMap, PerCpuArray},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
+};
+use numatrace_common::{
+    Counter, FAULT_PAGE_BUCKETS, FuncConfig, INFLIGHT_MIGRATE, INFLIGHT_MIGRATION_WAIT,
+    INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL,
+    TNF_MIGRATED, TaskOffsets, TaskStats,
+};
+
+use crate::tasks::{
+    add, count, count_n, current, current_task, read_field, task_entry, touch, wanted,
+};
+
+#[unsafe(no_mangle)]
+static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static FUNC_CONFIG: Global<FuncConfig> = Global::new(FuncConfig {
+    migrate_node_arg: 2,
+    migrate_params: 3,
+    migrate_ok_is_zero: 0,
+    _pad: 0,
+});
+
+#[map]
+static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(8192, 0);
+#[map]
+static MIGRATE_LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(LATENCY_BUCKETS, 0);
+#[map]
+static FAULT_PAGES: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_PAGE_BUCKETS, 0);
+
+/// floor(log2(v)) + 1, 0 for 0: histogram bucket without a clz instruction.
+#[inline(always)]
+fn log2_bucket(mut v: u64) -> u32 {
+    let mut b = 0;
+    for shift in [32u32, 16, 8, 4, 2, 1] {
+        if v >= 1u64 << shift {
+            v >>= shift;
+            b += shift;
+        }
+    }
+    if v > 0 { b + 1 } else { 0 }
+}
+
+#[inline(always)]
+fn hist_add(map: &PerCpuArray<u64>, bucket: u32, len: u32) {
+    let b = if bucket < len { bucket } else { len - 1 };
+    if let Some(p) = map.get_ptr_mut(b) {
+        add(p, 1);
+    }
+}
+
+/// `current`'s followed entry, if it is followed.
+#[inline(always)]
+fn followed_current() -> Option<(*mut TaskStats, u32)> {
+    let cur = current();
+    if !wanted(cur.tgid) {
+        return None;
+    }
+    task_entry(cur.pid, cur.tgid, true).map(|t| (t, cur.pid))
+}
+
+#[inline(always)]
+fn runtime_now(o: &TaskOffsets) -> Option<u64> {
+    read_field::<u64>(current_task(), o.sum_exec_runtime)
+}
+
+/// Records `se.sum_exec_runtime` as first/last seen: the denominator of the scan share.
+#[inline(always)]
+pub fn note_runtime(t: *mut TaskStats) {
+    if let Some(rt) = runtime_now(&TASK_OFFSETS.load()) {
+        unsafe {
+            if (*t).runtime_first_ns == 0 {
+                (*t).runtime_first_ns = rt;
+            }
+            (*t).runtime_last_ns = rt;
+        }
+    }
+}
+
+#[inline(always)]
+fn inflight_key(kind: u64, pid: u32) -> u64 {
+    (kind << 32) | u64::from(pid)
+}
+
+#[inline(always)]
+fn inflight_start(kind: u64, pid: u32, v: &Inflight) {
+    if INFLIGHT.insert(&inflight_key(kind, pid), v, 0).is_err() {
+        count(Counter::InflightLost);
+    }
+}
+
+#[inline(always)]
+fn inflight_take(kind: u64, pid: u32) -> Option<Inflight> {
+    let key = inflight_key(kind, pid);
+    let v = unsafe { INFLIGHT.get(&key) }.copied();
+    if v.is_some() {
+        let _ = INFLIGHT.remove(&key);
+    }
+    v
+}
+
+// ---- task_numa_work ------------------------------------------------------------------------
+
+#[inline(always)]
+fn on_task_numa_work_enter() {
+    let Some((t, pid)) = followed_current() else {
+        return;
+    };
+    let o = TASK_OFFSETS.load();
+    let task = current_task();
+    let runtime = read_field::<u64>(task, o.sum_exec_runtime).unwrap_or(0);
+    let node_stamp = read_field::<u64>(task, o.node_stamp).unwrap_or(0);
+    // Seed 003, invariant 1: node_stamp must never run ahead of the runtime at entry.
+    if o.node_stamp != numatrace_common::FIELD_ABSENT && node_stamp > runtime {
+        add(unsafe { &raw mut (*t).scan_stamp_violations }, 1);
+    }
+    note_runtime(t);
+    inflight_start(
+        INFLIGHT_TASK_NUMA_WORK,
+        pid,
+        &Inflight {
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+            runtime_ns: runtime,
+            node_stamp,
+            arg: 0,
+        },
+    );
+}
+
+#[inline(always)]
+fn on_task_numa_work_exit() {
+    let cur = current();
+    let Some(start) = inflight_take(INFLIGHT_TASK_NUMA_WORK, cur.pid) else {
+        return;
+    };
+    let Some(t) = task_entry(cur.pid, cur.tgid, true) else {
+        return;
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    let ns = now.saturating_sub(start.ts_ns);
+    let o = TASK_OFFSETS.load();
+    let task = current_task();
+    unsafe {
+        add(&raw mut (*t).scan_calls, 1);
+        add(&raw mut (*t).scan_ns, ns);
+        if ns > (*t).scan_max_ns {
+            (*t).scan_max_ns = ns;
+        }
+        if let Some(rt) = read_field::<u64>(task, o.sum_exec_runtime) {
+            add(
+                &raw mut (*t).scan_runtime_ns,
+                rt.saturating_sub(start.runtime_ns),
+            );
+        }
+        if let Some(ns_stamp) = read_field::<u64>(task, o.node_stamp) {
+            add(
+                &raw mut (*t).scan_node_stamp_ns,
+                ns_stamp.saturating_sub(start.node_stamp),
+            );
+        }
+    }
+    note_runtime(t);
+    touch(t);
+    count(Counter::ScanCalls);
+}
+
+#[fentry(function = "task_numa_work")]
+pub fn fentry_task_numa_work(_ctx: FEntryContext) -> u32 {
+    on_task_numa_work_enter();
+    0
+}
+
+#[fexit(function = "task_numa_work")]
+pub fn fexit_task_numa_work(_ctx: FExitContext) -> u32 {
+    on_task_numa_work_exit();
+    0
+}
+
+#[kprobe]
+pub fn kprobe_task_numa_work(_ctx: ProbeContext) -> u32 {
+    on_task_numa_work_enter();
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_task_numa_work(_ctx: RetProbeContext) -> u32 {
+    on_task_numa_work_exit();
+    0
+}
+
+// ---- change_prot_numa ----------------------------------------------------------------------
+
+#[inline(always)]
+fn on_change_prot_numa_ret(updated: u64) {
+    let Some((t, _)) = followed_current() else {
+        return;
+    };
+    unsafe {
+        add(&raw mut (*t).pte_updates, updated);
+        add(&raw mut (*t).prot_numa_calls, 1);
+    }
+    count_n(Counter::PteUpdates, updated);
+}
+
+#[fexit(function = "change_prot_numa")]
+pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
+    // (vma, addr, end) -> unsigned long: the return value follows the three arguments.
+    on_change_prot_numa_ret(ctx.arg::<u64>(3));
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
+    on_change_prot_numa_ret(ctx.ret::<u64>());
+    0
+}
+
+// ---- task_numa_fault -----------------------------------------------------------------------
+
+#[inline(always)]
+fn on_task_numa_fault(pages: i32, flags: i32) {
+    let Some((t, _)) = followed_current() else {
+        return;
+    };
+    let pages = pages.max(0) as u64;
+    let flags = flags as u32;
+    unsafe {
+        add(&raw mut (*t).hint_faults, 1);
+        add(&raw mut (*t).hint_pages, pages);
+        if flags & TNF_FAULT_LOCAL != 0 {
+            add(&raw mut (*t).hint_faults_local, 1);
+        }
+        match pages {
+            1 => add(&raw mut (*t).hint_faults_4k, 1),
+            512 => add(&raw mut (*t).hint_faults_thp, 1),
+            _ => add(&raw mut (*t).hint_faults_large, 1),
+        }
+        if flags & TNF_MIGRATED != 0 {
+            add(&raw mut (*t).hint_migrated_pages, pages);
+            count_n(Counter::HintMigratedPages, pages);
+        }
+        if flags & TNF_MIGRATE_FAIL != 0 {
+            add(&raw mut (*t).hint_migrate_failed, 1);
+        }
+    }
+    count(Counter::HintFaults);
+    count_n(Counter::HintPages, pages);
+    if flags & TNF_FAULT_LOCAL != 0 {
+        count(Counter::HintFaultsLocal);
+    }
+    hist_add(&FAULT_PAGES, log2_bucket(pages), FAULT_PAGE_BUCKETS);
+}
+
+#[fentry(function = "task_numa_fault")]
+pub fn fentry_task_numa_fault(ctx: FEntryContext) -> u32 {
+    // (int last_cpupid, int mem_node, int pages, int flags)
+    on_task_numa_fault(ctx.arg::<i32>(2), ctx.arg::<i32>(3));
+    0
+}
+
+#[kprobe]
+pub fn kprobe_task_numa_fault(ctx: ProbeContext) -> u32 {
+    on_task_numa_fault(
+        ctx.arg::<i32>(2).unwrap_or(0),
+        ctx.arg::<i32>(3).unwrap_or(0),
+    );
+    0
+}
+
+// ---- do_numa_page / do_huge_pmd_numa_page --------------------------------------------------
+
+#[inline(always)]
+fn on_numa_page(huge: bool) {
+    let Some((t, _)) = followed_current() else {
+        return;
+    };
+    unsafe {
+        if huge {
+            add(&raw mut (*t).huge_pmd_numa_entries, 1);
+        } else {
+            add(&raw mut (*t).numa_page_entries, 1);
+        }
+    }
+}
+
+#[fentry(function = "do_numa_page")]
+pub fn fentry_do_numa_page(_ctx: FEntryContext) -> u32 {
+    on_numa_page(false);
+    0
+}
+
+#[kprobe]
+pub fn kprobe_do_numa_page(_ctx: ProbeContext) -> u32 {
+    on_numa_page(false);
+    0
+}
+
+#[fentry(function = "do_huge_pmd_numa_page")]
+pub fn fentry_do_huge_pmd_numa_page(_ctx: FEntryContext) -> u32 {
+    on_numa_page(true);
+    0
+}
+
+#[kprobe]
+pub fn kprobe_do_huge_pmd_numa_page(_ctx: ProbeContext) -> u32 {
+    on_numa_page(true);
+    0
+}
+
+// ---- migrate_misplaced_folio / migrate_misplaced_page --------------------------------------
+
+#[inline(always)]
+fn on_migrate_enter(node: u64) {
+    let cur = current();
+    if !wanted(cur.tgid) {
+        return;
+    }
+    inflight_start(
+        INFLIGHT_MIGRATE,
+        cur.pid,
+        &Inflight {
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+            runtime_ns: 0,
+            node_stamp: 0,
+            arg: node,
+        },
+    );
+}
+
+#[inline(always)]
+fn on_migrate_exit(ret: i64) {
+    let cur = current();
+    let Some(start) = inflight_take(INFLIGHT_MIGRATE, cur.pid) else {
+        return;
+    };
+    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start.ts_ns);
+    // The return convention changed: 1 = migrated up to 6.9, 0 = migrated from 6.10.
+    let ok = if FUNC_CONFIG.load().migrate_ok_is_zero != 0 {
+        ret == 0
+    } else {
+        ret == 1
+    };
+    hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
+    count(Counter::MigrateAttempts);
+    if ok {
+        count(Counter::MigrateSucceeded);
+    }
+    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
+        unsafe {
+            add(&raw mut (*t).migrate_attempts, 1);
+            add(&raw mut (*t).migrate_ns, ns);
+            if ok {
+                add(&raw mut (*t).migrate_succeeded, 1);
+            } else {
+                add(&raw mut (*t).migrate_not_migrated, 1);
+            }
+        }
+        touch(t);
+    }
+}
+
+#[fentry(function = "migrate_misplaced_folio")]
+pub fn fentry_migrate_misplaced(ctx: FEntryContext) -> u32 {
+    let n = FUNC_CONFIG.load().migrate_node_arg;
+    on_migrate_enter(if n == 1 {
+        ctx.arg::<u64>(1)
+    } else {
+        ctx.arg::<u64>(2)
+    });
+    0
+}
+
+#[fexit(function = "migrate_misplaced_folio")]
+pub fn fexit_migrate_misplaced(ctx: FExitContext) -> u32 {
+    let ret = if FUNC_CONFIG.load().migrate_params == 2 {
+        ctx.arg::<i64>(2)
+    } else {
+        ctx.arg::<i64>(3)
+    };
+    // The function returns int: only the low 32 bits are meaningful.
+    on_migrate_exit(i64::from(ret as i32));
+    0
+}
+
+#[kprobe]
+pub fn kprobe_migrate_misplaced(ctx: ProbeContext) -> u32 {
+    let n = FUNC_CONFIG.load().migrate_node_arg;
+    let node = if n == 1 {
+        ctx.arg::<u64>(1)
+    } else {
+        ctx.arg::<u64>(2)
+    };
+    on_migrate_enter(node.unwrap_or(u64::MAX));
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_migrate_misplaced(ctx: RetProbeContext) -> u32 {
+    on_migrate_exit(i64::from(ctx.ret::<i64>() as i32));
+    0
+}
+
+// ---- migration_entry_wait ------------------------------------------------------------------
+
+#[inline(always)]
+fn on_migration_wait_enter() {
+    let cur = current();
+    if !wanted(cur.tgid) {
+        return;
+    }
+    inflight_start(
+        INFLIGHT_MIGRATION_WAIT,
+        cur.pid,
+        &Inflight {
+            ts_ns: unsafe { bpf_ktime_get_ns() },
+            ..Inflight::default()
+        },
+    );
+}
+
+#[inline(always)]
+fn on_migration_wait_exit() {
+    let cur = current();
+    let Some(start) = inflight_take(INFLIGHT_MIGRATION_WAIT, cur.pid) else {
+        return;
+    };
+    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start.ts_ns);
+    count(Counter::MigrationWaits);
+    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
+        unsafe {
+            add(&raw mut (*t).migration_waits, 1);
+            add(&raw mut (*t).migration_wait_ns, ns);
+        }
+        touch(t);
+    }
+}
+
+#[fentry(function = "migration_entry_wait")]
+pub fn fentry_migration_entry_wait(_ctx: FEntryContext) -> u32 {
+    on_migration_wait_enter();
+    0
+}
+
+#[fexit(function = "migration_entry_wait")]
+pub fn fexit_migration_entry_wait(_ctx: FExitContext) -> u32 {
+    on_migration_wait_exit();
+    0
+}
+
+#[kprobe]
+pub fn kprobe_migration_entry_wait(_ctx: ProbeContext) -> u32 {
+    on_migration_wait_enter();
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_migration_entry_wait(_ctx: RetProbeContext) -> u32 {
+    on_migration_wait_exit();
+    0
+}

@@ -1,0 +1,65 @@
+//! CPU-clock sampling: where no function hook attaches, the share of a task's samples whose
+//! kernel stack passes through task_numa_work estimates its scan share ("sampled").
+
+use aya_ebpf::{
+    EbpfContext, Global,
+    helpers::generated::bpf_get_stack,
+    macros::{map, perf_event},
+    maps::PerCpuArray,
+    programs::PerfEventContext,
+};
+use numatrace_common::{Counter, ScanRanges};
+
+use crate::tasks::{add, count, current, task_entry, wanted};
+
+#[unsafe(no_mangle)]
+static SCAN_RANGES: Global<ScanRanges> = Global::new(ScanRanges {
+    task_numa_work: [0, 0],
+    change_prot_numa: [0, 0],
+});
+
+const MAX_FRAMES: usize = 32;
+
+/// Per-CPU stack buffer: 256 bytes would take half of the BPF stack.
+#[map]
+static STACK_BUF: PerCpuArray<[u64; MAX_FRAMES]> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn within(ip: u64, r: &[u64; 2]) -> bool {
+    r[0] != 0 && ip >= r[0] && ip < r[1]
+}
+
+#[perf_event]
+pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
+    let cur = current();
+    if cur.pid == 0 || !wanted(cur.tgid) {
+        return 0;
+    }
+    let Some(t) = task_entry(cur.pid, cur.tgid, true) else {
+        return 0;
+    };
+    add(unsafe { &raw mut (*t).samples }, 1);
+    count(Counter::Samples);
+    let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
+        return 0;
+    };
+    // Kernel stack of the interrupted task (flags 0 = kernel stack).
+    let n = unsafe { bpf_get_stack(ctx.as_ptr(), buf.cast(), (MAX_FRAMES * 8) as u32, 0) };
+    if n <= 0 {
+        return 0;
+    }
+    let frames = (n as usize / 8).min(MAX_FRAMES);
+    let r = SCAN_RANGES.load();
+    for i in 0..MAX_FRAMES {
+        if i >= frames {
+            break;
+        }
+        let ip = unsafe { (*buf)[i] };
+        if within(ip, &r.task_numa_work) || within(ip, &r.change_prot_numa) {
+            add(unsafe { &raw mut (*t).scan_samples }, 1);
+            count(Counter::ScanSamples);
+            break;
+        }
+    }
+    0
+}

@@ -1,0 +1,341 @@
+//! A small reader of the kernel's BTF (/sys/kernel/btf/vmlinux): struct member offsets and
+//! function parameter counts, so that the programs read fields at this kernel's offsets and
+//! nothing is baked in at build time. (aya-obj parses BTF too, but keeps member access private.)
+
+use std::{collections::HashMap, fs};
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BtfError {
+    #[error("reading BTF: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("malformed BTF: {0}")]
+    Malformed(&'static str),
+}
+
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC: u32 = 12;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_TYPE_TAG: u32 = 18;
+
+#[derive(Clone, Debug)]
+struct Member {
+    name: u32,
+    ty: u32,
+    bit_offset: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Type {
+    name: u32,
+    kind: u32,
+    /// size, or referenced type for modifiers/typedefs/functions.
+    size_or_type: u32,
+    members: Vec<Member>,
+    /// FUNC_PROTO parameter count.
+    params: u32,
+}
+
+/// Parsed BTF: types (id 1..) and the string section.
+pub struct Btf {
+    types: Vec<Type>,
+    strings: Vec<u8>,
+    by_name: HashMap<String, Vec<u32>>,
+}
+
+fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
+    b.get(off..off + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        .ok_or(BtfError::Malformed("truncated"))
+}
+
+impl Btf {
+    pub fn from_sys_fs() -> Result<Self, BtfError> {
+        Self::parse(&fs::read("/sys/kernel/btf/vmlinux")?)
+    }
+
+    pub fn parse(b: &[u8]) -> Result<Self, BtfError> {
+        if b.len() < 24 || b[0..2] != [0x9f, 0xeb] {
+            return Err(BtfError::Malformed(
+                "bad magic (only little-endian BTF is read)",
+            ));
+        }
+        let hdr_len = u32_at(b, 4)? as usize;
+        let type_off = u32_at(b, 8)? as usize;
+        let type_len = u32_at(b, 12)? as usize;
+        let str_off = u32_at(b, 16)? as usize;
+        let str_len = u32_at(b, 20)? as usize;
+        let tstart = hdr_len + type_off;
+        let types_b = b
+            .get(tstart..tstart + type_len)
+            .ok_or(BtfError::Malformed("type section"))?;
+        let sstart = hdr_len + str_off;
+        let strings = b
+            .get(sstart..sstart + str_len)
+            .ok_or(BtfError::Malformed("string section"))?
+            .to_vec();
+
+        // Type id 0 is void; keep a placeholder so ids index directly.
+        let mut types = vec![Type {
+            name: 0,
+            kind: 0,
+            size_or_type: 0,
+            members: vec![],
+            params: 0,
+        }];
+        let mut p = 0usize;
+        while p + 12 <= types_b.len() {
+            let name = u32_at(types_b, p)?;
+            let info = u32_at(types_b, p + 4)?;
+            let size_or_type = u32_at(types_b, p + 8)?;
+            p += 12;
+            let vlen = (info & 0xffff) as usize;
+            let kind = (info >> 24) & 0x1f;
+            let kind_flag = info >> 31 == 1;
+            let mut t = Type {
+                name,
+                kind,
+                size_or_type,
+                members: vec![],
+                params: 0,
+            };
+            let extra = match kind {
+                1 | 14 | 17 => 4, // INT, VAR, DECL_TAG
+                3 => 12,          // ARRAY
+                KIND_STRUCT | KIND_UNION => {
+                    for i in 0..vlen {
+                        let m = p + i * 12;
+                        let off = u32_at(types_b, m + 8)?;
+                        t.members.push(Member {
+                            name: u32_at(types_b, m)?,
+                            ty: u32_at(types_b, m + 4)?,
+                            bit_offset: if kind_flag { off & 0xff_ffff } else { off },
+                        });
+                    }
+                    vlen * 12
+                }
+                6 => vlen * 8, // ENUM
+                KIND_FUNC_PROTO => {
+                    t.params = vlen as u32;
+                    vlen * 8
+                }
+                15 | 19 => vlen * 12, // DATASEC, ENUM64
+                _ => 0,               // PTR, FWD, modifiers, FUNC, FLOAT, TYPE_TAG
+            };
+            p += extra;
+            types.push(t);
+        }
+        let mut btf = Self {
+            types,
+            strings,
+            by_name: HashMap::new(),
+        };
+        for id in 1..btf.types.len() as u32 {
+            let t = &btf.types[id as usize];
+            if t.name != 0 && matches!(t.kind, KIND_STRUCT | KIND_UNION | KIND_FUNC) {
+                let n = btf.str_at(t.name).to_owned();
+                btf.by_name.entry(n).or_default().push(id);
+            }
+        }
+        Ok(btf)
+    }
+
+    fn str_at(&self, off: u32) -> &str {
+        let s = self.strings.get(off as usize..).unwrap_or_default();
+        let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+        std::str::from_utf8(&s[..end]).unwrap_or("")
+    }
+
+    fn ty(&self, id: u32) -> Option<&Type> {
+        self.types.get(id as usize)
+    }
+
+    /// Follows typedefs and modifiers to the underlying type id.
+    fn resolve(&self, mut id: u32) -> u32 {
+        for _ in 0..32 {
+            match self.ty(id) {
+                Some(t)
+                    if matches!(
+                        t.kind,
+                        KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG
+                    ) =>
+                {
+                    id = t.size_or_type
+                }
+                _ => break,
+            }
+        }
+        id
+    }
+
+    /// Bit offset of `name` in struct/union `id`, looking through anonymous members.
+    fn member(&self, id: u32, name: &str) -> Option<(u32, u32)> {
+        let t = self.ty(self.resolve(id))?;
+        for m in &t.members {
+            if m.name == 0 {
+                let inner = self.resolve(m.ty);
+                if let Some((off, ty)) = self.member(inner, name) {
+                    return Some((m.bit_offset + off, ty));
+                }
+            } else if self.str_at(m.name) == name {
+                return Some((m.bit_offset, m.ty));
+            }
+        }
+        None
+    }
+
+    /// Byte offset of a dotted member path inside `struct_name` (e.g. `se.sum_exec_runtime` in
+    /// `task_struct`). `None` if this kernel's struct lacks it or it is a bitfield.
+    pub fn offset_of(&self, struct_name: &str, path: &str) -> Option<u32> {
+        let ids = self.by_name.get(struct_name)?;
+        ids.iter().find_map(|&id| {
+            let t = self.ty(id)?;
+            if !matches!(t.kind, KIND_STRUCT | KIND_UNION) || t.members.is_empty() {
+                return None;
+            }
+            let (mut cur, mut bits) = (id, 0u32);
+            for part in path.split('.') {
+                let (off, ty) = self.member(cur, part)?;
+                bits += off;
+                cur = ty;
+            }
+            (bits % 8 == 0).then_some(bits / 8)
+        })
+    }
+
+    /// Number of parameters of kernel function `name`.
+    pub fn func_params(&self, name: &str) -> Option<u32> {
+        let id = *self
+            .by_name
+            .get(name)?
+            .iter()
+            .find(|&&id| self.ty(id).is_some_and(|t| t.kind == KIND_FUNC))?;
+        let proto = self.ty(self.ty(id)?.size_or_type)?;
+        (proto.kind == KIND_FUNC_PROTO).then_some(proto.params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds a BTF blob: strings, then types as (name, info, size_or_type, extra words).
+    fn blob(strings: &[&str], types: &[(u32, u32, u32, Vec<u32>)]) -> Vec<u8> {
+        let mut s = vec![0u8];
+        for x in strings {
+            s.extend_from_slice(x.as_bytes());
+            s.push(0);
+        }
+        let mut t = Vec::new();
+        for (name, info, sz, extra) in types {
+            for w in [*name, *info, *sz].iter().chain(extra) {
+                t.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let mut b = vec![0x9f, 0xeb, 1, 0];
+        for w in [24u32, 0, t.len() as u32, t.len() as u32, s.len() as u32] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend(t);
+        b.extend(s);
+        b
+    }
+
+    fn name_off(strings: &[&str], n: &str) -> u32 {
+        let mut off = 1;
+        for s in strings {
+            if *s == n {
+                return off;
+            }
+            off += s.len() as u32 + 1;
+        }
+        panic!("{n}")
+    }
+
+    #[test]
+    fn nested_and_anonymous_members() {
+        let st = [
+            "u64",
+            "sched_entity",
+            "sum_exec_runtime",
+            "task_struct",
+            "se",
+            "node_stamp",
+            "mm_struct",
+            "numa_scan_seq",
+            "task_numa_fault",
+            "x",
+        ];
+        let n = |s| name_off(&st, s);
+        let types = vec![
+            // 1: int u64
+            (n("u64"), 1 << 24, 8, vec![64]),
+            // 2: struct sched_entity { u64 pad @0; u64 sum_exec_runtime @64 bits }
+            (
+                n("sched_entity"),
+                (4 << 24) | 2,
+                16,
+                vec![n("x"), 1, 0, n("sum_exec_runtime"), 1, 64],
+            ),
+            // 3: struct task_struct { u64 x @0; sched_entity se @128 bits; u64 node_stamp @384 }
+            (
+                n("task_struct"),
+                (4 << 24) | 3,
+                64,
+                vec![n("x"), 1, 0, n("se"), 2, 128, n("node_stamp"), 1, 384],
+            ),
+            // 4: anonymous struct { u64 x; int numa_scan_seq @ 64 }
+            (
+                0,
+                (4 << 24) | 2,
+                16,
+                vec![n("x"), 1, 0, n("numa_scan_seq"), 1, 64],
+            ),
+            // 5: struct mm_struct { anon @ 0 }
+            (n("mm_struct"), (4 << 24) | 1, 16, vec![0, 4, 0]),
+            // 6: func_proto (3 params), 7: func task_numa_fault
+            (0, (13 << 24) | 3, 0, vec![0, 1, 0, 1, 0, 1]),
+            (n("task_numa_fault"), 12 << 24, 6, vec![]),
+        ];
+        let btf = Btf::parse(&blob(&st, &types)).unwrap();
+        assert_eq!(
+            btf.offset_of("task_struct", "se.sum_exec_runtime"),
+            Some(24)
+        );
+        assert_eq!(btf.offset_of("task_struct", "node_stamp"), Some(48));
+        assert_eq!(btf.offset_of("mm_struct", "numa_scan_seq"), Some(8));
+        assert_eq!(btf.offset_of("task_struct", "nope"), None);
+        assert_eq!(btf.offset_of("nope", "x"), None);
+        assert_eq!(btf.func_params("task_numa_fault"), Some(3));
+        assert_eq!(btf.func_params("nope"), None);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(Btf::parse(b"not btf at all, not at all").is_err());
+    }
+
+    /// On a machine with kernel BTF, the fields numatrace relies on resolve.
+    #[test]
+    fn running_kernel_offsets_resolve() {
+        let Ok(btf) = Btf::from_sys_fs() else {
+            eprintln!("SKIPPED: no /sys/kernel/btf/vmlinux on this kernel");
+            return;
+        };
+        let se = btf.offset_of("task_struct", "se.sum_exec_runtime");
+        assert!(se.is_some());
+        assert!(btf.offset_of("task_struct", "mm").is_some());
+        assert!(btf.offset_of("sched_entity", "sum_exec_runtime").is_some());
+        if std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
+            assert!(btf.offset_of("task_struct", "node_stamp").is_some());
+            assert!(btf.offset_of("mm_struct", "numa_scan_seq").is_some());
+            assert!(btf.func_params("task_numa_fault") == Some(4));
+        }
+    }
+}

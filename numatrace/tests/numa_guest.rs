@@ -1,0 +1,168 @@
+//! On a kernel with 2+ NUMA nodes and hookable functions (the QEMU guests of `xtask vm-test`):
+//! numatrace's counts from the function hooks agree with the kernel's own /proc/vmstat counters
+//! over the same window, and a misplaced workload shows migrations with latencies.
+
+mod common;
+
+use std::{
+    fs,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::{
+    Sysctl, numatrace, numatrace_bin, numatrace_programs_loaded, wait_until, workload_bin,
+};
+
+fn nodes() -> usize {
+    fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with("node") && n[4..].bytes().all(|b| b.is_ascii_digit())
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn attached(probes: &serde_json::Value, name: &str) -> bool {
+    probes["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["name"] == name && h["attached"] == true)
+}
+
+/// Runs `numatrace stat` system-wide around the workload, so both count the same window.
+fn stat_around(workload: &[&str]) -> serde_json::Value {
+    let report = std::env::temp_dir().join(format!("numatrace-guest-{}.json", std::process::id()));
+    let mut stat = Command::new(numatrace_bin())
+        .args(["stat", "--json", "--output"])
+        .arg(&report)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(120), || numatrace_programs_loaded()
+            .len()
+            >= 6),
+        "numatrace did not attach"
+    );
+    let out = Command::new(workload_bin())
+        .args(workload)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&out.stdout).trim());
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(stat.id() as i32, libc::SIGINT) };
+    assert!(stat.wait().unwrap().success());
+    let v = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    let _ = fs::remove_file(&report);
+    v
+}
+
+/// `ours` equals `kernel`, or is within 2% where the kernel counts at a different point.
+fn close(what: &str, ours: u64, kernel: u64) {
+    let diff = ours.abs_diff(kernel);
+    println!("{what}: numatrace {ours}, /proc/vmstat {kernel}");
+    assert!(
+        diff == 0 || (diff as f64) <= 0.02 * kernel as f64,
+        "{what}: numatrace {ours} vs /proc/vmstat {kernel}"
+    );
+}
+
+#[test]
+fn function_hooks_agree_with_vmstat_and_see_migrations() {
+    require_root!("function_hooks_agree_with_vmstat_and_see_migrations");
+    if nodes() < 2 {
+        eprintln!(
+            "SKIPPED: needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)"
+        );
+        return;
+    }
+    let probes: serde_json::Value =
+        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+    for f in ["task_numa_work", "change_prot_numa", "task_numa_fault"] {
+        if !attached(&probes, f) {
+            eprintln!("SKIPPED: {f} cannot be hooked on this kernel (see numatrace probes)");
+            return;
+        }
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let v = stat_around(&["migrate", "--mem-mib", "64", "--duration", "12s"]);
+    let t = &v["totals"];
+    let vm = &v["vmstat_delta"];
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+    assert_eq!(v["dropped"]["total"], 0, "{}", v["dropped"]);
+
+    // change_prot_numa's return value is exactly what it adds to numa_pte_updates.
+    close(
+        "PTE updates",
+        n(&t["scan"]["pte_updates"]),
+        n(&vm["numa_pte_updates"]),
+    );
+    // Hint faults: do_numa_page counts numa_hint_faults before it may return without calling
+    // task_numa_fault, hence the tolerance.
+    close(
+        "hint faults",
+        n(&t["hint_faults"]["faults"]),
+        n(&vm["numa_hint_faults"]),
+    );
+    close(
+        "local hint faults",
+        n(&t["hint_faults"]["local"]),
+        n(&vm["numa_hint_faults_local"]),
+    );
+    close(
+        "pages migrated",
+        n(&t["hint_faults"]["migrated_pages"]),
+        n(&vm["numa_pages_migrated"]),
+    );
+
+    assert!(n(&t["scan"]["calls"]) > 0, "task_numa_work never ran");
+    assert!(n(&t["scan"]["time_ns"]) > 0);
+    assert!(
+        n(&t["hint_faults"]["remote"]) > 0,
+        "a misplaced workload must fault remotely"
+    );
+    assert!(
+        n(&vm["numa_pages_migrated"]) > 0,
+        "the kernel migrated nothing: cannot check"
+    );
+    assert!(
+        n(&t["migrations"]["attempts"]) > 0,
+        "migrate_misplaced never called"
+    );
+    assert!(
+        n(&t["migrations"]["succeeded"]) > 0,
+        "no migration succeeded"
+    );
+    assert!(
+        !v["histograms"]["migrate_latency_ns"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "migrations without a latency histogram"
+    );
+    assert!(
+        n(&t["migrations"]["pages_ok"]) > 0,
+        "mm_migrate_pages saw nothing"
+    );
+    // The workload's task shows its own share of run time spent scanning.
+    let task = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["comm"] == "numatrace-workl")
+        .expect("the workload's task is listed");
+    let share = task["scan"]["share"].as_f64().expect("measured scan share");
+    assert!(share > 0.0 && share < 0.5, "scan share {share}");
+}

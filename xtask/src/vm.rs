@@ -1,0 +1,481 @@
+//! `cargo xtask vm-test`: the real-kernel tests inside 2-node QEMU guests (TCG) running Debian's
+//! 6.1 and 6.12 cloud kernels, where NUMA balancing really migrates pages and fentry works.
+//!
+//! The guests run the same integration-test binaries as the host (static, musl) from an
+//! initramfs whose /init runs each binary and prints `vm-test: END <name> rc=<n>`; the host
+//! reads the serial console and prints a table. A guest that panics, hangs or stops early
+//! fails the run.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    cmd::{check, output},
+    setup::{Tools, cache_dir, workspace_root},
+};
+
+pub const MUSL: &str = "x86_64-unknown-linux-musl";
+/// A guest that has not powered off by then has hung.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+
+struct GuestKernel {
+    label: &'static str,
+    /// apt-cache regex of the package; the highest version is used.
+    package: &'static str,
+}
+
+const KERNELS: [GuestKernel; 2] = [
+    GuestKernel {
+        label: "6.1",
+        package: r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$",
+    },
+    GuestKernel {
+        label: "6.12",
+        package: r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64-unsigned$",
+    },
+];
+
+fn dpkg_installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn apt_update() -> Result<()> {
+    check(Command::new("apt-get").args(["update", "-qq"]))
+}
+
+/// Installs Debian packages that are missing (needs root).
+pub fn ensure_packages(pkgs: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = pkgs
+        .iter()
+        .copied()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: apt-get install {}", missing.join(" "));
+    apt_update()?;
+    check(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+fn newest_package(regex: &str) -> Result<Option<String>> {
+    let out = output(Command::new("apt-cache").args(["search", "--names-only", regex]))?;
+    let mut names: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    // Versions differ in one number (6.1.0-N, 6.12.N): order by the digits in the name.
+    let key = |n: &str| -> Vec<u64> {
+        n.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|s| s.parse().ok())
+            .collect()
+    };
+    names.sort_by_key(|n| key(n));
+    Ok(names.pop())
+}
+
+/// Adds bookworm-backports from the mirror the machine already uses (for the 6.12 kernel when
+/// no configured suite has it).
+fn add_backports() -> Result<()> {
+    let dst = Path::new("/etc/apt/sources.list.d/numatrace-bookworm-backports.sources");
+    if dst.exists() {
+        return Ok(());
+    }
+    let mut uri = None;
+    for f in [
+        "/etc/apt/sources.list.d/debian.sources",
+        "/etc/apt/sources.list",
+    ] {
+        if let Ok(text) = fs::read_to_string(f) {
+            uri = text.lines().find_map(|l| {
+                let l = l.trim();
+                l.strip_prefix("URIs:")
+                    .map(|u| u.trim().to_owned())
+                    .or_else(|| {
+                        l.strip_prefix("deb ")
+                            .and_then(|r| r.split_whitespace().find(|w| w.contains("://")))
+                            .map(str::to_owned)
+                    })
+                    .filter(|u| !u.contains("security"))
+            });
+            if uri.is_some() {
+                break;
+            }
+        }
+    }
+    let uri = uri.context("no Debian mirror found in the apt sources")?;
+    eprintln!("xtask: adding bookworm-backports from {uri}");
+    fs::write(
+        dst,
+        format!(
+            "Types: deb\nURIs: {uri}\nSuites: bookworm-backports\nComponents: main\n\
+             Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        ),
+    )?;
+    apt_update()
+}
+
+/// The kernel image of `k`, downloaded once into the cache.
+fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
+    let mut pkg = newest_package(k.package)?;
+    if pkg.is_none() {
+        apt_update()?;
+        pkg = newest_package(k.package)?;
+    }
+    if pkg.is_none() && k.label == "6.12" {
+        add_backports()?;
+        pkg = newest_package(k.package)?;
+    }
+    let pkg = pkg.with_context(|| format!("no Debian package matches {}", k.package))?;
+    let dir = cache_dir().join("kernels").join(&pkg);
+    let vmlinuz = dir.join("vmlinuz");
+    if vmlinuz.exists() {
+        return Ok((pkg, vmlinuz));
+    }
+    eprintln!("xtask: downloading {pkg}");
+    let tmp = dir.with_extension("partial");
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    check(
+        Command::new("apt-get")
+            .args(["download", "-qq", &pkg])
+            .current_dir(&tmp),
+    )?;
+    let deb = fs::read_dir(&tmp)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .context("apt-get download left no .deb")?;
+    check(
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(&deb)
+            .arg(tmp.join("x")),
+    )?;
+    let boot = tmp.join("x/boot");
+    let image = fs::read_dir(&boot)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .context("no vmlinuz in the package")?;
+    fs::create_dir_all(&dir)?;
+    fs::copy(&image, &vmlinuz)?;
+    let _ = fs::remove_dir_all(&tmp);
+    Ok((pkg, vmlinuz))
+}
+
+fn ensure_musl_target(tools: &Tools) -> Result<()> {
+    let installed = output(Command::new("rustup").args([
+        "target",
+        "list",
+        "--installed",
+        "--toolchain",
+        &tools.pins.stable,
+    ]))?;
+    if installed.lines().any(|l| l.trim() == MUSL) {
+        return Ok(());
+    }
+    check(Command::new("rustup").args(["target", "add", MUSL, "--toolchain", &tools.pins.stable]))
+}
+
+/// Builds static numatrace and numatrace-workload at target/x86_64-unknown-linux-musl/release/.
+pub fn build_static(tools: &Tools) -> Result<PathBuf> {
+    ensure_musl_target(tools)?;
+    check(tools.cargo(&tools.pins.stable).args([
+        "build",
+        "--release",
+        "--target",
+        MUSL,
+        "--package",
+        "numatrace",
+        "--bins",
+    ]))?;
+    let dir = workspace_root().join("target").join(MUSL).join("release");
+    eprintln!("xtask: built {}", dir.join("numatrace").display());
+    Ok(dir)
+}
+
+/// Static integration-test executables, by test name.
+fn build_static_tests(tools: &Tools) -> Result<BTreeMap<String, PathBuf>> {
+    let out = output(tools.cargo(&tools.pins.stable).args([
+        "test",
+        "--release",
+        "--target",
+        MUSL,
+        "--package",
+        "numatrace",
+        "--tests",
+        "--no-run",
+        "--message-format=json",
+    ]))?;
+    let mut tests = BTreeMap::new();
+    for line in out.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_test = v["profile"]["test"].as_bool() == Some(true);
+        let kind = &v["target"]["kind"][0];
+        if is_test && kind == "test" {
+            if let (Some(name), Some(exe)) =
+                (v["target"]["name"].as_str(), v["executable"].as_str())
+            {
+                tests.insert(name.to_owned(), PathBuf::from(exe));
+            }
+        }
+    }
+    if tests.is_empty() {
+        bail!("no integration-test executables were built");
+    }
+    Ok(tests)
+}
+
+const INIT: &str = r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t tmpfs tmp /tmp
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+export PATH=/bin:/numatrace/bin HOME=/tmp TMPDIR=/tmp RUST_BACKTRACE=1
+export NUMATRACE_BIN=/numatrace/bin/numatrace NUMATRACE_WORKLOAD_BIN=/numatrace/bin/numatrace-workload
+echo "vm-test: kernel $(uname -r), nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
+numatrace probes
+for t in /numatrace/tests/*; do
+  name=$(basename "$t")
+  echo "vm-test: BEGIN $name"
+  "$t" --test-threads=1
+  echo "vm-test: END $name rc=$?"
+done
+echo "vm-test: DONE"
+poweroff -f
+"#;
+
+fn pack_initramfs(bins: &Path, tests: &BTreeMap<String, PathBuf>, out: &Path) -> Result<()> {
+    let root = out.with_extension("d");
+    let _ = fs::remove_dir_all(&root);
+    for d in [
+        "bin",
+        "proc",
+        "sys",
+        "dev",
+        "tmp",
+        "numatrace/bin",
+        "numatrace/tests",
+    ] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    fs::copy("/bin/busybox", root.join("bin/busybox")).context("busybox-static")?;
+    for b in ["numatrace", "numatrace-workload"] {
+        fs::copy(bins.join(b), root.join("numatrace/bin").join(b))?;
+    }
+    for (name, exe) in tests {
+        fs::copy(exe, root.join("numatrace/tests").join(name))?;
+    }
+    fs::write(root.join("init"), INIT)?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
+    check(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+                out.display()
+            ))
+            .current_dir(&root),
+    )?;
+    let _ = fs::remove_dir_all(&root);
+    Ok(())
+}
+
+/// What one guest run printed about each test binary.
+#[derive(Default)]
+struct GuestResult {
+    /// Test binary -> (exit code, passed, failed, skipped).
+    binaries: BTreeMap<String, (i32, u32, u32, u32)>,
+    done: bool,
+    nodes: Option<String>,
+}
+
+fn parse_console(log: &str) -> GuestResult {
+    let mut r = GuestResult::default();
+    let mut current: Option<String> = None;
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for line in log.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(rest) = line.strip_prefix("vm-test: kernel ") {
+            r.nodes = rest.split("nodes: ").nth(1).map(str::to_owned);
+        } else if let Some(name) = line.strip_prefix("vm-test: BEGIN ") {
+            current = Some(name.to_owned());
+            (passed, failed, skipped) = (0, 0, 0);
+        } else if let Some(rest) = line.strip_prefix("vm-test: END ") {
+            let (name, rc) = rest.split_once(" rc=").unwrap_or((rest, "-1"));
+            r.binaries.insert(
+                name.to_owned(),
+                (rc.trim().parse().unwrap_or(-1), passed, failed, skipped),
+            );
+            current = None;
+        } else if line == "vm-test: DONE" {
+            r.done = true;
+        } else if current.is_some() {
+            if line.starts_with("test ") && line.ends_with(" ... ok") {
+                passed += 1;
+            } else if line.starts_with("test ") && line.ends_with(" ... FAILED") {
+                failed += 1;
+            } else if line.contains("SKIPPED") {
+                skipped += 1;
+            }
+        }
+    }
+    r
+}
+
+fn boot(vmlinuz: &Path, initrd: &Path, log_path: &Path) -> Result<String> {
+    let mut child = Command::new("qemu-system-x86_64")
+        .args([
+            "-accel",
+            "tcg,thread=multi",
+            "-cpu",
+            "max",
+            "-m",
+            "2G",
+            "-smp",
+            "2",
+        ])
+        .args(["-object", "memory-backend-ram,id=m0,size=1G"])
+        .args(["-object", "memory-backend-ram,id=m1,size=1G"])
+        .args(["-numa", "node,nodeid=0,cpus=0,memdev=m0"])
+        .args(["-numa", "node,nodeid=1,cpus=1,memdev=m1"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-nographic", "-no-reboot", "-serial", "mon:stdio"])
+        .args([
+            "-append",
+            "console=ttyS0 quiet numa_balancing=enable panic=-1 oops=panic",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut log = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            println!("  | {line}");
+            log.push_str(&line);
+            log.push('\n');
+        }
+        log
+    });
+    let start = Instant::now();
+    loop {
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        if start.elapsed() > GUEST_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("xtask: guest hung: killed after {GUEST_TIMEOUT:?}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = reader.join().unwrap_or_default();
+    fs::write(log_path, &log)?;
+    Ok(log)
+}
+
+pub fn run(tools: &Tools) -> Result<()> {
+    ensure_packages(&["qemu-system-x86", "busybox-static", "cpio"])?;
+    let bins = build_static(tools)?;
+    let tests = build_static_tests(tools)?;
+    let out = workspace_root().join("target/vm-test");
+    fs::create_dir_all(&out)?;
+    let initrd = out.join("initramfs.cpio.gz");
+    pack_initramfs(&bins, &tests, &initrd)?;
+
+    let mut rows = Vec::new();
+    let mut ok = true;
+    for k in &KERNELS {
+        let (pkg, vmlinuz) = kernel_image(k)?;
+        eprintln!("xtask: booting {pkg} in a 2-node TCG guest");
+        let log = boot(&vmlinuz, &initrd, &out.join(format!("{}.log", k.label)))?;
+        let r = parse_console(&log);
+        for name in tests.keys() {
+            let verdict = match r.binaries.get(name) {
+                Some((0, p, f, s)) => format!("pass ({p} ok, {f} failed, {s} skipped)"),
+                Some((rc, p, f, s)) => {
+                    ok = false;
+                    format!("FAIL rc={rc} ({p} ok, {f} failed, {s} skipped)")
+                }
+                None => {
+                    ok = false;
+                    "FAIL (did not run: guest crashed or hung)".to_owned()
+                }
+            };
+            rows.push((k.label, name.clone(), verdict));
+        }
+        if !r.done {
+            ok = false;
+            rows.push((k.label, "(guest)".into(), "FAIL: no clean power-off".into()));
+        }
+        if r.nodes.as_deref().map(str::trim) != Some("2") {
+            ok = false;
+            rows.push((
+                k.label,
+                "(guest)".into(),
+                format!("FAIL: nodes = {:?}", r.nodes),
+            ));
+        }
+    }
+    println!("\nvm-test results:");
+    println!("{:<7} {:<16} result", "kernel", "test");
+    for (k, t, v) in &rows {
+        println!("{k:<7} {t:<16} {v}");
+    }
+    if !ok {
+        bail!("vm-test failed (console logs in {})", out.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_parsing() {
+        let log = "noise\nvm-test: kernel 6.1.0, nodes: 2\r\nvm-test: BEGIN probes\n\
+                   test a ... ok\nSKIPPED x: needs root\ntest b ... ok\ntest c ... FAILED\n\
+                   vm-test: END probes rc=101\nvm-test: BEGIN lifecycle\nvm-test: END lifecycle rc=0\n\
+                   vm-test: DONE\n";
+        let r = parse_console(log);
+        assert!(r.done);
+        assert_eq!(r.nodes.as_deref(), Some("2"));
+        assert_eq!(r.binaries["probes"], (101, 2, 1, 1));
+        assert_eq!(r.binaries["lifecycle"], (0, 0, 0, 0));
+    }
+}
