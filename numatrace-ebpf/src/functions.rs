@@ -3,7 +3,7 @@
 //! mechanisms count exactly the same thing. Field offsets come from BTF via globals.
 
 use aya_ebpf::{
-    Global,
+    EbpfContext, Global,
     helpers::bpf_ktime_get_ns,
     macros::{fentry, fexit, kprobe, kretprobe, map},
     maps::{HashMap, PerCpuArray},
@@ -367,23 +367,38 @@ fn on_migrate_exit(ret: i64) {
     }
 }
 
+/// Reads slot `N` of a tracing program's argument array. Volatile and at a constant offset:
+/// choosing between two slots must not become one variable-offset context access, which the
+/// verifier rejects.
+#[inline(always)]
+fn tracing_arg<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
+    unsafe { core::ptr::read_volatile(ctx.cast::<u64>().add(N)) }
+}
+
 #[fentry(function = "migrate_misplaced_folio")]
 pub fn fentry_migrate_misplaced(ctx: FEntryContext) -> u32 {
-    let n = FUNC_CONFIG.load().migrate_node_arg;
-    on_migrate_enter(if n == 1 {
-        ctx.arg::<u64>(1)
+    let (a1, a2) = (
+        tracing_arg::<1>(ctx.as_ptr()),
+        tracing_arg::<2>(ctx.as_ptr()),
+    );
+    on_migrate_enter(if FUNC_CONFIG.load().migrate_node_arg == 1 {
+        a1
     } else {
-        ctx.arg::<u64>(2)
+        a2
     });
     0
 }
 
 #[fexit(function = "migrate_misplaced_folio")]
 pub fn fexit_migrate_misplaced(ctx: FExitContext) -> u32 {
+    let (a2, a3) = (
+        tracing_arg::<2>(ctx.as_ptr()),
+        tracing_arg::<3>(ctx.as_ptr()),
+    );
     let ret = if FUNC_CONFIG.load().migrate_params == 2 {
-        ctx.arg::<i64>(2)
+        a2
     } else {
-        ctx.arg::<i64>(3)
+        a3
     };
     // The function returns int: only the low 32 bits are meaningful.
     on_migrate_exit(i64::from(ret as i32));
@@ -392,13 +407,19 @@ pub fn fexit_migrate_misplaced(ctx: FExitContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_migrate_misplaced(ctx: ProbeContext) -> u32 {
-    let n = FUNC_CONFIG.load().migrate_node_arg;
-    let node = if n == 1 {
-        ctx.arg::<u64>(1)
-    } else {
-        ctx.arg::<u64>(2)
+    // Both candidate registers are read volatile at constant offsets (see `tracing_arg`).
+    let regs = ctx.as_ptr().cast::<aya_ebpf::bindings::pt_regs>();
+    let (a1, a2) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const (*regs).rsi),
+            core::ptr::read_volatile(&raw const (*regs).rdx),
+        )
     };
-    on_migrate_enter(node.unwrap_or(u64::MAX));
+    on_migrate_enter(if FUNC_CONFIG.load().migrate_node_arg == 1 {
+        a1
+    } else {
+        a2
+    });
     0
 }
 

@@ -405,7 +405,7 @@ mod tests {
     }
 
     fn exit(s: TaskStats) -> Event {
-        Event::TaskExit(TaskExitEvent {
+        Event::TaskExit(Box::new(TaskExitEvent {
             hdr: EventHeader {
                 kind: EventKind::TaskExit as u32,
                 pid: s.pid,
@@ -414,7 +414,7 @@ mod tests {
                 ts_ns: 0,
             },
             stats: s,
-        })
+        }))
     }
 
     #[test]

@@ -18,21 +18,67 @@ fn assert_none_loaded_before() {
     );
 }
 
-fn start_stat(extra: &[&str]) -> std::process::Child {
+/// A running `numatrace stat`, killed if the test fails before it ends it.
+struct Running {
+    child: Option<std::process::Child>,
+    stderr: std::path::PathBuf,
+}
+
+impl Running {
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: i32) {
+        let pid = self.child.as_ref().unwrap().id();
+        // SAFETY: kill(2) on our own, not yet reaped, child.
+        unsafe { libc::kill(pid as i32, sig) };
+    }
+
+    fn wait(mut self) -> std::process::Output {
+        let out = self.child.take().unwrap().wait_with_output().unwrap();
+        std::process::Output {
+            stderr: self.stderr().into_bytes(),
+            ..out
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.stderr);
+    }
+}
+
+fn start_stat(extra: &[&str]) -> Running {
+    // stderr goes to a file: an unread pipe could stall numatrace.
+    let stderr =
+        std::env::temp_dir().join(format!("numatrace-lifecycle-{}.err", std::process::id()));
     let child = Command::new(numatrace_bin())
         .arg("stat")
         .args(extra)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap())
         .spawn()
         .expect("spawn numatrace");
+    let running = Running {
+        child: Some(child),
+        stderr,
+    };
+    let want = common::expected_tracepoint_programs();
     assert!(
         wait_until(Duration::from_secs(90), || numatrace_programs_loaded()
             .len()
-            >= 7),
-        "numatrace's programs never showed up as loaded"
+            >= want),
+        "numatrace's {want} tracepoint programs never showed up as loaded (loaded: {:?}); its stderr: {}",
+        numatrace_programs_loaded(),
+        running.stderr()
     );
-    child
+    running
 }
 
 fn assert_all_released() {
@@ -48,9 +94,10 @@ fn assert_all_released() {
 fn sigkill_leaves_nothing_attached() {
     require_root!("sigkill_leaves_nothing_attached");
     assert_none_loaded_before();
-    let mut child = start_stat(&[]);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let running = start_stat(&[]);
+    running.signal(libc::SIGKILL);
+    let out = running.wait();
+    assert!(!out.status.success());
     assert_all_released();
 }
 
@@ -58,10 +105,9 @@ fn sigkill_leaves_nothing_attached() {
 fn sigint_prints_the_summary_and_detaches() {
     require_root!("sigint_prints_the_summary_and_detaches");
     assert_none_loaded_before();
-    let child = start_stat(&["--json"]);
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
+    let running = start_stat(&["--json"]);
+    running.signal(libc::SIGINT);
+    let out = running.wait();
     assert!(
         out.status.success(),
         "{}",
@@ -77,10 +123,9 @@ fn sigint_prints_the_summary_and_detaches() {
 fn sigterm_also_detaches() {
     require_root!("sigterm_also_detaches");
     assert_none_loaded_before();
-    let child = start_stat(&[]);
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
+    let running = start_stat(&[]);
+    running.signal(libc::SIGTERM);
+    let out = running.wait();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("numatrace stat:"));
     assert_all_released();

@@ -83,8 +83,9 @@ fn close(what: &str, ours: u64, kernel: u64) {
 fn function_hooks_agree_with_vmstat_and_see_migrations() {
     require_root!("function_hooks_agree_with_vmstat_and_see_migrations");
     if nodes() < 2 {
-        eprintln!(
-            "SKIPPED: needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)"
+        common::skip(
+            "function_hooks_agree_with_vmstat_and_see_migrations",
+            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
         );
         return;
     }
@@ -92,7 +93,10 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
         serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
     for f in ["task_numa_work", "change_prot_numa", "task_numa_fault"] {
         if !attached(&probes, f) {
-            eprintln!("SKIPPED: {f} cannot be hooked on this kernel (see numatrace probes)");
+            common::skip(
+                "function_hooks_agree_with_vmstat_and_see_migrations",
+                format!("{f} cannot be hooked on this kernel (see numatrace probes)"),
+            );
             return;
         }
     }

@@ -18,9 +18,9 @@ fn unprivileged_user_gets_one_line_error_and_exit_1() {
         let out = match cmd.output() {
             Ok(o) => o,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                eprintln!(
-                    "SKIPPED: user nobody cannot execute {}: {e}",
-                    numatrace_bin()
+                common::skip(
+                    "unprivileged_user_gets_one_line_error_and_exit_1",
+                    format!("user nobody cannot execute {}: {e}", numatrace_bin()),
                 );
                 return;
             }

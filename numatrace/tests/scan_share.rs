@@ -11,7 +11,10 @@ use common::{Sysctl, numatrace, numatrace_bin, workload_bin};
 fn sampled_scan_share_is_nonzero_for_a_scanning_workload() {
     require_root!("sampled_scan_share_is_nonzero_for_a_scanning_workload");
     if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
-        eprintln!("SKIPPED: this kernel has no NUMA balancing");
+        common::skip(
+            "sampled_scan_share_is_nonzero_for_a_scanning_workload",
+            "this kernel has no NUMA balancing",
+        );
         return;
     }
     let probes: serde_json::Value =
@@ -26,7 +29,10 @@ fn sampled_scan_share_is_nonzero_for_a_scanning_workload() {
             .unwrap()
     };
     if hook("task_numa_work")["attached"] == true {
-        eprintln!("SKIPPED: task_numa_work is hooked here; scan time is measured, not sampled");
+        common::skip(
+            "sampled_scan_share_is_nonzero_for_a_scanning_workload",
+            "task_numa_work is hooked here; scan time is measured, not sampled",
+        );
         return;
     }
     let sampling = hook("sampling:cpu-clock");

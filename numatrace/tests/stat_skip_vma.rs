@@ -39,14 +39,20 @@ fn tracefs_counter_parses_reasons() {
 fn skip_vma_counts_equal_an_independent_tracefs_count() {
     require_root!("skip_vma_counts_equal_an_independent_tracefs_count");
     if !Path::new("/proc/sys/kernel/numa_balancing").exists() {
-        eprintln!("SKIPPED: this kernel has no NUMA balancing (CONFIG_NUMA_BALANCING)");
+        common::skip(
+            "skip_vma_counts_equal_an_independent_tracefs_count",
+            "this kernel has no NUMA balancing (CONFIG_NUMA_BALANCING)",
+        );
         return;
     }
     if !tracefs_root()
         .join("events/sched/sched_skip_vma_numa")
         .is_dir()
     {
-        eprintln!("SKIPPED: this kernel has no sched:sched_skip_vma_numa (added in 6.7)");
+        common::skip(
+            "skip_vma_counts_equal_an_independent_tracefs_count",
+            "this kernel has no sched:sched_skip_vma_numa (added in 6.7)",
+        );
         return;
     }
 

@@ -321,7 +321,9 @@ fn parse_console(log: &str) -> GuestResult {
     let mut current: Option<String> = None;
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for line in log.lines() {
+        // Markers may follow terminal escapes on the same console line.
         let line = line.trim_end_matches('\r');
+        let line = line.find("vm-test: ").map_or(line, |i| &line[i..]);
         if let Some(rest) = line.strip_prefix("vm-test: kernel ") {
             r.nodes = rest.split("nodes: ").nth(1).map(str::to_owned);
         } else if let Some(name) = line.strip_prefix("vm-test: BEGIN ") {
@@ -468,7 +470,7 @@ mod tests {
 
     #[test]
     fn console_parsing() {
-        let log = "noise\nvm-test: kernel 6.1.0, nodes: 2\r\nvm-test: BEGIN probes\n\
+        let log = "noise\n\x1b[2Jvm-test: kernel 6.1.0, nodes: 2\r\nvm-test: BEGIN probes\n\
                    test a ... ok\nSKIPPED x: needs root\ntest b ... ok\ntest c ... FAILED\n\
                    vm-test: END probes rc=101\nvm-test: BEGIN lifecycle\nvm-test: END lifecycle rc=0\n\
                    vm-test: DONE\n";

@@ -147,6 +147,9 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         Scope::System
     };
 
+    // Handlers first: a Ctrl-C while the hooks are still attaching then ends the window as soon
+    // as it opens (with a summary) instead of killing numatrace half-way.
+    let mut signals = Signals::new()?;
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let opts = LoadOptions {
         max_tasks: args.max_tasks,
@@ -188,7 +191,6 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         model
     });
 
-    let mut signals = Signals::new()?;
     let vm_before = Vmstat::read().unwrap_or_default();
     let started = Instant::now();
     let exit = match scope {

@@ -325,7 +325,11 @@ mod tests {
     #[test]
     fn running_kernel_offsets_resolve() {
         let Ok(btf) = Btf::from_sys_fs() else {
-            eprintln!("SKIPPED: no /sys/kernel/btf/vmlinux on this kernel");
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED running_kernel_offsets_resolve: no /sys/kernel/btf/vmlinux"
+            );
             return;
         };
         let se = btf.offset_of("task_struct", "se.sum_exec_runtime");

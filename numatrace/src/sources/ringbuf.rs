@@ -13,12 +13,13 @@ use tokio::{
 };
 
 /// One decoded ring buffer record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     SkipVma(SkipVmaEvent),
     Placement(EventKind, PlacementEvent),
     MigratePages(MigratePagesEvent),
-    TaskExit(TaskExitEvent),
+    /// Boxed: a task snapshot is ten times the size of the other records.
+    TaskExit(Box<TaskExitEvent>),
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -60,7 +61,7 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
             Event::Placement(kind, read(b, kind)?)
         }
         EventKind::MigratePages => Event::MigratePages(read(b, kind)?),
-        EventKind::TaskExit => Event::TaskExit(read(b, kind)?),
+        EventKind::TaskExit => Event::TaskExit(Box::new(read(b, kind)?)),
     })
 }
 
@@ -145,7 +146,7 @@ mod tests {
             stats: TaskStats::new(42, 40),
         };
         exit.stats.skip_vma[1] = 9;
-        assert_eq!(decode(&bytes(&exit)), Ok(Event::TaskExit(exit)));
+        assert_eq!(decode(&bytes(&exit)), Ok(Event::TaskExit(Box::new(exit))));
 
         let swap = PlacementEvent {
             hdr: hdr(EventKind::NumaSwap),

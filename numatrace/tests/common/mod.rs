@@ -23,14 +23,21 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Says that a test is skipped and why, on stderr directly: libtest captures `eprintln!`, and
+/// a skip must be seen.
+pub fn skip(test: &str, why: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
 /// Skips the calling test, loudly, when not root.
 #[macro_export]
 macro_rules! require_root {
     ($test:expr) => {
         if !common::is_root() {
-            eprintln!(
-                "SKIPPED {}: needs root (CAP_BPF + CAP_PERFMON) to load BPF programs; CI runs it as root",
-                $test
+            common::skip(
+                $test,
+                "needs root (CAP_BPF + CAP_PERFMON) to load BPF programs; CI runs it as root",
             );
             return;
         }
