@@ -60,6 +60,8 @@ pub const PROG_FENTRY_MIGRATION_ENTRY_WAIT: &str = "fentry_migration_entry_wait"
 pub const PROG_FEXIT_MIGRATION_ENTRY_WAIT: &str = "fexit_migration_entry_wait";
 pub const PROG_KPROBE_MIGRATION_ENTRY_WAIT: &str = "kprobe_migration_entry_wait";
 pub const PROG_KRETPROBE_MIGRATION_ENTRY_WAIT: &str = "kretprobe_migration_entry_wait";
+pub const PROG_FENTRY_MPOL_MISPLACED: &str = "fentry_mpol_misplaced";
+pub const PROG_KPROBE_MPOL_MISPLACED: &str = "kprobe_mpol_misplaced";
 /// CPU-clock sampling (the scan-share fallback where no function hook attaches).
 pub const PROG_SAMPLE: &str = "perf_sample_scan";
 
@@ -78,6 +80,42 @@ pub const MAP_ZERO_STATS: &str = "ZERO_STATS";
 pub const GLOBAL_TASK_OFFSETS: &str = "TASK_OFFSETS";
 pub const GLOBAL_FUNC_CONFIG: &str = "FUNC_CONFIG";
 pub const GLOBAL_SCAN_RANGES: &str = "SCAN_RANGES";
+pub const GLOBAL_PAGE_OFFSETS: &str = "PAGE_OFFSETS";
+
+/// Where mpol_misplaced finds what makes a page "COW-shared" (seed 000): mapped by more than
+/// one process in a copy-on-write mapping. Offsets from BTF; [`FIELD_ABSENT`] when missing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageOffsets {
+    /// page.flags, and the PG_head bit in it (a large folio's head page).
+    pub flags: u32,
+    pub head_bit: u32,
+    /// page._mapcount (atomic_t; mapcount - 1) of a small page.
+    pub mapcount: u32,
+    /// From a head page: the large folio's mapcount - 1 (folio._large_mapcount on 6.11+,
+    /// else the entire/compound mapcount: PMD mappings).
+    pub large_mapcount: u32,
+    /// vm_fault.vma when mpol_misplaced's second argument is a vm_fault (6.11+); absent when it
+    /// is the vma itself.
+    pub vmf_vma: u32,
+    /// vm_area_struct.vm_flags
+    pub vm_flags: u32,
+}
+
+impl PageOffsets {
+    pub const ABSENT: Self = Self {
+        flags: FIELD_ABSENT,
+        head_bit: FIELD_ABSENT,
+        mapcount: FIELD_ABSENT,
+        large_mapcount: FIELD_ABSENT,
+        vmf_vma: FIELD_ABSENT,
+        vm_flags: FIELD_ABSENT,
+    };
+}
+
+/// vm_flags bits of `is_cow_mapping`.
+pub const VM_SHARED: u64 = 0x8;
+pub const VM_MAYWRITE: u64 = 0x20;
 
 /// Byte offsets of the kernel fields the function hooks read, from the running kernel's BTF.
 #[repr(C)]
@@ -118,6 +156,9 @@ pub struct ScanRanges {
 pub const INFLIGHT_TASK_NUMA_WORK: u64 = 1;
 pub const INFLIGHT_MIGRATE: u64 = 2;
 pub const INFLIGHT_MIGRATION_WAIT: u64 = 3;
+/// The current hint fault is on a COW-shared page (set by mpol_misplaced, read when the
+/// fault's migration ends, cleared by task_numa_fault).
+pub const INFLIGHT_COW_SHARED: u64 = 4;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -360,6 +401,9 @@ pub struct TaskStats {
     /// CPU-clock samples of this task, and of those with task_numa_work on the kernel stack.
     pub samples: u64,
     pub scan_samples: u64,
+    /// Hint faults on COW-shared pages (mpol_misplaced), and those pages migrated.
+    pub cow_shared_faults: u64,
+    pub cow_shared_migrations: u64,
 }
 
 impl TaskStats {
@@ -412,6 +456,8 @@ impl TaskStats {
             migration_wait_ns: 0,
             samples: 0,
             scan_samples: 0,
+            cow_shared_faults: 0,
+            cow_shared_migrations: 0,
         }
     }
 }
@@ -537,6 +583,8 @@ pub enum Counter {
     MigrationWaits = 20,
     Samples = 21,
     ScanSamples = 22,
+    CowSharedFaults = 23,
+    CowSharedMigrations = 24,
 }
 
 /// Length of [`MAP_COUNTERS`].
@@ -557,6 +605,7 @@ mod pod {
     unsafe impl aya::Pod for FuncConfig {}
     unsafe impl aya::Pod for ScanRanges {}
     unsafe impl aya::Pod for Inflight {}
+    unsafe impl aya::Pod for PageOffsets {}
 }
 
 #[cfg(test)]

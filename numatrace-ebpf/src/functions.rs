@@ -10,9 +10,10 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use numatrace_common::{
-    Counter, FAULT_PAGE_BUCKETS, FuncConfig, INFLIGHT_MIGRATE, INFLIGHT_MIGRATION_WAIT,
-    INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL,
-    TNF_MIGRATED, TaskOffsets, TaskStats,
+    Counter, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED, INFLIGHT_MIGRATE,
+    INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, PageOffsets,
+    TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats, VM_MAYWRITE,
+    VM_SHARED,
 };
 
 use crate::tasks::{
@@ -28,6 +29,9 @@ static FUNC_CONFIG: Global<FuncConfig> = Global::new(FuncConfig {
     migrate_ok_is_zero: 0,
     _pad: 0,
 });
+
+#[unsafe(no_mangle)]
+static PAGE_OFFSETS: Global<PageOffsets> = Global::new(PageOffsets::ABSENT);
 
 #[map]
 static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(8192, 0);
@@ -227,9 +231,11 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_task_numa_fault(pages: i32, flags: i32) {
-    let Some((t, _)) = followed_current() else {
+    let Some((t, pid)) = followed_current() else {
         return;
     };
+    // The fault is over: forget whether it was on a COW-shared page.
+    let _ = inflight_take(INFLIGHT_COW_SHARED, pid);
     let pages = pages.max(0) as u64;
     let flags = flags as u32;
     unsafe {
@@ -353,8 +359,15 @@ fn on_migrate_exit(ret: i64) {
     if ok {
         count(Counter::MigrateSucceeded);
     }
+    let cow_shared = inflight_take(INFLIGHT_COW_SHARED, cur.pid).is_some();
+    if ok && cow_shared {
+        count(Counter::CowSharedMigrations);
+    }
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
         unsafe {
+            if ok && cow_shared {
+                add(&raw mut (*t).cow_shared_migrations, 1);
+            }
             add(&raw mut (*t).migrate_attempts, 1);
             add(&raw mut (*t).migrate_ns, ns);
             if ok {
@@ -485,5 +498,61 @@ pub fn kprobe_migration_entry_wait(_ctx: ProbeContext) -> u32 {
 #[kretprobe]
 pub fn kretprobe_migration_entry_wait(_ctx: RetProbeContext) -> u32 {
     on_migration_wait_exit();
+    0
+}
+
+// ---- mpol_misplaced: COW-shared pages (seed 000) -------------------------------------------
+
+/// Whether the page being hint-faulted is COW-shared: in a copy-on-write mapping
+/// (`is_cow_mapping`) and mapped by more than one process.
+#[inline(always)]
+fn is_cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<bool> {
+    let o = PAGE_OFFSETS.load();
+    let vma = if o.vmf_vma == FIELD_ABSENT {
+        vma_or_vmf
+    } else {
+        read_field::<u64>(vma_or_vmf, o.vmf_vma)? as *const u8
+    };
+    let vm_flags = read_field::<u64>(vma, o.vm_flags)?;
+    if vm_flags & (VM_SHARED | VM_MAYWRITE) != VM_MAYWRITE {
+        return Some(false);
+    }
+    let page_flags = read_field::<u64>(page, o.flags).unwrap_or(0);
+    let head = o.head_bit < 64 && page_flags & (1u64 << o.head_bit) != 0;
+    let mapcount_minus_one = if head && o.large_mapcount != FIELD_ABSENT {
+        read_field::<i32>(page, o.large_mapcount)?
+    } else {
+        read_field::<i32>(page, o.mapcount)?
+    };
+    Some(mapcount_minus_one >= 1)
+}
+
+#[inline(always)]
+fn on_mpol_misplaced(page: u64, vma_or_vmf: u64) {
+    let Some((t, pid)) = followed_current() else {
+        return;
+    };
+    if is_cow_shared(page as *const u8, vma_or_vmf as *const u8) == Some(true) {
+        add(unsafe { &raw mut (*t).cow_shared_faults }, 1);
+        count(Counter::CowSharedFaults);
+        inflight_start(INFLIGHT_COW_SHARED, pid, &Inflight::default());
+    }
+}
+
+#[fentry(function = "mpol_misplaced")]
+pub fn fentry_mpol_misplaced(ctx: FEntryContext) -> u32 {
+    on_mpol_misplaced(
+        tracing_arg::<0>(ctx.as_ptr()),
+        tracing_arg::<1>(ctx.as_ptr()),
+    );
+    0
+}
+
+#[kprobe]
+pub fn kprobe_mpol_misplaced(ctx: ProbeContext) -> u32 {
+    on_mpol_misplaced(
+        ctx.arg::<u64>(0).unwrap_or(0),
+        ctx.arg::<u64>(1).unwrap_or(0),
+    );
     0
 }

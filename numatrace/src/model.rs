@@ -83,6 +83,10 @@ pub struct HintFaults {
     pub migrate_failed: u64,
     pub numa_page_entries: u64,
     pub huge_pmd_numa_entries: u64,
+    /// Hint faults on COW-shared pages (mpol_misplaced: copy-on-write mapping, mapcount > 1),
+    /// and how many of those pages were migrated. Seed 000 expects ~0 (4K pages).
+    pub cow_shared: u64,
+    pub cow_shared_migrated: u64,
 }
 
 /// The counters of one task, process or the whole window.
@@ -169,6 +173,8 @@ impl Counts {
                 migrate_failed: s.hint_migrate_failed,
                 numa_page_entries: s.numa_page_entries,
                 huge_pmd_numa_entries: s.huge_pmd_numa_entries,
+                cow_shared: s.cow_shared_faults,
+                cow_shared_migrated: s.cow_shared_migrations,
             },
         }
         .finished()
@@ -231,6 +237,8 @@ impl Counts {
         f.migrate_failed += g.migrate_failed;
         f.numa_page_entries += g.numa_page_entries;
         f.huge_pmd_numa_entries += g.huge_pmd_numa_entries;
+        f.cow_shared += g.cow_shared;
+        f.cow_shared_migrated += g.cow_shared_migrated;
     }
 
     /// Nothing NUMA-balancing related happened (samples alone do not count).

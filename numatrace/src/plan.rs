@@ -177,14 +177,13 @@ pub const HOOKS: &[HookSpec] = &[
         &[PROG_KPROBE_DO_HUGE_PMD_NUMA_PAGE],
         "THP hint fault entry",
     ),
-    HookSpec {
-        name: "mpol_misplaced",
-        kind: HookKind::Function {
-            symbols: &["mpol_misplaced"],
-        },
-        programs: Programs::None,
-        what: "faulted page and VMA: COW-shared pages",
-    },
+    func(
+        "mpol_misplaced",
+        &["mpol_misplaced"],
+        &[PROG_FENTRY_MPOL_MISPLACED],
+        &[PROG_KPROBE_MPOL_MISPLACED],
+        "faulted page and VMA: COW-shared pages",
+    ),
     func(
         "migrate_misplaced_folio|_page",
         &["migrate_misplaced_folio", "migrate_misplaced_page"],
@@ -290,6 +289,7 @@ pub struct Offsets {
     pub task: TaskOffsets,
     pub func: FuncConfig,
     pub scan_ranges: ScanRanges,
+    pub page: PageOffsets,
 }
 
 impl Default for Offsets {
@@ -312,6 +312,7 @@ impl Default for Offsets {
                 task_numa_work: [0, 0],
                 change_prot_numa: [0, 0],
             },
+            page: PageOffsets::ABSENT,
         }
     }
 }
@@ -545,6 +546,31 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         migrate_ok_is_zero: u32::from(facts.version >= KernelVersion::new(6, 10, 0)),
         _pad: 0,
     };
+    // A large folio's total mapcount: folio._large_mapcount (6.11+), else the PMD mappings in
+    // folio._entire_mapcount (6.2-6.10) or in the first tail page's compound_mapcount (older).
+    let large_mapcount = [
+        field(facts, "folio._large_mapcount"),
+        field(facts, "folio._entire_mapcount"),
+    ]
+    .into_iter()
+    .find(|&o| o != FIELD_ABSENT)
+    .or_else(|| {
+        let off = field(facts, "page.compound_mapcount");
+        (off != FIELD_ABSENT).then_some(facts.page_size? + off)
+    })
+    .unwrap_or(FIELD_ABSENT);
+    o.page = PageOffsets {
+        flags: field(facts, "page.flags"),
+        head_bit: facts.page_head_bit.unwrap_or(FIELD_ABSENT),
+        mapcount: field(facts, "page._mapcount"),
+        large_mapcount,
+        vmf_vma: if facts.mpol_arg1.as_deref() == Some("vm_fault") {
+            field(facts, "vm_fault.vma")
+        } else {
+            FIELD_ABSENT
+        },
+        vm_flags: field(facts, "vm_area_struct.vm_flags"),
+    };
     let range = |n: &str| facts.scan_ranges.get(n).copied().unwrap_or([0, 0]);
     o.scan_ranges = ScanRanges {
         task_numa_work: range("task_numa_work"),
@@ -554,7 +580,29 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
 
 /// What a function hook loses when BTF lacks a field it reads.
 fn field_notes(facts: &KernelFacts, h: &mut HookPlan) {
-    if h.spec.name != "task_numa_work" || h.mechanism == Mechanism::None {
+    if h.mechanism == Mechanism::None {
+        return;
+    }
+    if h.spec.name == "mpol_misplaced" {
+        // Without these it could not tell a COW-shared page from any other: do not attach.
+        let mut need = vec!["vm_area_struct.vm_flags", "page._mapcount"];
+        if facts.mpol_arg1.as_deref() == Some("vm_fault") {
+            need.push("vm_fault.vma");
+        }
+        let missing: Vec<_> = need
+            .into_iter()
+            .filter(|f| field(facts, f) == FIELD_ABSENT)
+            .collect();
+        if !missing.is_empty() {
+            h.reasons.push(format!(
+                "BTF lacks {}: COW-shared pages cannot be recognised",
+                missing.join(", ")
+            ));
+            h.mechanism = Mechanism::None;
+        }
+        return;
+    }
+    if h.spec.name != "task_numa_work" {
         return;
     }
     for (f, loses) in [
@@ -679,11 +727,12 @@ pub(crate) mod tests {
         tps
     }
 
-    fn btf_fields(offs: &[u32; 4]) -> BTreeMap<String, Option<u32>> {
+    /// Every BTF field present, the i-th at `base + 8 * i`.
+    fn btf_fields(base: u32) -> BTreeMap<String, Option<u32>> {
         crate::kernel::facts::BTF_FIELDS
             .iter()
-            .zip(offs)
-            .map(|((st, path), off)| (format!("{st}.{path}"), Some(*off)))
+            .enumerate()
+            .map(|(i, (st, path))| (format!("{st}.{path}"), Some(base + 8 * i as u32)))
             .collect()
     }
 
@@ -750,8 +799,11 @@ pub(crate) mod tests {
                 ),
             ]
             .into(),
-            btf_fields: btf_fields(&[100, 200, 300, 40]),
+            btf_fields: btf_fields(100),
             migrate_params: Some(2),
+            mpol_arg1: Some("vm_fault".into()),
+            page_head_bit: Some(6),
+            page_size: Some(64),
             kprobes: false,
             tracefs: Some("/sys/kernel/tracing".into()),
             tracefs_mounted_by_us: true,
@@ -791,8 +843,17 @@ pub(crate) mod tests {
             btf_functions: set(&syms),
             kallsyms: set(&syms),
             scan_ranges: [("task_numa_work".to_owned(), [0x1000, 0x2000])].into(),
-            btf_fields: btf_fields(&[10, 20, 30, 4]),
+            btf_fields: {
+                // 6.1: no folio fields; the compound mapcount lives in the first tail page.
+                let mut f = btf_fields(10);
+                f.insert("folio._large_mapcount".into(), None);
+                f.insert("folio._entire_mapcount".into(), None);
+                f
+            },
             migrate_params: Some(3),
+            mpol_arg1: Some("vm_area_struct".into()),
+            page_head_bit: Some(16),
+            page_size: Some(64),
             kprobes: true,
             tracefs: Some("/sys/kernel/tracing".into()),
             tracefs_mounted_by_us: false,
@@ -830,6 +891,9 @@ pub(crate) mod tests {
                 }
             }
         }
+        // 6.11+: mpol_misplaced(folio, vmf, addr) and folio._large_mapcount.
+        assert_eq!(p.offsets.page.vmf_vma, 100 + 8 * 9);
+        assert_eq!(p.offsets.page.large_mapcount, 100 + 8 * 6);
         // 6.14+ migrate_misplaced_folio(folio, node): node is argument 1, 0 means migrated.
         assert_eq!(p.offsets.func.migrate_node_arg, 1);
         assert_eq!(p.offsets.func.migrate_params, 2);
@@ -875,8 +939,11 @@ pub(crate) mod tests {
             hook(&p, "task_numa_work").programs(),
             [PROG_FENTRY_TASK_NUMA_WORK, PROG_FEXIT_TASK_NUMA_WORK]
         );
-        // mpol_misplaced has no program yet: reported with its mechanism, not attached.
-        assert!(!hook(&p, "mpol_misplaced").will_attach());
+        assert!(hook(&p, "mpol_misplaced").will_attach());
+        // 6.1: the vma is the argument itself; THP mapcount in page[1].compound_mapcount.
+        assert_eq!(p.offsets.page.vmf_vma, FIELD_ABSENT);
+        assert_eq!(p.offsets.page.head_bit, 16);
+        assert_eq!(p.offsets.page.large_mapcount, 64 + 10 + 8 * 8);
         let sampling = hook(&p, "sampling:cpu-clock");
         assert_eq!(sampling.mechanism, Mechanism::None);
         assert!(sampling.reasons[0].contains("not needed"), "{sampling:?}");
@@ -889,8 +956,8 @@ pub(crate) mod tests {
             hook(&p, "migrate_misplaced_folio|_page").symbol.as_deref(),
             Some("migrate_misplaced_page")
         );
-        // 6 tracepoints and 7 function hooks with programs.
-        assert_eq!(p.attachable().count(), 13);
+        // 6 tracepoints and 8 function hooks.
+        assert_eq!(p.attachable().count(), 14);
     }
 
     #[test]
@@ -908,6 +975,17 @@ pub(crate) mod tests {
         assert_eq!(h.mechanism, Mechanism::Kprobe);
         assert!(h.reasons[0].contains("ENOTSUPP"), "{h:?}");
         assert_eq!(h.programs(), [PROG_KPROBE_TASK_NUMA_FAULT]);
+    }
+
+    #[test]
+    fn mpol_misplaced_needs_its_fields() {
+        let mut f = debian_6_1();
+        f.btf_fields.insert("vm_area_struct.vm_flags".into(), None);
+        let p = plan(&f);
+        let h = hook(&p, "mpol_misplaced");
+        assert_eq!(h.mechanism, Mechanism::None);
+        assert!(h.reasons.iter().any(|r| r.contains("vm_flags")), "{h:?}");
+        assert!(hook(&p, "task_numa_fault").will_attach());
     }
 
     #[test]

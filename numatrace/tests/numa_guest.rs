@@ -170,3 +170,96 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
     let share = task["scan"]["share"].as_f64().expect("measured scan share");
     assert!(share > 0.0 && share < 0.5, "scan share {share}");
 }
+
+fn stat_command(args: &[&str]) -> serde_json::Value {
+    let report = std::env::temp_dir().join(format!("numatrace-cow-{}.json", std::process::id()));
+    let out = Command::new(numatrace_bin())
+        .args(["stat", "--json", "--output"])
+        .arg(&report)
+        .arg("--")
+        .arg(workload_bin())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&out.stdout).trim());
+    let v = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    let _ = fs::remove_file(&report);
+    v
+}
+
+/// Seed 000: hint faults on COW-shared pages are avoided (the control, whose children own their
+/// pages, is faulted), and the detector itself sees COW-shared THPs, which the skip never checks.
+#[test]
+fn cow_shared_pages_are_not_faulted_but_the_control_is() {
+    const TEST: &str = "cow_shared_pages_are_not_faulted_but_the_control_is";
+    require_root!(TEST);
+    if nodes() < 2 {
+        common::skip(
+            TEST,
+            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
+        );
+        return;
+    }
+    let probes: serde_json::Value =
+        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+    for f in ["mpol_misplaced", "task_numa_fault"] {
+        if !attached(&probes, f) {
+            common::skip(TEST, format!("{f} cannot be hooked on this kernel"));
+            return;
+        }
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let run = |mode: &str, thp: bool| {
+        let mut a = vec![
+            "cow",
+            "--children",
+            "2",
+            "--mem-mib",
+            "32",
+            "--duration",
+            "10s",
+            "--mode",
+            mode,
+        ];
+        if thp {
+            a.push("--thp");
+        }
+        let v = stat_command(&a);
+        let h = v["totals"]["hint_faults"].clone();
+        println!("cow {mode} thp={thp}: {h}\n  scan: {}", v["totals"]["scan"]);
+        h
+    };
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+    let shared = run("shared", false);
+    let control = run("private", false);
+    let array_pages = 32 * 256;
+    // 4K COW-shared pages are skipped by change_pte_range: (almost) no hint fault lands on them.
+    assert!(
+        n(&shared["cow_shared"]) * 100 <= array_pages,
+        "hint faults on COW-shared 4K pages: {shared}"
+    );
+    assert_eq!(n(&shared["cow_shared_migrated"]), 0, "{shared}");
+    // The control's children own their pages, which are scanned and faulted.
+    assert!(
+        n(&control["faults"]) >= 1000 && n(&control["faults"]) > 5 * n(&shared["faults"]),
+        "control {control} vs shared {shared}"
+    );
+
+    let thp_enabled = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| !s.contains("[never]"));
+    if thp_enabled {
+        let thp = run("shared", true);
+        if n(&thp["faults_thp"]) > 0 {
+            // PMD-mapped COW-shared THPs are not skipped: the detector must flag them.
+            assert!(
+                n(&thp["cow_shared"]) > 0,
+                "THP faults not seen as COW-shared: {thp}"
+            );
+        }
+    }
+}

@@ -48,6 +48,26 @@ enum Workload {
         #[arg(long, default_value = "8s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
+    /// Seed 000: a parent initialises an array, forks children that sum it from other NUMA
+    /// nodes. With `--mode shared` the pages stay COW-shared (patched kernels neither fault nor
+    /// migrate them); `--mode private` is the control where each child writes its copy first.
+    Cow {
+        /// Number of children; child i runs on the first CPU of node (i+1) mod nodes.
+        #[arg(long, default_value_t = 2)]
+        children: usize,
+        /// MiB in the array.
+        #[arg(long, default_value_t = 32)]
+        mem_mib: usize,
+        #[arg(long, value_enum, default_value_t = CowMode::Shared)]
+        mode: CowMode,
+        /// Back the array with transparent hugepages (MADV_HUGEPAGE, 2 MiB aligned); without it
+        /// the array is kept in 4K pages (MADV_NOHUGEPAGE).
+        #[arg(long)]
+        thp: bool,
+        /// How long the children keep summing.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
     /// Touch memory on a CPU of one NUMA node, then read it from a CPU of another: NUMA
     /// balancing should find the pages misplaced and migrate them (needs 2+ nodes).
     Migrate {
@@ -64,6 +84,14 @@ enum Workload {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CowMode {
+    /// Children only read the parent's pages: they stay COW-shared.
+    Shared,
+    /// Control: children write their copy first, which breaks COW (private pages).
+    Private,
 }
 
 /// First CPU of a NUMA node, from sysfs (`0-3,8` -> 0).
@@ -86,6 +114,107 @@ fn pin_to_cpu(cpu: usize) -> Result<()> {
             return Err(std::io::Error::last_os_error()).context("sched_setaffinity");
         }
     }
+    Ok(())
+}
+
+fn nodes() -> u32 {
+    (0..1024)
+        .take_while(|n| std::path::Path::new(&format!("/sys/devices/system/node/node{n}")).exists())
+        .count()
+        .max(1) as u32
+}
+
+/// A private anonymous mapping of `bytes`, 2 MiB aligned, THP-advised if asked.
+fn anon_mapping(bytes: usize, thp: bool) -> Result<&'static mut [u32]> {
+    const HUGE: usize = 2 << 20;
+    let len = bytes.div_ceil(HUGE) * HUGE;
+    // SAFETY: a fresh anonymous mapping, never unmapped (the process exits), aligned inside.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len + HUGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mmap");
+        }
+        let aligned = (p as usize).next_multiple_of(HUGE) as *mut libc::c_void;
+        // Explicit either way: with THP "always" the kernel would otherwise pick for us.
+        let advice = if thp {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
+        if libc::madvise(aligned, len, advice) != 0 {
+            return Err(std::io::Error::last_os_error()).context("madvise");
+        }
+        Ok(std::slice::from_raw_parts_mut(
+            aligned.cast::<u32>(),
+            len / 4,
+        ))
+    }
+}
+
+fn cow(
+    children: usize,
+    mem_mib: usize,
+    mode: CowMode,
+    thp: bool,
+    duration: Duration,
+) -> Result<()> {
+    let bytes = mem_mib << 20;
+    let nodes = nodes();
+    pin_to_cpu(node_cpu(0)?)?;
+    // A private anonymous mapping initialised by the parent: after fork its pages are
+    // COW-shared, as the seed's initialised data section is.
+    let array = anon_mapping(bytes, thp)?;
+    array.fill(13);
+    let start = Instant::now();
+    let mut pids = Vec::new();
+    for i in 0..children {
+        // SAFETY: the child only computes on its own memory and exits without unwinding.
+        match unsafe { libc::fork() } {
+            -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+            0 => {
+                // Write the private copy while still on the parent's node, then move: the copy is
+                // misplaced, so the control has something to fault and migrate. (The kernel
+                // leaves alone pages already on a single-threaded task's node.)
+                if mode == CowMode::Private {
+                    for page in array.chunks_mut(1024) {
+                        page[0] = page[0].wrapping_add(1);
+                    }
+                }
+                let node = (i as u32 + 1) % nodes;
+                let _ = node_cpu(node).and_then(pin_to_cpu);
+                let mut sum = 0u64;
+                let mut passes = 0u64;
+                while start.elapsed() < duration {
+                    for page in array.chunks(1024) {
+                        sum = sum.wrapping_add(u64::from(page[0]));
+                    }
+                    passes += 1;
+                }
+                std::hint::black_box(sum);
+                println!("cow child {i} on node {node}: {passes} passes");
+                // SAFETY: leave without running the parent's atexit handlers twice.
+                unsafe { libc::_exit(0) };
+            }
+            pid => pids.push(pid),
+        }
+    }
+    for pid in pids {
+        let mut status = 0;
+        // SAFETY: waiting for our own children.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+    println!(
+        "cow: {children} children, {mem_mib} MiB {mode:?}{} in {:.1} s",
+        if thp { " THP" } else { "" },
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -174,6 +303,13 @@ fn main() -> Result<()> {
             mem_mib,
             duration,
         } => threads(n, mem_mib, duration),
+        Workload::Cow {
+            children,
+            mem_mib,
+            mode,
+            thp,
+            duration,
+        } => cow(children, mem_mib, mode, thp, duration),
         Workload::Migrate {
             mem_mib,
             from_node,

@@ -88,6 +88,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(GLOBAL_TASK_OFFSETS, &o.task, true)
         .override_global(GLOBAL_FUNC_CONFIG, &o.func, true)
         .override_global(GLOBAL_SCAN_RANGES, &o.scan_ranges, true)
+        .override_global(numatrace_common::GLOBAL_PAGE_OFFSETS, &o.page, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
         .load(super::OBJECT)

@@ -14,8 +14,10 @@ pub enum BtfError {
     Malformed(&'static str),
 }
 
+const KIND_PTR: u32 = 2;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
 const KIND_TYPEDEF: u32 = 8;
 const KIND_VOLATILE: u32 = 9;
 const KIND_CONST: u32 = 10;
@@ -38,8 +40,10 @@ struct Type {
     /// size, or referenced type for modifiers/typedefs/functions.
     size_or_type: u32,
     members: Vec<Member>,
-    /// FUNC_PROTO parameter count.
-    params: u32,
+    /// FUNC_PROTO parameter types.
+    params: Vec<u32>,
+    /// ENUM values by name offset.
+    values: Vec<(u32, i64)>,
 }
 
 /// Parsed BTF: types (id 1..) and the string section.
@@ -87,7 +91,8 @@ impl Btf {
             kind: 0,
             size_or_type: 0,
             members: vec![],
-            params: 0,
+            params: vec![],
+            values: vec![],
         }];
         let mut p = 0usize;
         while p + 12 <= types_b.len() {
@@ -103,7 +108,8 @@ impl Btf {
                 kind,
                 size_or_type,
                 members: vec![],
-                params: 0,
+                params: vec![],
+                values: vec![],
             };
             let extra = match kind {
                 1 | 14 | 17 => 4, // INT, VAR, DECL_TAG
@@ -120,9 +126,20 @@ impl Btf {
                     }
                     vlen * 12
                 }
-                6 => vlen * 8, // ENUM
+                KIND_ENUM => {
+                    for i in 0..vlen {
+                        let m = p + i * 8;
+                        t.values.push((
+                            u32_at(types_b, m)?,
+                            i64::from(u32_at(types_b, m + 4)? as i32),
+                        ));
+                    }
+                    vlen * 8
+                }
                 KIND_FUNC_PROTO => {
-                    t.params = vlen as u32;
+                    for i in 0..vlen {
+                        t.params.push(u32_at(types_b, p + i * 8 + 4)?);
+                    }
                     vlen * 8
                 }
                 15 | 19 => vlen * 12, // DATASEC, ENUM64
@@ -138,7 +155,7 @@ impl Btf {
         };
         for id in 1..btf.types.len() as u32 {
             let t = &btf.types[id as usize];
-            if t.name != 0 && matches!(t.kind, KIND_STRUCT | KIND_UNION | KIND_FUNC) {
+            if t.name != 0 && matches!(t.kind, KIND_STRUCT | KIND_UNION | KIND_FUNC | KIND_ENUM) {
                 let n = btf.str_at(t.name).to_owned();
                 btf.by_name.entry(n).or_default().push(id);
             }
@@ -209,15 +226,54 @@ impl Btf {
         })
     }
 
-    /// Number of parameters of kernel function `name`.
-    pub fn func_params(&self, name: &str) -> Option<u32> {
+    fn func_proto(&self, name: &str) -> Option<&Type> {
         let id = *self
             .by_name
             .get(name)?
             .iter()
             .find(|&&id| self.ty(id).is_some_and(|t| t.kind == KIND_FUNC))?;
         let proto = self.ty(self.ty(id)?.size_or_type)?;
-        (proto.kind == KIND_FUNC_PROTO).then_some(proto.params)
+        (proto.kind == KIND_FUNC_PROTO).then_some(proto)
+    }
+
+    /// Number of parameters of kernel function `name`.
+    pub fn func_params(&self, name: &str) -> Option<u32> {
+        self.func_proto(name).map(|p| p.params.len() as u32)
+    }
+
+    /// The struct a pointer parameter of `func` points to (e.g. `vm_fault` for
+    /// `mpol_misplaced`'s second parameter on 6.11+).
+    pub fn func_param_struct(&self, func: &str, index: usize) -> Option<&str> {
+        let ty = *self.func_proto(func)?.params.get(index)?;
+        let ptr = self.ty(self.resolve(ty))?;
+        if ptr.kind != KIND_PTR {
+            return None;
+        }
+        let target = self.ty(self.resolve(ptr.size_or_type))?;
+        matches!(target.kind, KIND_STRUCT | KIND_UNION).then(|| self.str_at(target.name))
+    }
+
+    /// Size in bytes of struct `name`.
+    pub fn struct_size(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name)?.iter().find_map(|&id| {
+            let t = self.ty(id)?;
+            (matches!(t.kind, KIND_STRUCT | KIND_UNION) && !t.members.is_empty())
+                .then_some(t.size_or_type)
+        })
+    }
+
+    /// Value of `member` of enum `name` (e.g. `PG_head` of `pageflags`).
+    pub fn enum_value(&self, name: &str, member: &str) -> Option<i64> {
+        self.by_name.get(name)?.iter().find_map(|&id| {
+            let t = self.ty(id)?;
+            if t.kind != KIND_ENUM {
+                return None;
+            }
+            t.values
+                .iter()
+                .find(|(n, _)| self.str_at(*n) == member)
+                .map(|(_, v)| *v)
+        })
     }
 }
 
@@ -271,6 +327,8 @@ mod tests {
             "numa_scan_seq",
             "task_numa_fault",
             "x",
+            "pageflags",
+            "PG_head",
         ];
         let n = |s| name_off(&st, s);
         let types = vec![
@@ -300,8 +358,11 @@ mod tests {
             // 5: struct mm_struct { anon @ 0 }
             (n("mm_struct"), (4 << 24) | 1, 16, vec![0, 4, 0]),
             // 6: func_proto (3 params), 7: func task_numa_fault
-            (0, (13 << 24) | 3, 0, vec![0, 1, 0, 1, 0, 1]),
+            (0, (13 << 24) | 3, 0, vec![0, 9, 0, 1, 0, 1]),
             (n("task_numa_fault"), 12 << 24, 6, vec![]),
+            // 8: enum pageflags { PG_head = 6 }, 9: task_struct *
+            (n("pageflags"), (6 << 24) | 1, 4, vec![n("PG_head"), 6]),
+            (0, 2 << 24, 3, vec![]),
         ];
         let btf = Btf::parse(&blob(&st, &types)).unwrap();
         assert_eq!(
@@ -314,6 +375,18 @@ mod tests {
         assert_eq!(btf.offset_of("nope", "x"), None);
         assert_eq!(btf.func_params("task_numa_fault"), Some(3));
         assert_eq!(btf.func_params("nope"), None);
+        assert_eq!(
+            btf.func_param_struct("task_numa_fault", 0),
+            Some("task_struct")
+        );
+        assert_eq!(
+            btf.func_param_struct("task_numa_fault", 1),
+            None,
+            "not a pointer"
+        );
+        assert_eq!(btf.enum_value("pageflags", "PG_head"), Some(6));
+        assert_eq!(btf.enum_value("pageflags", "PG_nope"), None);
+        assert_eq!(btf.struct_size("task_struct"), Some(64));
     }
 
     #[test]
@@ -336,6 +409,11 @@ mod tests {
         assert!(se.is_some());
         assert!(btf.offset_of("task_struct", "mm").is_some());
         assert!(btf.offset_of("sched_entity", "sum_exec_runtime").is_some());
+        assert_eq!(
+            btf.enum_value("pageflags", "PG_head").map(|v| v >= 0),
+            Some(true)
+        );
+        assert!(btf.struct_size("page").is_some_and(|s| s >= 56));
         if std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
             assert!(btf.offset_of("task_struct", "node_stamp").is_some());
             assert!(btf.offset_of("mm_struct", "numa_scan_seq").is_some());

@@ -80,6 +80,12 @@ pub struct KernelFacts {
     pub btf_fields: BTreeMap<String, Option<u32>>,
     /// Parameter count of the migrate_misplaced_* function this kernel has.
     pub migrate_params: Option<u32>,
+    /// The struct mpol_misplaced's second parameter points to (`vm_area_struct`, or
+    /// `vm_fault` from 6.11).
+    pub mpol_arg1: Option<String>,
+    /// PG_head's bit in page.flags, and sizeof(struct page).
+    pub page_head_bit: Option<u32>,
+    pub page_size: Option<u32>,
     /// The kernel can create kprobes (kprobe PMU or tracefs kprobe_events).
     pub kprobes: bool,
     /// Where tracefs is mounted; `None` if it could not be found or mounted.
@@ -151,6 +157,13 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("task_struct", "node_stamp"),
     ("task_struct", "mm"),
     ("mm_struct", "numa_scan_seq"),
+    ("page", "flags"),
+    ("page", "_mapcount"),
+    ("folio", "_large_mapcount"),
+    ("folio", "_entire_mapcount"),
+    ("page", "compound_mapcount"),
+    ("vm_fault", "vma"),
+    ("vm_area_struct", "vm_flags"),
 ];
 
 /// Number of NUMA nodes known to sysfs (1 when the kernel shows none).
@@ -212,27 +225,29 @@ impl KernelFacts {
             .into_iter()
             .filter(|(n, _)| n == "task_numa_work" || n == "change_prot_numa")
             .collect();
-        let (btf_fields, migrate_params) = match super::btf::Btf::from_sys_fs() {
-            Ok(btf) => (
-                BTF_FIELDS
-                    .iter()
-                    .map(|(st, path)| (format!("{st}.{path}"), btf.offset_of(st, path)))
-                    .collect(),
-                ["migrate_misplaced_folio", "migrate_misplaced_page"]
-                    .iter()
-                    .find_map(|f| btf.func_params(f)),
-            ),
-            Err(e) => {
-                tracing::warn!("kernel BTF unreadable: {e}");
-                (
-                    BTF_FIELDS
-                        .iter()
-                        .map(|(st, path)| (format!("{st}.{path}"), None))
-                        .collect(),
-                    None,
-                )
-            }
-        };
+        let btf = super::btf::Btf::from_sys_fs()
+            .inspect_err(|e| tracing::warn!("kernel BTF unreadable: {e}"))
+            .ok();
+        let btf_fields = BTF_FIELDS
+            .iter()
+            .map(|(st, path)| {
+                let off = btf.as_ref().and_then(|b| b.offset_of(st, path));
+                (format!("{st}.{path}"), off)
+            })
+            .collect();
+        let migrate_params = btf.as_ref().and_then(|b| {
+            ["migrate_misplaced_folio", "migrate_misplaced_page"]
+                .iter()
+                .find_map(|f| b.func_params(f))
+        });
+        let mpol_arg1 = btf
+            .as_ref()
+            .and_then(|b| b.func_param_struct("mpol_misplaced", 1).map(str::to_owned));
+        let page_head_bit = btf
+            .as_ref()
+            .and_then(|b| b.enum_value("pageflags", "PG_head"))
+            .and_then(|v| u32::try_from(v).ok());
+        let page_size = btf.as_ref().and_then(|b| b.struct_size("page"));
 
         let tracefs = Tracefs::find_or_mount()?;
         let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists()
@@ -260,6 +275,9 @@ impl KernelFacts {
             scan_ranges,
             btf_fields,
             migrate_params,
+            mpol_arg1,
+            page_head_bit,
+            page_size,
             kprobes,
             tracefs: Some(tracefs.root.display().to_string()),
             tracefs_mounted_by_us: tracefs.mounted_by_us,

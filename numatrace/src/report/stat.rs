@@ -299,7 +299,7 @@ impl StatReport {
         let h = &t.hint_faults;
         out.push_str(&format!(
             "hint faults: {} ({} local, {} remote; {} 4K, {} THP, {} large folio; {} pages), {} pages migrated, {} failed; \
-             migrate_misplaced: {} calls, {} migrated, mean {}; {} migration stalls ({})\n",
+             {} on COW-shared pages ({} migrated); migrate_misplaced: {} calls, {} migrated, mean {}; {} migration stalls ({})\n",
             h.faults,
             h.local,
             h.remote,
@@ -309,6 +309,8 @@ impl StatReport {
             h.pages,
             h.migrated_pages,
             h.migrate_failed,
+            h.cow_shared,
+            h.cow_shared_migrated,
             t.migrations.attempts,
             t.migrations.succeeded,
             t.migrations
