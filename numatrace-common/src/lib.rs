@@ -98,8 +98,11 @@ pub struct PageOffsets {
     /// vm_fault.vma when mpol_misplaced's second argument is a vm_fault (6.11+); absent when it
     /// is the vma itself.
     pub vmf_vma: u32,
-    /// vm_area_struct.vm_flags
+    /// vm_area_struct.vm_flags, vm_start, vm_end
     pub vm_flags: u32,
+    pub vm_start: u32,
+    pub vm_end: u32,
+    pub _pad: u32,
 }
 
 impl PageOffsets {
@@ -110,7 +113,66 @@ impl PageOffsets {
         large_mapcount: FIELD_ABSENT,
         vmf_vma: FIELD_ABSENT,
         vm_flags: FIELD_ABSENT,
+        vm_start: FIELD_ABSENT,
+        vm_end: FIELD_ABSENT,
+        _pad: 0,
     };
+}
+
+/// Global holding [`NodeMap`].
+pub const GLOBAL_NODE_MAP: &str = "NODE_MAP";
+/// Node ranges [`NodeMap`] can hold.
+pub const NODE_RANGES: usize = 32;
+/// Nodes the migration matrix distinguishes; row `MAX_NODES` is "source unknown".
+pub const MAX_NODES: u32 = 16;
+/// Per-CPU migration matrix: `[migrated | not migrated][src 0..=MAX_NODES][dst 0..MAX_NODES]`.
+pub const MAP_MIGRATE_MATRIX: &str = "MIGRATE_MATRIX";
+pub const MATRIX_SLOTS: u32 = 2 * (MAX_NODES + 1) * MAX_NODES;
+/// Per-VMA PTE updates of change_prot_numa, key [`VmaKey`], value [`VmaStats`].
+pub const MAP_VMA_STATS: &str = "VMA_STATS";
+pub const MAX_VMAS: u32 = 16384;
+
+/// How to find the NUMA node of a `struct page` (the source of a migration): its PFN is
+/// `(page - vmemmap) / page_size` (x86-64 SPARSEMEM_VMEMMAP), and sysfs says which node owns
+/// which PFNs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeMap {
+    /// Address of the kernel variable `vmemmap_base` (randomized layouts), or 0.
+    pub vmemmap_base_sym: u64,
+    /// vmemmap start when there is no such variable; 0 when unknown.
+    pub vmemmap_const: u64,
+    /// sizeof(struct page); 0: source nodes are not resolved.
+    pub page_size: u64,
+    pub nranges: u64,
+    /// [start_pfn, end_pfn, node], end exclusive.
+    pub ranges: [[u64; 3]; NODE_RANGES],
+}
+
+impl NodeMap {
+    pub const EMPTY: Self = Self {
+        vmemmap_base_sym: 0,
+        vmemmap_const: 0,
+        page_size: 0,
+        nranges: 0,
+        ranges: [[0; 3]; NODE_RANGES],
+    };
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmaKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub vm_start: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VmaStats {
+    pub vm_end: u64,
+    pub pte_updates: u64,
+    pub calls: u64,
 }
 
 /// vm_flags bits of `is_cow_mapping`.
@@ -167,6 +229,7 @@ pub struct Inflight {
     pub runtime_ns: u64,
     pub node_stamp: u64,
     pub arg: u64,
+    pub arg2: u64,
 }
 
 /// task_numa_fault flags.
@@ -585,6 +648,8 @@ pub enum Counter {
     ScanSamples = 22,
     CowSharedFaults = 23,
     CowSharedMigrations = 24,
+    /// A VMA's PTE updates could not be recorded (per-VMA map full).
+    VmaMapFull = 25,
 }
 
 /// Length of [`MAP_COUNTERS`].
@@ -606,6 +671,9 @@ mod pod {
     unsafe impl aya::Pod for ScanRanges {}
     unsafe impl aya::Pod for Inflight {}
     unsafe impl aya::Pod for PageOffsets {}
+    unsafe impl aya::Pod for NodeMap {}
+    unsafe impl aya::Pod for VmaKey {}
+    unsafe impl aya::Pod for VmaStats {}
 }
 
 #[cfg(test)]

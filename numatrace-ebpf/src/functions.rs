@@ -11,9 +11,9 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     Counter, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED, INFLIGHT_MIGRATE,
-    INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, PageOffsets,
-    TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats, VM_MAYWRITE,
-    VM_SHARED,
+    INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, MATRIX_SLOTS,
+    MAX_NODES, NODE_RANGES, NodeMap, PageOffsets, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED,
+    TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaStats,
 };
 
 use crate::tasks::{
@@ -32,6 +32,16 @@ static FUNC_CONFIG: Global<FuncConfig> = Global::new(FuncConfig {
 
 #[unsafe(no_mangle)]
 static PAGE_OFFSETS: Global<PageOffsets> = Global::new(PageOffsets::ABSENT);
+
+/// Read field by field (volatile): the whole struct would not fit on the BPF stack.
+#[unsafe(no_mangle)]
+static NODE_MAP: NodeMap = NodeMap::EMPTY;
+
+#[map]
+static MIGRATE_MATRIX: PerCpuArray<u64> = PerCpuArray::with_max_entries(MATRIX_SLOTS, 0);
+#[map]
+static VMA_STATS: HashMap<VmaKey, VmaStats> =
+    HashMap::with_max_entries(numatrace_common::MAX_VMAS, 0);
 
 #[map]
 static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(8192, 0);
@@ -135,6 +145,7 @@ fn on_task_numa_work_enter() {
             runtime_ns: runtime,
             node_stamp,
             arg: 0,
+            arg2: 0,
         },
     );
 }
@@ -202,11 +213,44 @@ pub fn kretprobe_task_numa_work(_ctx: RetProbeContext) -> u32 {
 
 // ---- change_prot_numa ----------------------------------------------------------------------
 
+/// Adds one change_prot_numa call to its VMA's entry.
 #[inline(always)]
-fn on_change_prot_numa_ret(updated: u64) {
+fn vma_add(tgid: u32, vma: *const u8, updated: u64) {
+    let o = PAGE_OFFSETS.load();
+    let (Some(start), Some(end)) = (
+        read_field::<u64>(vma, o.vm_start),
+        read_field::<u64>(vma, o.vm_end),
+    ) else {
+        return;
+    };
+    let key = VmaKey {
+        tgid,
+        _pad: 0,
+        vm_start: start,
+    };
+    if let Some(v) = VMA_STATS.get_ptr_mut(&key) {
+        unsafe {
+            add(&raw mut (*v).pte_updates, updated);
+            add(&raw mut (*v).calls, 1);
+        }
+        return;
+    }
+    let v = VmaStats {
+        vm_end: end,
+        pte_updates: updated,
+        calls: 1,
+    };
+    if VMA_STATS.insert(&key, &v, 0).is_err() {
+        count(Counter::VmaMapFull);
+    }
+}
+
+#[inline(always)]
+fn on_change_prot_numa_ret(vma: u64, updated: u64) {
     let Some((t, _)) = followed_current() else {
         return;
     };
+    vma_add(current().tgid, vma as *const u8, updated);
     unsafe {
         add(&raw mut (*t).pte_updates, updated);
         add(&raw mut (*t).prot_numa_calls, 1);
@@ -217,13 +261,17 @@ fn on_change_prot_numa_ret(updated: u64) {
 #[fexit(function = "change_prot_numa")]
 pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
     // (vma, addr, end) -> unsigned long: the return value follows the three arguments.
-    on_change_prot_numa_ret(ctx.arg::<u64>(3));
+    on_change_prot_numa_ret(
+        tracing_arg::<0>(ctx.as_ptr()),
+        tracing_arg::<3>(ctx.as_ptr()),
+    );
     0
 }
 
 #[kretprobe]
 pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
-    on_change_prot_numa_ret(ctx.ret::<u64>());
+    // A kretprobe no longer sees the arguments: the per-VMA split needs fexit.
+    on_change_prot_numa_ret(0, ctx.ret::<u64>());
     0
 }
 
@@ -323,8 +371,41 @@ pub fn kprobe_do_huge_pmd_numa_page(_ctx: ProbeContext) -> u32 {
 
 // ---- migrate_misplaced_folio / migrate_misplaced_page --------------------------------------
 
+/// NUMA node of a `struct page` / folio, or `MAX_NODES` when it cannot be told.
 #[inline(always)]
-fn on_migrate_enter(node: u64) {
+fn page_node(page: u64) -> u64 {
+    let m = &raw const NODE_MAP;
+    let rd = |p: *const u64| unsafe { core::ptr::read_volatile(p) };
+    let size = rd(unsafe { &raw const (*m).page_size });
+    let sym = rd(unsafe { &raw const (*m).vmemmap_base_sym });
+    let vmemmap = if sym != 0 {
+        read_field::<u64>(sym as *const u8, 0).unwrap_or(0)
+    } else {
+        rd(unsafe { &raw const (*m).vmemmap_const })
+    };
+    if size == 0 || vmemmap == 0 || page < vmemmap {
+        return u64::from(MAX_NODES);
+    }
+    let pfn = (page - vmemmap) / size;
+    let n = rd(unsafe { &raw const (*m).nranges });
+    for i in 0..NODE_RANGES {
+        if i as u64 >= n {
+            break;
+        }
+        let r = unsafe { &raw const (*m).ranges[i] };
+        let (start, end) = (
+            rd(unsafe { &raw const (*r)[0] }),
+            rd(unsafe { &raw const (*r)[1] }),
+        );
+        if pfn >= start && pfn < end {
+            return rd(unsafe { &raw const (*r)[2] });
+        }
+    }
+    u64::from(MAX_NODES)
+}
+
+#[inline(always)]
+fn on_migrate_enter(page: u64, node: u64) {
     let cur = current();
     if !wanted(cur.tgid) {
         return;
@@ -337,8 +418,23 @@ fn on_migrate_enter(node: u64) {
             runtime_ns: 0,
             node_stamp: 0,
             arg: node,
+            arg2: page_node(page),
         },
     );
+}
+
+#[inline(always)]
+fn matrix_add(ok: bool, src: u64, dst: u64) {
+    let nodes = u64::from(MAX_NODES);
+    if dst >= nodes || src > nodes {
+        return;
+    }
+    let idx = (if ok { 0 } else { nodes + 1 } + src) * nodes + dst;
+    if idx < u64::from(MATRIX_SLOTS)
+        && let Some(p) = MIGRATE_MATRIX.get_ptr_mut(idx as u32)
+    {
+        add(p, 1);
+    }
 }
 
 #[inline(always)]
@@ -355,6 +451,7 @@ fn on_migrate_exit(ret: i64) {
         ret == 1
     };
     hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
+    matrix_add(ok, start.arg2, start.arg);
     count(Counter::MigrateAttempts);
     if ok {
         count(Counter::MigrateSucceeded);
@@ -388,17 +485,27 @@ fn tracing_arg<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
     unsafe { core::ptr::read_volatile(ctx.cast::<u64>().add(N)) }
 }
 
+/// Slot `N` as a plain number: fentry arguments are typed kernel pointers, on which the
+/// verifier forbids arithmetic with unknown values (the page -> PFN computation needs it).
+/// Copying through bpf_probe_read_kernel yields an untyped scalar.
+#[inline(always)]
+fn tracing_arg_scalar<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(ctx.cast::<u64>().add(N)) }.unwrap_or(0)
+}
+
 #[fentry(function = "migrate_misplaced_folio")]
 pub fn fentry_migrate_misplaced(ctx: FEntryContext) -> u32 {
-    let (a1, a2) = (
+    let (a0, a1, a2) = (
+        tracing_arg_scalar::<0>(ctx.as_ptr()),
         tracing_arg::<1>(ctx.as_ptr()),
         tracing_arg::<2>(ctx.as_ptr()),
     );
-    on_migrate_enter(if FUNC_CONFIG.load().migrate_node_arg == 1 {
+    let node = if FUNC_CONFIG.load().migrate_node_arg == 1 {
         a1
     } else {
         a2
-    });
+    };
+    on_migrate_enter(a0, node);
     0
 }
 
@@ -420,19 +527,21 @@ pub fn fexit_migrate_misplaced(ctx: FExitContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_migrate_misplaced(ctx: ProbeContext) -> u32 {
-    // Both candidate registers are read volatile at constant offsets (see `tracing_arg`).
+    // Candidate registers are read volatile at constant offsets (see `tracing_arg`).
     let regs = ctx.as_ptr().cast::<aya_ebpf::bindings::pt_regs>();
-    let (a1, a2) = unsafe {
+    let (a0, a1, a2) = unsafe {
         (
+            core::ptr::read_volatile(&raw const (*regs).rdi),
             core::ptr::read_volatile(&raw const (*regs).rsi),
             core::ptr::read_volatile(&raw const (*regs).rdx),
         )
     };
-    on_migrate_enter(if FUNC_CONFIG.load().migrate_node_arg == 1 {
+    let node = if FUNC_CONFIG.load().migrate_node_arg == 1 {
         a1
     } else {
         a2
-    });
+    };
+    on_migrate_enter(a0, node);
     0
 }
 

@@ -276,6 +276,20 @@ pub struct ProcessRecord {
     pub threads: u32,
     #[serde(flatten)]
     pub counts: Counts,
+    /// VMAs change_prot_numa worked on, most PTE updates first.
+    pub vmas: Vec<VmaRecord>,
+}
+
+/// One VMA's share of the scanning (change_prot_numa calls on it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VmaRecord {
+    /// Hex start and end addresses.
+    pub start: String,
+    pub end: String,
+    pub pte_updates: u64,
+    pub calls: u64,
+    /// From /proc/PID/maps while the process lives; `None` once it has exited.
+    pub mapping: Option<String>,
 }
 
 /// Ring buffer records received, by kind.
@@ -294,6 +308,7 @@ pub struct Model {
     /// Keyed by (pid, creation time): a pid reused within the window is another task.
     tasks: BTreeMap<(u32, u64), TaskRecord>,
     pub events: EventTally,
+    vmas: BTreeMap<u32, Vec<VmaRecord>>,
 }
 
 impl Model {
@@ -333,6 +348,29 @@ impl Model {
         }
     }
 
+    /// Adds per-VMA PTE updates: (tgid, vm_start, vm_end, updates, calls, mapping name).
+    pub fn merge_vmas(
+        &mut self,
+        vmas: impl IntoIterator<Item = (u32, u64, u64, u64, u64, Option<String>)>,
+    ) {
+        for (tgid, start, end, pte_updates, calls, mapping) in vmas {
+            self.vmas.entry(tgid).or_default().push(VmaRecord {
+                start: format!("{start:#x}"),
+                end: format!("{end:#x}"),
+                pte_updates,
+                calls,
+                mapping,
+            });
+        }
+        for v in self.vmas.values_mut() {
+            v.sort_by(|a, b| {
+                b.pte_updates
+                    .cmp(&a.pte_updates)
+                    .then(a.start.cmp(&b.start))
+            });
+        }
+    }
+
     /// Keeps only tasks whose comm is `comm` (as the kernel truncates it: 15 bytes).
     pub fn retain_comm(&mut self, comm: &str) {
         let want: String = comm.chars().take(15).collect();
@@ -367,6 +405,7 @@ impl Model {
                 comm: t.comm.clone(),
                 threads: 0,
                 counts: Counts::default(),
+                vmas: self.vmas.get(&t.tgid).cloned().unwrap_or_default(),
             });
             if t.pid == t.tgid {
                 p.comm = t.comm.clone();

@@ -290,6 +290,7 @@ pub struct Offsets {
     pub func: FuncConfig,
     pub scan_ranges: ScanRanges,
     pub page: PageOffsets,
+    pub node_map: NodeMap,
 }
 
 impl Default for Offsets {
@@ -313,6 +314,7 @@ impl Default for Offsets {
                 change_prot_numa: [0, 0],
             },
             page: PageOffsets::ABSENT,
+            node_map: NodeMap::EMPTY,
         }
     }
 }
@@ -570,12 +572,37 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
             FIELD_ABSENT
         },
         vm_flags: field(facts, "vm_area_struct.vm_flags"),
+        vm_start: field(facts, "vm_area_struct.vm_start"),
+        vm_end: field(facts, "vm_area_struct.vm_end"),
+        _pad: 0,
     };
+    o.node_map = node_map(facts);
     let range = |n: &str| facts.scan_ranges.get(n).copied().unwrap_or([0, 0]);
     o.scan_ranges = ScanRanges {
         task_numa_work: range("task_numa_work"),
         change_prot_numa: range("change_prot_numa"),
     };
+}
+
+/// x86-64's vmemmap start without memory randomization (4-level paging).
+const X86_64_VMEMMAP_START: u64 = 0xffff_ea00_0000_0000;
+
+/// Where to find a page's node (x86-64, SPARSEMEM_VMEMMAP): see `NodeMap`.
+fn node_map(facts: &KernelFacts) -> NodeMap {
+    let mut m = NodeMap::EMPTY;
+    if !cfg!(target_arch = "x86_64") || facts.node_pfn_ranges.is_empty() {
+        return m;
+    }
+    m.page_size = facts.page_size.map_or(0, u64::from);
+    match facts.vmemmap_base_sym {
+        Some(sym) => m.vmemmap_base_sym = sym,
+        None => m.vmemmap_const = X86_64_VMEMMAP_START,
+    }
+    for (slot, r) in m.ranges.iter_mut().zip(&facts.node_pfn_ranges) {
+        *slot = *r;
+    }
+    m.nranges = facts.node_pfn_ranges.len().min(NODE_RANGES) as u64;
+    m
 }
 
 /// What a function hook loses when BTF lacks a field it reads.
@@ -804,6 +831,8 @@ pub(crate) mod tests {
             mpol_arg1: Some("vm_fault".into()),
             page_head_bit: Some(6),
             page_size: Some(64),
+            vmemmap_base_sym: None,
+            node_pfn_ranges: vec![[0, 6291456, 0]],
             kprobes: false,
             tracefs: Some("/sys/kernel/tracing".into()),
             tracefs_mounted_by_us: true,
@@ -854,6 +883,8 @@ pub(crate) mod tests {
             mpol_arg1: Some("vm_area_struct".into()),
             page_head_bit: Some(16),
             page_size: Some(64),
+            vmemmap_base_sym: Some(0xffffffff82a0f6b8),
+            node_pfn_ranges: vec![[0, 262144, 0], [262144, 524288, 1]],
             kprobes: true,
             tracefs: Some("/sys/kernel/tracing".into()),
             tracefs_mounted_by_us: false,
@@ -940,6 +971,12 @@ pub(crate) mod tests {
             [PROG_FENTRY_TASK_NUMA_WORK, PROG_FEXIT_TASK_NUMA_WORK]
         );
         assert!(hook(&p, "mpol_misplaced").will_attach());
+        // Randomized layout: the programs read vmemmap_base; two nodes' PFN ranges.
+        assert_eq!(p.offsets.node_map.vmemmap_base_sym, 0xffffffff82a0f6b8);
+        assert_eq!(p.offsets.node_map.vmemmap_const, 0);
+        assert_eq!(p.offsets.node_map.nranges, 2);
+        assert_eq!(p.offsets.node_map.ranges[1], [262144, 524288, 1]);
+        assert_eq!(p.offsets.node_map.page_size, 64);
         // 6.1: the vma is the argument itself; THP mapcount in page[1].compound_mapcount.
         assert_eq!(p.offsets.page.vmf_vma, FIELD_ABSENT);
         assert_eq!(p.offsets.page.head_bit, 16);

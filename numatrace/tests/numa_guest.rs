@@ -160,6 +160,29 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
         n(&t["migrations"]["pages_ok"]) > 0,
         "mm_migrate_pages saw nothing"
     );
+    // The workload first-touched on node 1 and read from node 0: its pages moved 1 -> 0.
+    let flows = v["node_matrix"].as_array().unwrap();
+    assert!(
+        flows
+            .iter()
+            .any(|f| f["src"] == 1 && f["dst"] == 0 && n(&f["migrated"]) > 0),
+        "no 1->0 migrations in the node matrix: {flows:?}"
+    );
+    // Per-VMA PTE updates add up to the process's total.
+    let proc = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["comm"] == "numatrace-workl")
+        .expect("the workload's process is listed");
+    let vma_sum: u64 = proc["vmas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| n(&v["pte_updates"]))
+        .sum();
+    assert_eq!(vma_sum, n(&proc["scan"]["pte_updates"]), "{}", proc["vmas"]);
+    assert!(vma_sum > 0);
     // The workload's task shows its own share of run time spent scanning.
     let task = v["tasks"]
         .as_array()

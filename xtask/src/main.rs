@@ -43,7 +43,11 @@ enum Step {
     },
     /// Run the real-kernel tests in 2-node QEMU guests on Debian's 6.1 and 6.12 cloud kernels
     /// (installs qemu-system-x86, busybox-static and cpio with apt when missing; needs root).
-    VmTest,
+    VmTest {
+        /// Only these test binaries (e.g. `--only probes,numa_guest`).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
 }
 
 fn main() {
@@ -73,9 +77,9 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("xtask: --no-vm: QEMU guests skipped");
                 Ok(())
             } else {
-                vm::run(&tools)
+                vm::run(&tools, &[])
             }
         }
-        Step::VmTest => vm::run(&tools),
+        Step::VmTest { only } => vm::run(&tools, &only),
     }
 }

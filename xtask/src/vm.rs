@@ -410,10 +410,16 @@ fn boot(vmlinuz: &Path, initrd: &Path, log_path: &Path) -> Result<String> {
     Ok(log)
 }
 
-pub fn run(tools: &Tools) -> Result<()> {
+pub fn run(tools: &Tools, only: &[String]) -> Result<()> {
     ensure_packages(&["qemu-system-x86", "busybox-static", "cpio"])?;
     let bins = build_static(tools)?;
-    let tests = build_static_tests(tools)?;
+    let mut tests = build_static_tests(tools)?;
+    if !only.is_empty() {
+        tests.retain(|name, _| only.contains(name));
+        if tests.is_empty() {
+            bail!("--only matches no test binary");
+        }
+    }
     let out = workspace_root().join("target/vm-test");
     fs::create_dir_all(&out)?;
     let initrd = out.join("initramfs.cpio.gz");

@@ -89,6 +89,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(GLOBAL_FUNC_CONFIG, &o.func, true)
         .override_global(GLOBAL_SCAN_RANGES, &o.scan_ranges, true)
         .override_global(numatrace_common::GLOBAL_PAGE_OFFSETS, &o.page, true)
+        .override_global(numatrace_common::GLOBAL_NODE_MAP, &o.node_map, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
         .load(super::OBJECT)
@@ -157,6 +158,26 @@ fn err(what: &str, e: impl std::fmt::Display) -> String {
     format!("{what}: {}", first_line(&e.to_string()))
 }
 
+/// A load error with the verifier's verdict: its log ends with the reason, while its first
+/// lines are often only warnings.
+fn load_err(e: ProgramError) -> String {
+    match &e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = verifier_log.to_string();
+            let tail: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = tail[tail.len().saturating_sub(8)..].join(" | ");
+            format!(
+                "load: {io_error}; verifier: {}",
+                tail.chars().take(400).collect::<String>()
+            )
+        }
+        _ => err("load", e),
+    }
+}
+
 /// Loads and attaches one program; its type is in its name (see `plan::Programs`).
 fn attach_program(
     ebpf: &mut Ebpf,
@@ -172,19 +193,19 @@ fn attach_program(
     let need_btf = || btf.ok_or_else(|| "kernel BTF unreadable".to_owned());
     if program.starts_with("fentry_") {
         let p: &mut FEntry = prog.try_into().map_err(|e| err("type", e))?;
-        p.load(symbol, need_btf()?).map_err(|e| err("load", e))?;
+        p.load(symbol, need_btf()?).map_err(load_err)?;
         p.attach().map_err(|e| err("attach", e))?;
     } else if program.starts_with("fexit_") {
         let p: &mut FExit = prog.try_into().map_err(|e| err("type", e))?;
-        p.load(symbol, need_btf()?).map_err(|e| err("load", e))?;
+        p.load(symbol, need_btf()?).map_err(load_err)?;
         p.attach().map_err(|e| err("attach", e))?;
     } else if program.starts_with("kprobe_") || program.starts_with("kretprobe_") {
         let p: &mut KProbe = prog.try_into().map_err(|e| err("type", e))?;
-        p.load().map_err(|e| err("load", e))?;
+        p.load().map_err(load_err)?;
         p.attach(symbol, 0).map_err(|e| err("attach", e))?;
     } else if program.starts_with("perf_") {
         let p: &mut PerfEvent = prog.try_into().map_err(|e| err("type", e))?;
-        p.load().map_err(|e| err("load", e))?;
+        p.load().map_err(load_err)?;
         let cpus = aya::util::online_cpus().map_err(|(what, e)| err(what, e))?;
         for cpu in cpus {
             p.attach(
@@ -197,7 +218,7 @@ fn attach_program(
         }
     } else if let HookKind::Tracepoint { category, name, .. } = h.spec.kind {
         let p: &mut TracePoint = prog.try_into().map_err(|e| err("type", e))?;
-        p.load().map_err(|e| err("load", e))?;
+        p.load().map_err(load_err)?;
         p.attach(category, name).map_err(|e| err("attach", e))?;
     } else {
         return Err(format!("no way to attach {program}"));

@@ -174,6 +174,8 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         counters: take::<PerCpuArray<MapData, u64>>(&mut ebpf, MAP_COUNTERS)?,
         migrate_latency: take(&mut ebpf, MAP_MIGRATE_LATENCY)?,
         fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
+        migrate_matrix: take(&mut ebpf, numatrace_common::MAP_MIGRATE_MATRIX)?,
+        vmas: take(&mut ebpf, numatrace_common::MAP_VMA_STATS)?,
     };
     let mut tracked: HashMap<MapData, u32, u8> = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
     if let Some(pid) = args.pid {
@@ -215,6 +217,17 @@ pub async fn run(args: StatArgs) -> Result<i32> {
     let live = maps.tasks().context("reading the task map")?;
     let counters = maps.counters().context("reading counters")?;
     let (latency, pages) = maps.histograms().context("reading histograms")?;
+    let node_matrix = maps.node_flows().context("reading the migration matrix")?;
+    let mut names = std::collections::BTreeMap::new();
+    let vmas = maps.vmas().context("reading per-VMA counts")?;
+    model.merge_vmas(vmas.into_iter().map(|(tgid, start, v)| {
+        let mapping = names
+            .entry(tgid)
+            .or_insert_with(|| crate::sources::procfs::process_mapping_names(tgid))
+            .get(&start)
+            .cloned();
+        (tgid, start, v.vm_end, v.pte_updates, v.calls, mapping)
+    }));
     model.merge_live(&live);
     let dropped = Dropped::compute(
         &counters,
@@ -247,6 +260,7 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         &counters,
         dropped,
     );
+    report.node_matrix = node_matrix;
     report.histograms = Histograms {
         migrate_latency_ns: latency,
         pages_per_hint_fault: pages,

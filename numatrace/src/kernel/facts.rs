@@ -83,6 +83,10 @@ pub struct KernelFacts {
     /// The struct mpol_misplaced's second parameter points to (`vm_area_struct`, or
     /// `vm_fault` from 6.11).
     pub mpol_arg1: Option<String>,
+    /// Address of the kernel variable `vmemmap_base` (randomized memory layouts).
+    pub vmemmap_base_sym: Option<u64>,
+    /// PFN ranges per node, for the source node of migrations.
+    pub node_pfn_ranges: Vec<[u64; 3]>,
     /// PG_head's bit in page.flags, and sizeof(struct page).
     pub page_head_bit: Option<u32>,
     pub page_size: Option<u32>,
@@ -164,7 +168,58 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("page", "compound_mapcount"),
     ("vm_fault", "vma"),
     ("vm_area_struct", "vm_flags"),
+    ("vm_area_struct", "vm_start"),
+    ("vm_area_struct", "vm_end"),
 ];
+
+/// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists
+/// under each node (merged where contiguous).
+pub fn node_pfn_ranges(sys: &Path) -> Vec<[u64; 3]> {
+    let block = fs::read_to_string(sys.join("memory/block_size_bytes"))
+        .ok()
+        .and_then(|s| u64::from_str_radix(s.trim(), 16).ok());
+    let Some(block_pages) = block.map(|b| b / 4096).filter(|&b| b > 0) else {
+        return Vec::new();
+    };
+    let mut blocks: Vec<(u64, u64)> = Vec::new();
+    for node in fs::read_dir(sys.join("node"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = node.file_name();
+        let Some(nid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("node")?.parse().ok())
+        else {
+            continue;
+        };
+        for e in fs::read_dir(node.path()).into_iter().flatten().flatten() {
+            if let Some(b) = e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("memory")?.parse::<u64>().ok())
+            {
+                blocks.push((b, nid));
+            }
+        }
+    }
+    merge_blocks(blocks, block_pages)
+}
+
+/// (memory block number, node) pairs into merged PFN ranges.
+pub fn merge_blocks(mut blocks: Vec<(u64, u64)>, block_pages: u64) -> Vec<[u64; 3]> {
+    blocks.sort_unstable();
+    let mut out: Vec<[u64; 3]> = Vec::new();
+    for (b, nid) in blocks {
+        let (start, end) = (b * block_pages, (b + 1) * block_pages);
+        match out.last_mut() {
+            Some(last) if last[1] == start && last[2] == nid => last[1] = end,
+            _ => out.push([start, end, nid]),
+        }
+    }
+    out
+}
 
 /// Number of NUMA nodes known to sysfs (1 when the kernel shows none).
 pub fn numa_nodes(sys_node: &Path) -> u32 {
@@ -248,6 +303,20 @@ impl KernelFacts {
             .and_then(|b| b.enum_value("pageflags", "PG_head"))
             .and_then(|v| u32::try_from(v).ok());
         let page_size = btf.as_ref().and_then(|b| b.struct_size("page"));
+        let vmemmap_base_sym = fs::File::open("/proc/kallsyms").ok().and_then(|f| {
+            std::io::BufReader::new(f)
+                .lines()
+                .map_while(Result::ok)
+                .find_map(|l| {
+                    let mut it = l.split_whitespace();
+                    let (addr, _ty, name) = (it.next()?, it.next()?, it.next()?);
+                    (name == "vmemmap_base")
+                        .then(|| u64::from_str_radix(addr, 16).ok())
+                        .flatten()
+                        .filter(|&a| a != 0)
+                })
+        });
+        let node_pfn_ranges = node_pfn_ranges(Path::new("/sys/devices/system"));
 
         let tracefs = Tracefs::find_or_mount()?;
         let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists()
@@ -278,6 +347,8 @@ impl KernelFacts {
             mpol_arg1,
             page_head_bit,
             page_size,
+            vmemmap_base_sym,
+            node_pfn_ranges,
             kprobes,
             tracefs: Some(tracefs.root.display().to_string()),
             tracefs_mounted_by_us: tracefs.mounted_by_us,
@@ -341,6 +412,15 @@ mod tests {
             got["task_numa_work"],
             [0, 0],
             "no addresses for non-root readers"
+        );
+    }
+
+    #[test]
+    fn memory_blocks_merge_per_node() {
+        let r = merge_blocks(vec![(3, 1), (0, 0), (1, 0), (2, 1), (5, 0)], 32768);
+        assert_eq!(
+            r,
+            vec![[0, 65536, 0], [65536, 131072, 1], [163840, 196608, 0],]
         );
     }
 

@@ -9,7 +9,7 @@ use crate::{
     bpf::loader::HookReport,
     kernel::facts::KernelFacts,
     model::{Counts, EventTally, Model, ProcessRecord, TaskRecord},
-    sources::maps::{Counters, Log2Bucket},
+    sources::maps::{Counters, Log2Bucket, NodeFlow},
 };
 use numatrace_common::Counter;
 
@@ -141,6 +141,8 @@ pub struct StatReport {
     pub kernel_seen: KernelSeen,
     pub events_received: EventTally,
     pub histograms: Histograms,
+    /// NUMA-misplaced migrations by source and destination node (function hooks).
+    pub node_matrix: Vec<NodeFlow>,
     pub dropped: Dropped,
 }
 
@@ -167,6 +169,7 @@ impl StatReport {
             kernel_seen: counters.into(),
             events_received: model.events.clone(),
             histograms: Histograms::default(),
+            node_matrix: Vec::new(),
             dropped,
         }
     }
@@ -319,6 +322,45 @@ impl StatReport {
             t.migrations.stalls,
             ns(t.migrations.stall_ns),
         ));
+        if !self.node_matrix.is_empty() {
+            out.push_str(&format!(
+                "migrations by node: {}\n",
+                self.node_matrix
+                    .iter()
+                    .map(|f| format!(
+                        "{}->{} {} ok/{} failed",
+                        f.src.map_or("?".into(), |s| s.to_string()),
+                        f.dst,
+                        f.migrated,
+                        f.not_migrated
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let mut vmas: Vec<_> = self
+            .processes
+            .iter()
+            .flat_map(|p| p.vmas.iter().map(move |v| (p, v)))
+            .collect();
+        vmas.sort_by_key(|(_, v)| std::cmp::Reverse(v.pte_updates));
+        if vmas.first().is_some_and(|(_, v)| v.pte_updates > 0) {
+            out.push_str(&format!(
+                "most scanned VMAs: {}\n",
+                vmas.iter()
+                    .take(3)
+                    .map(|(p, v)| format!(
+                        "{} {}-{} {} ({} PTEs)",
+                        p.tgid,
+                        v.start,
+                        v.end,
+                        v.mapping.as_deref().unwrap_or("?"),
+                        v.pte_updates
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         out.push_str(&format!(
             "kernel /proc/vmstat (system-wide): {}\n",
             self.vmstat_delta

@@ -1,7 +1,10 @@
 //! Snapshots of the per-task map and the per-CPU counters.
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
-use numatrace_common::{COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, TaskStats};
+use numatrace_common::{
+    COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
+    TaskStats, VmaKey, VmaStats,
+};
 
 /// Per-CPU counters summed over CPUs, indexed by [`Counter`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,6 +21,39 @@ pub struct Maps {
     pub counters: PerCpuArray<MapData, u64>,
     pub migrate_latency: PerCpuArray<MapData, u64>,
     pub fault_pages: PerCpuArray<MapData, u64>,
+    pub migrate_matrix: PerCpuArray<MapData, u64>,
+    pub vmas: HashMap<MapData, VmaKey, VmaStats>,
+}
+
+/// Migrations between two nodes (`src` None: the source node could not be resolved).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NodeFlow {
+    pub src: Option<u32>,
+    pub dst: u32,
+    pub migrated: u64,
+    pub not_migrated: u64,
+}
+
+/// Non-zero cells of the `[ok | failed][src 0..=MAX_NODES][dst]` matrix.
+pub fn node_flows(cells: &[u64]) -> Vec<NodeFlow> {
+    let n = MAX_NODES as usize;
+    let half = (n + 1) * n;
+    let mut out = Vec::new();
+    for src in 0..=n {
+        for dst in 0..n {
+            let ok = cells.get(src * n + dst).copied().unwrap_or(0);
+            let failed = cells.get(half + src * n + dst).copied().unwrap_or(0);
+            if ok + failed > 0 {
+                out.push(NodeFlow {
+                    src: (src < n).then_some(src as u32),
+                    dst: dst as u32,
+                    migrated: ok,
+                    not_migrated: failed,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// A log2 histogram: bucket `b` holds values in [2^(b-1), 2^b) (bucket 0: the value 0).
@@ -50,6 +86,20 @@ impl Maps {
         sum_array(&self.counters, COUNTER_SLOTS).map(Counters)
     }
 
+    pub fn node_flows(&self) -> Result<Vec<NodeFlow>, MapError> {
+        Ok(node_flows(&sum_array(&self.migrate_matrix, MATRIX_SLOTS)?))
+    }
+
+    /// PTE updates per VMA: (tgid, vm_start, stats).
+    pub fn vmas(&self) -> Result<Vec<(u32, u64, VmaStats)>, MapError> {
+        let mut out = Vec::new();
+        for kv in self.vmas.iter() {
+            let (k, v) = kv?;
+            out.push((k.tgid, k.vm_start, v));
+        }
+        Ok(out)
+    }
+
     /// (migrate_misplaced latency in ns, pages per hint fault) histograms.
     pub fn histograms(&self) -> Result<(Vec<Log2Bucket>, Vec<Log2Bucket>), MapError> {
         Ok((
@@ -77,6 +127,36 @@ impl Maps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn matrix_cells_become_flows() {
+        let n = MAX_NODES as usize;
+        let mut cells = vec![0; MATRIX_SLOTS as usize];
+        cells[n] = 7; // ok, src 1 -> dst 0
+        cells[(n + 1) * n + 1] = 2; // failed, src 0 -> dst 1
+        cells[n * n + 1] = 3; // ok, src unknown -> dst 1
+        let f = node_flows(&cells);
+        assert_eq!(f.len(), 3);
+        assert_eq!(
+            f[0],
+            NodeFlow {
+                src: Some(0),
+                dst: 1,
+                migrated: 0,
+                not_migrated: 2
+            }
+        );
+        assert_eq!(
+            f[1],
+            NodeFlow {
+                src: Some(1),
+                dst: 0,
+                migrated: 7,
+                not_migrated: 0
+            }
+        );
+        assert_eq!(f[2].src, None);
+    }
 
     #[test]
     fn buckets_are_log2_upper_bounds() {

@@ -1,0 +1,39 @@
+//! /proc/PID/maps: names of mappings, to say which VMA the scanner worked on.
+
+use std::{collections::BTreeMap, fs};
+
+/// Mapping name by start address, from /proc/PID/maps text (anonymous mappings: `[anon]`).
+pub fn mapping_names(maps: &str) -> BTreeMap<u64, String> {
+    maps.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let range = it.next()?;
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            let name = it.nth(4).map_or("[anon]".to_owned(), str::to_owned);
+            Some((start, name))
+        })
+        .collect()
+}
+
+/// Names for a live process; empty if it has exited.
+pub fn process_mapping_names(tgid: u32) -> BTreeMap<u64, String> {
+    fs::read_to_string(format!("/proc/{tgid}/maps"))
+        .map(|t| mapping_names(&t))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps() {
+        let t = "55d0c0a00000-55d0c0a21000 rw-p 00000000 00:00 0          [heap]\n\
+                 7f0000000000-7f0004000000 rw-p 00000000 00:00 0 \n\
+                 7f1000000000-7f1000001000 r-xp 00000000 08:01 1234       /usr/lib/libc.so.6\n";
+        let m = mapping_names(t);
+        assert_eq!(m[&0x55d0c0a00000], "[heap]");
+        assert_eq!(m[&0x7f0000000000], "[anon]");
+        assert_eq!(m[&0x7f1000000000], "/usr/lib/libc.so.6");
+    }
+}
