@@ -464,6 +464,9 @@ pub struct TaskStats {
     /// CPU-clock samples of this task, and of those with task_numa_work on the kernel stack.
     pub samples: u64,
     pub scan_samples: u64,
+    /// mm->numa_scan_seq after the last task_numa_work call: how many full passes the scanner
+    /// has made over this address space.
+    pub scan_seq: u64,
     /// Hint faults on COW-shared pages (mpol_misplaced), and those pages migrated.
     pub cow_shared_faults: u64,
     pub cow_shared_migrations: u64,
@@ -519,6 +522,7 @@ impl TaskStats {
             migration_wait_ns: 0,
             samples: 0,
             scan_samples: 0,
+            scan_seq: 0,
             cow_shared_faults: 0,
             cow_shared_migrations: 0,
         }
@@ -685,7 +689,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 42 * 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 43 * 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);

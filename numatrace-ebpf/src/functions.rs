@@ -175,6 +175,11 @@ fn on_task_numa_work_exit() {
                 rt.saturating_sub(start.runtime_ns),
             );
         }
+        if let Some(mm) = read_field::<u64>(task, o.mm)
+            && let Some(seq) = read_field::<i32>(mm as *const u8, o.mm_numa_scan_seq)
+        {
+            (*t).scan_seq = seq.max(0) as u64;
+        }
         if let Some(ns_stamp) = read_field::<u64>(task, o.node_stamp) {
             add(
                 &raw mut (*t).scan_node_stamp_ns,

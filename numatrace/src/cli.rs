@@ -33,6 +33,11 @@ pub struct Cli {
     )]
     pub log_level: String,
 
+    /// Never use fentry/fexit: hook functions with kprobes where the kernel has them (e.g. when
+    /// another tool's trampolines or a live patch conflict with fentry).
+    #[arg(long, global = true)]
+    pub no_fentry: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }

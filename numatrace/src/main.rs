@@ -34,13 +34,13 @@ fn main() -> ExitCode {
     }
 
     let result = match cli.command {
-        Command::Probes { json } => cmd::probes::run(json),
+        Command::Probes { json } => cmd::probes::run(json, cli.no_fentry),
         Command::Stat(args) => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(cmd::stat::run(args))),
+            .and_then(|rt| rt.block_on(cmd::stat::run(args, cli.no_fentry))),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

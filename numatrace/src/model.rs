@@ -58,6 +58,9 @@ pub struct Scan {
     pub task_runtime_ns: u64,
     /// time_ns / task_runtime_ns: the share of run time spent scanning PTEs.
     pub share: Option<f64>,
+    /// mm->numa_scan_seq after the last scan: full passes over the address space (the highest
+    /// across tasks when summed).
+    pub scan_seq: u64,
     /// PTEs made PROT_NONE (change_prot_numa) and its calls.
     pub pte_updates: u64,
     pub prot_numa_calls: u64,
@@ -154,6 +157,7 @@ impl Counts {
                 node_stamp_advance_ns: s.scan_node_stamp_ns,
                 stamp_violations: s.scan_stamp_violations,
                 task_runtime_ns: s.runtime_last_ns.saturating_sub(s.runtime_first_ns),
+                scan_seq: s.scan_seq,
                 share: None,
                 pte_updates: s.pte_updates,
                 prot_numa_calls: s.prot_numa_calls,
@@ -217,6 +221,7 @@ impl Counts {
         a.calls += b.calls;
         a.time_ns += b.time_ns;
         a.max_ns = a.max_ns.max(b.max_ns);
+        a.scan_seq = a.scan_seq.max(b.scan_seq);
         a.runtime_in_scan_ns += b.runtime_in_scan_ns;
         a.node_stamp_advance_ns += b.node_stamp_advance_ns;
         a.stamp_violations += b.stamp_violations;

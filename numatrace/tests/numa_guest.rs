@@ -286,3 +286,83 @@ fn cow_shared_pages_are_not_faulted_but_the_control_is() {
         }
     }
 }
+
+/// The kprobe fallback counts the same as fentry: forced with --no-fentry.
+#[test]
+fn kprobe_fallback_agrees_with_vmstat() {
+    const TEST: &str = "kprobe_fallback_agrees_with_vmstat";
+    require_root!(TEST);
+    if nodes() < 2 {
+        common::skip(
+            TEST,
+            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
+        );
+        return;
+    }
+    let out = numatrace(&["--no-fentry", "probes", "--json"]);
+    let probes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hooks = probes["hooks"].as_array().unwrap();
+    let kprobe = |name: &str| {
+        hooks
+            .iter()
+            .any(|h| h["name"] == name && h["attached"] == true && h["mechanism"] == "kprobe")
+    };
+    if !kprobe("task_numa_fault") || !kprobe("change_prot_numa") {
+        common::skip(TEST, "this kernel has no kprobes for the hooks");
+        return;
+    }
+    for h in hooks
+        .iter()
+        .filter(|h| h["kind"] == "function" && h["attached"] == true)
+    {
+        assert_eq!(
+            h["mechanism"], "kprobe",
+            "--no-fentry still used fentry: {h}"
+        );
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let report = std::env::temp_dir().join(format!("numatrace-kprobe-{}.json", std::process::id()));
+    let mut stat = Command::new(numatrace_bin())
+        .args(["--no-fentry", "stat", "--json", "--output"])
+        .arg(&report)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(120), || numatrace_programs_loaded()
+            .len()
+            >= common::expected_tracepoint_programs()),
+        "numatrace did not attach"
+    );
+    let out = Command::new(workload_bin())
+        .args(["migrate", "--mem-mib", "32", "--duration", "8s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(stat.id() as i32, libc::SIGINT) };
+    assert!(stat.wait().unwrap().success());
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    let _ = fs::remove_file(&report);
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+    let (t, vm) = (&v["totals"], &v["vmstat_delta"]);
+    close(
+        "PTE updates (kprobe)",
+        n(&t["scan"]["pte_updates"]),
+        n(&vm["numa_pte_updates"]),
+    );
+    close(
+        "hint faults (kprobe)",
+        n(&t["hint_faults"]["faults"]),
+        n(&vm["numa_hint_faults"]),
+    );
+    close(
+        "pages migrated (kprobe)",
+        n(&t["hint_faults"]["migrated_pages"]),
+        n(&vm["numa_pages_migrated"]),
+    );
+    assert!(
+        n(&t["scan"]["calls"]) > 0 && n(&t["migrations"]["attempts"]) > 0,
+        "{t}"
+    );
+}

@@ -46,6 +46,8 @@ pub struct LoadOptions {
     pub bpf_log: bool,
     /// CPU-clock sampling frequency of the scan-share fallback.
     pub sample_hz: u64,
+    /// Do not use fentry/fexit (`--no-fentry`).
+    pub no_fentry: bool,
 }
 
 /// What happened to one hook.
@@ -271,7 +273,18 @@ impl Session {
         // Tracepoint offsets do not depend on the fentry tests, so a first plan gives the
         // globals; the object is then loaded once and used for the tests and the real plan.
         let mut ebpf = load_object(&plan(&facts), opts)?;
-        fentry_tests(&mut ebpf, &mut facts);
+        if opts.no_fentry {
+            for f in &facts.btf_functions {
+                facts.fentry.insert(
+                    f.clone(),
+                    FentryTest::NotTried {
+                        why: "--no-fentry".into(),
+                    },
+                );
+            }
+        } else {
+            fentry_tests(&mut ebpf, &mut facts);
+        }
         let plan = plan(&facts);
         let btf = Btf::from_sys_fs().ok();
         let hooks: Vec<HookReport> = plan

@@ -10,7 +10,7 @@ use crate::{
 use numatrace_common::DEFAULT_MAX_TASKS;
 
 /// Prints the report; returns the process exit code (1 when nothing could attach).
-pub fn run(json: bool) -> Result<i32> {
+pub fn run(json: bool, no_fentry: bool) -> Result<i32> {
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let opts = LoadOptions {
         max_tasks: DEFAULT_MAX_TASKS,
@@ -20,6 +20,7 @@ pub fn run(json: bool) -> Result<i32> {
         emit_events: false,
         bpf_log: false,
         sample_hz: 99,
+        no_fentry,
     };
     let (facts, hooks, code) = match Session::start(facts, &opts) {
         Ok(s) => (s.facts, s.hooks, 0),

@@ -128,7 +128,7 @@ async fn run_command(
     }
 }
 
-pub async fn run(args: StatArgs) -> Result<i32> {
+pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
     if let Some(prog) = args.command.first()
         && resolve(Path::new(prog)).is_none()
     {
@@ -158,6 +158,7 @@ pub async fn run(args: StatArgs) -> Result<i32> {
         emit_events: true,
         bpf_log: args.bpf_log,
         sample_hz: args.sample_hz,
+        no_fentry,
     };
     let Session {
         mut ebpf,
