@@ -470,6 +470,8 @@ pub struct TaskStats {
     /// Hint faults on COW-shared pages (mpol_misplaced), and those pages migrated.
     pub cow_shared_faults: u64,
     pub cow_shared_migrations: u64,
+    /// Of `cow_shared_faults`, those on large folios (THP): the seed-000 skip covers PTEs only.
+    pub cow_shared_faults_large: u64,
 }
 
 impl TaskStats {
@@ -525,6 +527,7 @@ impl TaskStats {
             scan_seq: 0,
             cow_shared_faults: 0,
             cow_shared_migrations: 0,
+            cow_shared_faults_large: 0,
         }
     }
 }
@@ -689,7 +692,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 43 * 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 44 * 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);

@@ -617,10 +617,10 @@ pub fn kretprobe_migration_entry_wait(_ctx: RetProbeContext) -> u32 {
 
 // ---- mpol_misplaced: COW-shared pages (seed 000) -------------------------------------------
 
-/// Whether the page being hint-faulted is COW-shared: in a copy-on-write mapping
-/// (`is_cow_mapping`) and mapped by more than one process.
+/// Whether the page being hint-faulted is COW-shared — in a copy-on-write mapping
+/// (`is_cow_mapping`) and mapped by more than one process — and whether it is a large folio.
 #[inline(always)]
-fn is_cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<bool> {
+fn cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<(bool, bool)> {
     let o = PAGE_OFFSETS.load();
     let vma = if o.vmf_vma == FIELD_ABSENT {
         vma_or_vmf
@@ -628,17 +628,17 @@ fn is_cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<bool> {
         read_field::<u64>(vma_or_vmf, o.vmf_vma)? as *const u8
     };
     let vm_flags = read_field::<u64>(vma, o.vm_flags)?;
-    if vm_flags & (VM_SHARED | VM_MAYWRITE) != VM_MAYWRITE {
-        return Some(false);
-    }
     let page_flags = read_field::<u64>(page, o.flags).unwrap_or(0);
-    let head = o.head_bit < 64 && page_flags & (1u64 << o.head_bit) != 0;
-    let mapcount_minus_one = if head && o.large_mapcount != FIELD_ABSENT {
+    let large = o.head_bit < 64 && page_flags & (1u64 << o.head_bit) != 0;
+    if vm_flags & (VM_SHARED | VM_MAYWRITE) != VM_MAYWRITE {
+        return Some((false, large));
+    }
+    let mapcount_minus_one = if large && o.large_mapcount != FIELD_ABSENT {
         read_field::<i32>(page, o.large_mapcount)?
     } else {
         read_field::<i32>(page, o.mapcount)?
     };
-    Some(mapcount_minus_one >= 1)
+    Some((mapcount_minus_one >= 1, large))
 }
 
 #[inline(always)]
@@ -646,8 +646,11 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64) {
     let Some((t, pid)) = followed_current() else {
         return;
     };
-    if is_cow_shared(page as *const u8, vma_or_vmf as *const u8) == Some(true) {
+    if let Some((true, large)) = cow_shared(page as *const u8, vma_or_vmf as *const u8) {
         add(unsafe { &raw mut (*t).cow_shared_faults }, 1);
+        if large {
+            add(unsafe { &raw mut (*t).cow_shared_faults_large }, 1);
+        }
         count(Counter::CowSharedFaults);
         inflight_start(INFLIGHT_COW_SHARED, pid, &Inflight::default());
     }

@@ -60,6 +60,41 @@ pub enum Command {
     /// counts from just before it starts until it exits, for it and every process it forks, and
     /// exits with its exit status.
     Stat(StatArgs),
+    /// Judge whether this kernel behaves as a seed patch intends, with the evidence.
+    ///
+    /// Implemented: 000 ("Do not trap faults on shared data section pages"): hint faults and
+    /// migrations of COW-shared pages, against a control whose pages are private. The other
+    /// seed patches (001-004) are not implemented in this version. Needs the function hooks
+    /// (fentry or kprobes), 2+ NUMA nodes and kernel.numa_balancing=1 to be exercised.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The patch to check: 000, or all (= every implemented check).
+    #[arg(long, default_value = "all", value_parser = ["000", "all"])]
+    pub patch: String,
+
+    /// How long each reproducer run lasts.
+    #[arg(long, short = 'd', default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Print JSON (schema numatrace.check/1) instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Run the shipped reproducer (numatrace-workload) and its control; the default without a
+    /// COMMAND.
+    #[arg(long, conflicts_with = "command")]
+    pub reproduce: bool,
+
+    /// MiB in the reproducer's shared array.
+    #[arg(long, default_value_t = 32)]
+    pub mem_mib: usize,
+
+    /// Judge your own workload instead, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -109,6 +144,10 @@ pub struct StatArgs {
     /// The command to run and trace, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+
+    /// Send the command's stdout to /dev/null (for `check`, whose own output is the report).
+    #[arg(skip)]
+    pub quiet_command: bool,
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -4,6 +4,7 @@
 //! [`bpf`] loads and attaches them, [`sources`] turn maps and ring buffer records into plain
 //! data, [`model`] aggregates, [`report`] prints, [`cmd`] wires one subcommand together.
 pub mod bpf;
+pub mod check;
 pub mod cli;
 pub mod cmd;
 pub mod kernel;

@@ -8,6 +8,14 @@ use numatrace::{
 };
 use tracing_subscriber::EnvFilter;
 
+/// The daemon side's runtime: ring buffer and map readers run as tasks on it.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
 fn main() -> ExitCode {
     // The trampoline of `stat -- COMMAND` must not start a runtime: it only waits and execs.
     let args: Vec<_> = std::env::args_os().collect();
@@ -35,12 +43,12 @@ fn main() -> ExitCode {
 
     let result = match cli.command {
         Command::Probes { json } => cmd::probes::run(json, cli.no_fentry),
-        Command::Stat(args) => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(cmd::stat::run(args, cli.no_fentry))),
+        Command::Stat(args) => {
+            runtime().and_then(|rt| rt.block_on(cmd::stat::run(args, cli.no_fentry)))
+        }
+        Command::Check(args) => {
+            runtime().and_then(|rt| rt.block_on(cmd::check::run(args, cli.no_fentry)))
+        }
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

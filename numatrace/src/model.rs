@@ -90,6 +90,8 @@ pub struct HintFaults {
     /// and how many of those pages were migrated. Seed 000 expects ~0 (4K pages).
     pub cow_shared: u64,
     pub cow_shared_migrated: u64,
+    /// Of `cow_shared`, faults on large folios (THP), which the kernel's skip does not cover.
+    pub cow_shared_large: u64,
 }
 
 /// The counters of one task, process or the whole window.
@@ -179,6 +181,7 @@ impl Counts {
                 huge_pmd_numa_entries: s.huge_pmd_numa_entries,
                 cow_shared: s.cow_shared_faults,
                 cow_shared_migrated: s.cow_shared_migrations,
+                cow_shared_large: s.cow_shared_faults_large,
             },
         }
         .finished()
@@ -244,6 +247,7 @@ impl Counts {
         f.huge_pmd_numa_entries += g.huge_pmd_numa_entries;
         f.cow_shared += g.cow_shared;
         f.cow_shared_migrated += g.cow_shared_migrated;
+        f.cow_shared_large += g.cow_shared_large;
     }
 
     /// Nothing NUMA-balancing related happened (samples alone do not count).

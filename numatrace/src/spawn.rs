@@ -44,7 +44,8 @@ pub fn resolve(prog: &Path) -> Option<PathBuf> {
 }
 
 impl GatedChild {
-    pub fn spawn(command: &[OsString]) -> std::io::Result<Self> {
+    /// `quiet`: the command's stdout goes to /dev/null.
+    pub fn spawn(command: &[OsString], quiet: bool) -> std::io::Result<Self> {
         let (read, write) = pipe_cloexec()?;
         let read_fd: RawFd = read.as_raw_fd();
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
@@ -61,6 +62,9 @@ impl GatedChild {
                 }
                 Ok(())
             });
+        }
+        if quiet {
+            cmd.stdout(std::process::Stdio::null());
         }
         let child = cmd.spawn()?;
         drop(read);

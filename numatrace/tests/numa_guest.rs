@@ -28,6 +28,18 @@ fn nodes() -> usize {
         .unwrap_or(0)
 }
 
+/// Skips (loudly) unless this machine has the 2+ NUMA nodes the test needs.
+fn has_numa_nodes(test: &str) -> bool {
+    let ok = nodes() >= 2;
+    if !ok {
+        common::skip(
+            test,
+            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
+        );
+    }
+    ok
+}
+
 fn attached(probes: &serde_json::Value, name: &str) -> bool {
     probes["hooks"]
         .as_array()
@@ -36,19 +48,22 @@ fn attached(probes: &serde_json::Value, name: &str) -> bool {
         .any(|h| h["name"] == name && h["attached"] == true)
 }
 
-/// Runs `numatrace stat` system-wide around the workload, so both count the same window.
-fn stat_around(workload: &[&str]) -> serde_json::Value {
+/// Runs `numatrace [global...] stat` system-wide around the workload, so both count the same
+/// window.
+fn stat_around(global: &[&str], workload: &[&str]) -> serde_json::Value {
     let report = std::env::temp_dir().join(format!("numatrace-guest-{}.json", std::process::id()));
     let mut stat = Command::new(numatrace_bin())
+        .args(global)
         .args(["stat", "--json", "--output"])
         .arg(&report)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    let want = common::expected_tracepoint_programs();
     assert!(
         wait_until(Duration::from_secs(120), || numatrace_programs_loaded()
             .len()
-            >= 6),
+            >= want),
         "numatrace did not attach"
     );
     let out = Command::new(workload_bin())
@@ -69,6 +84,47 @@ fn stat_around(workload: &[&str]) -> serde_json::Value {
     v
 }
 
+fn n(x: &serde_json::Value) -> u64 {
+    x.as_u64().unwrap_or(0)
+}
+
+/// numatrace's totals against the kernel's counters over the same window.
+fn agrees_with_vmstat(how: &str, v: &serde_json::Value) {
+    let (t, vm) = (&v["totals"], &v["vmstat_delta"]);
+    assert_eq!(v["dropped"]["total"], 0, "{}", v["dropped"]);
+    // change_prot_numa's return value is exactly what it adds to numa_pte_updates.
+    close(
+        &format!("PTE updates ({how})"),
+        n(&t["scan"]["pte_updates"]),
+        n(&vm["numa_pte_updates"]),
+    );
+    // Hint faults: do_numa_page counts numa_hint_faults before it may return without calling
+    // task_numa_fault, hence the tolerance.
+    close(
+        &format!("hint faults ({how})"),
+        n(&t["hint_faults"]["faults"]),
+        n(&vm["numa_hint_faults"]),
+    );
+    close(
+        &format!("local hint faults ({how})"),
+        n(&t["hint_faults"]["local"]),
+        n(&vm["numa_hint_faults_local"]),
+    );
+    close(
+        &format!("pages migrated ({how})"),
+        n(&t["hint_faults"]["migrated_pages"]),
+        n(&vm["numa_pages_migrated"]),
+    );
+    assert!(
+        n(&t["scan"]["calls"]) > 0,
+        "task_numa_work never ran ({how})"
+    );
+    assert!(
+        n(&t["migrations"]["attempts"]) > 0,
+        "migrate_misplaced never called ({how})"
+    );
+}
+
 /// `ours` equals `kernel`, or is within 2% where the kernel counts at a different point.
 fn close(what: &str, ours: u64, kernel: u64) {
     let diff = ours.abs_diff(kernel);
@@ -82,11 +138,7 @@ fn close(what: &str, ours: u64, kernel: u64) {
 #[test]
 fn function_hooks_agree_with_vmstat_and_see_migrations() {
     require_root!("function_hooks_agree_with_vmstat_and_see_migrations");
-    if nodes() < 2 {
-        common::skip(
-            "function_hooks_agree_with_vmstat_and_see_migrations",
-            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
-        );
+    if !has_numa_nodes("function_hooks_agree_with_vmstat_and_see_migrations") {
         return;
     }
     let probes: serde_json::Value =
@@ -101,36 +153,9 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
         }
     }
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let v = stat_around(&["migrate", "--mem-mib", "64", "--duration", "12s"]);
-    let t = &v["totals"];
-    let vm = &v["vmstat_delta"];
-    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
-    assert_eq!(v["dropped"]["total"], 0, "{}", v["dropped"]);
-
-    // change_prot_numa's return value is exactly what it adds to numa_pte_updates.
-    close(
-        "PTE updates",
-        n(&t["scan"]["pte_updates"]),
-        n(&vm["numa_pte_updates"]),
-    );
-    // Hint faults: do_numa_page counts numa_hint_faults before it may return without calling
-    // task_numa_fault, hence the tolerance.
-    close(
-        "hint faults",
-        n(&t["hint_faults"]["faults"]),
-        n(&vm["numa_hint_faults"]),
-    );
-    close(
-        "local hint faults",
-        n(&t["hint_faults"]["local"]),
-        n(&vm["numa_hint_faults_local"]),
-    );
-    close(
-        "pages migrated",
-        n(&t["hint_faults"]["migrated_pages"]),
-        n(&vm["numa_pages_migrated"]),
-    );
-
+    let v = stat_around(&[], &["migrate", "--mem-mib", "64", "--duration", "12s"]);
+    let (t, vm) = (&v["totals"], &v["vmstat_delta"]);
+    agrees_with_vmstat("fentry", &v);
     assert!(n(&t["scan"]["calls"]) > 0, "task_numa_work never ran");
     assert!(n(&t["scan"]["time_ns"]) > 0);
     assert!(
@@ -221,11 +246,7 @@ fn stat_command(args: &[&str]) -> serde_json::Value {
 fn cow_shared_pages_are_not_faulted_but_the_control_is() {
     const TEST: &str = "cow_shared_pages_are_not_faulted_but_the_control_is";
     require_root!(TEST);
-    if nodes() < 2 {
-        common::skip(
-            TEST,
-            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
-        );
+    if !has_numa_nodes(TEST) {
         return;
     }
     let probes: serde_json::Value =
@@ -257,7 +278,6 @@ fn cow_shared_pages_are_not_faulted_but_the_control_is() {
         println!("cow {mode} thp={thp}: {h}\n  scan: {}", v["totals"]["scan"]);
         h
     };
-    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
     let shared = run("shared", false);
     let control = run("private", false);
     let array_pages = 32 * 256;
@@ -292,11 +312,7 @@ fn cow_shared_pages_are_not_faulted_but_the_control_is() {
 fn kprobe_fallback_agrees_with_vmstat() {
     const TEST: &str = "kprobe_fallback_agrees_with_vmstat";
     require_root!(TEST);
-    if nodes() < 2 {
-        common::skip(
-            TEST,
-            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
-        );
+    if !has_numa_nodes(TEST) {
         return;
     }
     let out = numatrace(&["--no-fentry", "probes", "--json"]);
@@ -321,48 +337,9 @@ fn kprobe_fallback_agrees_with_vmstat() {
         );
     }
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let report = std::env::temp_dir().join(format!("numatrace-kprobe-{}.json", std::process::id()));
-    let mut stat = Command::new(numatrace_bin())
-        .args(["--no-fentry", "stat", "--json", "--output"])
-        .arg(&report)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(120), || numatrace_programs_loaded()
-            .len()
-            >= common::expected_tracepoint_programs()),
-        "numatrace did not attach"
+    let v = stat_around(
+        &["--no-fentry"],
+        &["migrate", "--mem-mib", "32", "--duration", "8s"],
     );
-    let out = Command::new(workload_bin())
-        .args(["migrate", "--mem-mib", "32", "--duration", "8s"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(stat.id() as i32, libc::SIGINT) };
-    assert!(stat.wait().unwrap().success());
-    let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
-    let _ = fs::remove_file(&report);
-    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
-    let (t, vm) = (&v["totals"], &v["vmstat_delta"]);
-    close(
-        "PTE updates (kprobe)",
-        n(&t["scan"]["pte_updates"]),
-        n(&vm["numa_pte_updates"]),
-    );
-    close(
-        "hint faults (kprobe)",
-        n(&t["hint_faults"]["faults"]),
-        n(&vm["numa_hint_faults"]),
-    );
-    close(
-        "pages migrated (kprobe)",
-        n(&t["hint_faults"]["migrated_pages"]),
-        n(&vm["numa_pages_migrated"]),
-    );
-    assert!(
-        n(&t["scan"]["calls"]) > 0 && n(&t["migrations"]["attempts"]) > 0,
-        "{t}"
-    );
+    agrees_with_vmstat("kprobe", &v);
 }

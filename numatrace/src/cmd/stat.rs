@@ -57,13 +57,14 @@ fn process_alive(pid: u32) -> bool {
     })
 }
 
-struct Signals {
+/// SIGINT/SIGTERM, caught from numatrace's start so that neither kills it half-way.
+pub struct Signals {
     int: Signal,
     term: Signal,
 }
 
 impl Signals {
-    fn new() -> Result<Self> {
+    pub fn new() -> Result<Self> {
         Ok(Self {
             int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
             term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
@@ -106,10 +107,11 @@ async fn wait_window(duration: Option<Duration>, pid: Option<u32>, signals: &mut
 /// Runs the traced command to completion, forwarding SIGINT/SIGTERM to it.
 async fn run_command(
     command: &[std::ffi::OsString],
+    quiet: bool,
     tracked: &mut HashMap<MapData, u32, u8>,
     signals: &mut Signals,
 ) -> Result<i32> {
-    let gated = GatedChild::spawn(command).context("starting the command")?;
+    let gated = GatedChild::spawn(command, quiet).context("starting the command")?;
     let pid = gated
         .pid()
         .ok_or_else(|| anyhow!("the command exited before it started"))?;
@@ -128,7 +130,32 @@ async fn run_command(
     }
 }
 
+/// Prints `stat`'s report; returns the exit code (the command's, with a command).
 pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
+    // Handlers first: a Ctrl-C while the hooks are still attaching then ends the window as soon
+    // as it opens (with a summary) instead of killing numatrace half-way.
+    let mut signals = Signals::new()?;
+    let (report, exit) = collect(&args, no_fentry, &mut signals).await?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        report.to_text(args.rows)
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("writing the report to {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(exit.unwrap_or(0))
+}
+
+/// Attaches, counts over the window `args` describes, detaches, and returns the report with
+/// the command's exit code (if a command ran). Shared by `stat` and `check`.
+pub async fn collect(
+    args: &StatArgs,
+    no_fentry: bool,
+    signals: &mut Signals,
+) -> Result<(StatReport, Option<i32>)> {
     if let Some(prog) = args.command.first()
         && resolve(Path::new(prog)).is_none()
     {
@@ -147,9 +174,6 @@ pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
         Scope::System
     };
 
-    // Handlers first: a Ctrl-C while the hooks are still attaching then ends the window as soon
-    // as it opens (with a summary) instead of killing numatrace half-way.
-    let mut signals = Signals::new()?;
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let opts = LoadOptions {
         max_tasks: args.max_tasks,
@@ -197,12 +221,14 @@ pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
     let vm_before = Vmstat::read().unwrap_or_default();
     let started = Instant::now();
     let exit = match scope {
-        Scope::Command => Some(run_command(&args.command, &mut tracked, &mut signals).await?),
+        Scope::Command => {
+            Some(run_command(&args.command, args.quiet_command, &mut tracked, signals).await?)
+        }
         Scope::Pid | Scope::System => {
             if !args.json && args.duration.is_none() {
                 eprintln!("numatrace: counting; press Ctrl-C to stop and print the summary");
             }
-            wait_window(args.duration, args.pid, &mut signals).await;
+            wait_window(args.duration, args.pid, signals).await;
             None
         }
     };
@@ -266,17 +292,7 @@ pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
         migrate_latency_ns: latency,
         pages_per_hint_fault: pages,
     };
-    let text = if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
-    } else {
-        report.to_text(args.rows)
-    };
-    match &args.output {
-        Some(path) => std::fs::write(path, text)
-            .with_context(|| format!("writing the report to {}", path.display()))?,
-        None => print!("{text}"),
-    }
-    Ok(exit.unwrap_or(0))
+    Ok((report, exit))
 }
 
 fn spawn_bpf_logger(ebpf: &mut Ebpf) -> Result<()> {

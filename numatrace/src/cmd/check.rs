@@ -1,0 +1,278 @@
+//! `numatrace check`: runs a seed patch's reproducer (and its control) or the user's command
+//! under the collector, then judges the evidence with [`crate::check`].
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::{
+    check::{CheckResult, MIN_CONTROL_FAULTS, TITLE_000, Verdict, verdict_000},
+    cli::{CheckArgs, StatArgs},
+    cmd::stat::{Signals, collect},
+    report::stat::StatReport,
+    spawn::resolve,
+};
+use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES};
+
+pub const SCHEMA: &str = "numatrace.check/1";
+
+#[derive(Serialize)]
+struct CheckReport<'a> {
+    schema: &'static str,
+    numatrace_version: &'static str,
+    kernel_release: String,
+    checks: &'a [CheckResult],
+}
+
+/// numatrace-workload: next to this binary, else on PATH.
+fn workload_binary() -> Result<PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("numatrace-workload")))
+        .filter(|p| p.is_file());
+    beside
+        .or_else(|| resolve(Path::new("numatrace-workload")))
+        .context(
+            "numatrace-workload (the reproducers) is neither next to numatrace nor on PATH: \
+             `cargo xtask build` builds it beside numatrace",
+        )
+}
+
+fn stat_args(command: Vec<OsString>) -> StatArgs {
+    StatArgs {
+        duration: None,
+        json: true,
+        output: None,
+        pid: None,
+        comm: None,
+        rows: 0,
+        max_tasks: DEFAULT_MAX_TASKS,
+        ringbuf_size: DEFAULT_RINGBUF_BYTES,
+        sample_hz: 99,
+        bpf_log: false,
+        command,
+        quiet_command: true,
+    }
+}
+
+fn hook<'a>(r: &'a StatReport, name: &str) -> Option<&'a crate::bpf::loader::HookReport> {
+    r.hooks.iter().find(|h| h.name == name)
+}
+
+/// Hooks a check needs: `Err` names the first one missing and why.
+fn require(r: &StatReport, names: &[&str]) -> Result<BTreeMap<String, String>, String> {
+    let mut facts = BTreeMap::new();
+    for n in names {
+        match hook(r, n) {
+            Some(h) if h.attached => {
+                facts.insert(n.to_string(), format!("attached via {}", h.mechanism));
+            }
+            Some(h) => {
+                return Err(format!(
+                    "{n} is not attached here: {}",
+                    h.reasons.join("; ")
+                ));
+            }
+            None => return Err(format!("{n} is not a hook of this numatrace")),
+        }
+    }
+    facts.insert("kernel".into(), r.kernel.release.clone());
+    facts.insert("numa_nodes".into(), r.kernel.numa_nodes.to_string());
+    facts.insert(
+        "numa_balancing".into(),
+        r.kernel
+            .numa_balancing
+            .map_or("?".into(), |v| v.to_string()),
+    );
+    Ok(facts)
+}
+
+fn unsupported(patch: &'static str, title: &'static str, why: String) -> CheckResult {
+    CheckResult {
+        patch,
+        title,
+        verdict: Verdict::Unsupported,
+        sentence: why,
+        evidence: BTreeMap::new(),
+        kernel_facts: BTreeMap::new(),
+    }
+}
+
+fn hint_evidence(prefix: &str, r: &StatReport, ev: &mut BTreeMap<String, serde_json::Value>) {
+    let t = &r.totals;
+    let h = &t.hint_faults;
+    for (k, v) in [
+        ("hint_faults", h.faults),
+        ("cow_shared_faults", h.cow_shared),
+        ("cow_shared_faults_thp", h.cow_shared_large),
+        ("cow_shared_migrated", h.cow_shared_migrated),
+        ("migrated_pages", h.migrated_pages),
+        ("pte_updates", t.scan.pte_updates),
+        ("migration_stalls", t.migrations.stalls),
+        ("migration_stall_ns", t.migrations.stall_ns),
+    ] {
+        ev.insert(format!("{prefix}{k}"), json!(v));
+    }
+    // Seed 000's symptom: tasks waiting on pages under migration, per task.
+    let stalls: BTreeMap<String, u64> = r
+        .tasks
+        .iter()
+        .filter(|t| t.counts.migrations.stalls > 0)
+        .map(|t| (format!("{} {}", t.pid, t.comm), t.counts.migrations.stalls))
+        .collect();
+    ev.insert(format!("{prefix}migration_stalls_per_task"), json!(stalls));
+}
+
+async fn check_000(
+    args: &CheckArgs,
+    no_fentry: bool,
+    signals: &mut Signals,
+) -> Result<CheckResult> {
+    const NEEDS: [&str; 2] = ["mpol_misplaced", "task_numa_fault"];
+    if !args.command.is_empty() {
+        let (r, _) = collect(&stat_args(args.command.clone()), no_fentry, signals).await?;
+        let facts = match require(&r, &NEEDS) {
+            Ok(f) => f,
+            Err(why) => return Ok(unsupported("000", TITLE_000, why)),
+        };
+        let mut evidence = BTreeMap::new();
+        hint_evidence("", &r, &mut evidence);
+        let h = &r.totals.hint_faults;
+        let small = h.cow_shared.saturating_sub(h.cow_shared_large);
+        let (verdict, sentence) = if small >= 10 && small * 100 > h.faults {
+            (
+                Verdict::BehavesAsUnpatched,
+                format!(
+                    "{small} of {} hint faults hit COW-shared 4K pages.",
+                    h.faults
+                ),
+            )
+        } else {
+            (
+                Verdict::NotExercised,
+                format!(
+                    "{small} of {} hint faults hit COW-shared 4K pages; without a control this \
+                     cannot tell a patched kernel from a workload without shared pages \
+                     (run `numatrace check --patch 000 --reproduce`).",
+                    h.faults
+                ),
+            )
+        };
+        return Ok(CheckResult {
+            patch: "000",
+            title: TITLE_000,
+            verdict,
+            sentence,
+            evidence,
+            kernel_facts: facts,
+        });
+    }
+
+    let workload = workload_binary()?;
+    let run = |mode: &str| -> Vec<OsString> {
+        let d = humantime::format_duration(args.duration)
+            .to_string()
+            .replace(' ', "");
+        [
+            workload.as_os_str(),
+            "cow".as_ref(),
+            "--mode".as_ref(),
+            mode.as_ref(),
+            "--children".as_ref(),
+            "2".as_ref(),
+            "--mem-mib".as_ref(),
+            args.mem_mib.to_string().as_ref(),
+            "--duration".as_ref(),
+            d.as_ref(),
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect()
+    };
+    let (shared, _) = collect(&stat_args(run("shared")), no_fentry, signals).await?;
+    let facts = match require(&shared, &NEEDS) {
+        Ok(f) => f,
+        Err(why) => return Ok(unsupported("000", TITLE_000, why)),
+    };
+    let (control, _) = collect(&stat_args(run("private")), no_fentry, signals).await?;
+    let array_pages = (args.mem_mib as u64) << 8;
+    let (mut verdict, mut sentence) = verdict_000(&shared.totals, &control.totals, array_pages);
+    if verdict == Verdict::NotExercised && shared.kernel.numa_balancing == Some(0) {
+        sentence =
+            "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1)."
+                .into();
+    } else if verdict == Verdict::NotExercised && shared.kernel.numa_nodes < 2 {
+        sentence = format!(
+            "{sentence} With one NUMA node every page is already local, and the kernel does not \
+             scan those of single-threaded tasks."
+        );
+        verdict = Verdict::NotExercised;
+    }
+    let mut evidence = BTreeMap::new();
+    evidence.insert("array_pages".into(), json!(array_pages));
+    evidence.insert("min_control_faults".into(), json!(MIN_CONTROL_FAULTS));
+    hint_evidence("shared.", &shared, &mut evidence);
+    hint_evidence("control.", &control, &mut evidence);
+    Ok(CheckResult {
+        patch: "000",
+        title: TITLE_000,
+        verdict,
+        sentence,
+        evidence,
+        kernel_facts: facts,
+    })
+}
+
+fn to_text(results: &[CheckResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        out.push_str(&format!(
+            "seed {} — {}\n  verdict: {}\n  {}\n",
+            r.patch, r.title, r.verdict, r.sentence
+        ));
+        if !r.evidence.is_empty() {
+            out.push_str("  evidence:\n");
+            for (k, v) in &r.evidence {
+                out.push_str(&format!("    {k} = {v}\n"));
+            }
+        }
+        if !r.kernel_facts.is_empty() {
+            let facts: Vec<String> = r
+                .kernel_facts
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            out.push_str(&format!("  relied on: {}\n", facts.join(", ")));
+        }
+    }
+    out
+}
+
+pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
+    if args.patch != "000" && args.patch != "all" {
+        bail!("unknown patch {}", args.patch);
+    }
+    let mut signals = Signals::new()?;
+    let results = vec![check_000(&args, no_fentry, &mut signals).await?];
+    if args.json {
+        let report = CheckReport {
+            schema: SCHEMA,
+            numatrace_version: env!("CARGO_PKG_VERSION"),
+            kernel_release: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            checks: &results,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", to_text(&results));
+    }
+    Ok(0)
+}
