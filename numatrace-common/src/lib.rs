@@ -472,6 +472,11 @@ pub struct TaskStats {
     pub cow_shared_migrations: u64,
     /// Of `cow_shared_faults`, those on large folios (THP): the seed-000 skip covers PTEs only.
     pub cow_shared_faults_large: u64,
+    /// task_numa_work calls during which the task's runtime advanced (the 3% cap applies), and
+    /// of those, calls where node_stamp advanced less than 32× that runtime (seed 003's cap
+    /// missing).
+    pub scan_cap_calls: u64,
+    pub scan_cap_violations: u64,
 }
 
 impl TaskStats {
@@ -528,6 +533,8 @@ impl TaskStats {
             cow_shared_faults: 0,
             cow_shared_migrations: 0,
             cow_shared_faults_large: 0,
+            scan_cap_calls: 0,
+            scan_cap_violations: 0,
         }
     }
 }
@@ -692,7 +699,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 44 * 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 46 * 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);

@@ -163,28 +163,34 @@ fn on_task_numa_work_exit() {
     let ns = now.saturating_sub(start.ts_ns);
     let o = TASK_OFFSETS.load();
     let task = current_task();
+    let runtime = read_field::<u64>(task, o.sum_exec_runtime);
+    let node_stamp = read_field::<u64>(task, o.node_stamp);
     unsafe {
         add(&raw mut (*t).scan_calls, 1);
         add(&raw mut (*t).scan_ns, ns);
         if ns > (*t).scan_max_ns {
             (*t).scan_max_ns = ns;
         }
-        if let Some(rt) = read_field::<u64>(task, o.sum_exec_runtime) {
-            add(
-                &raw mut (*t).scan_runtime_ns,
-                rt.saturating_sub(start.runtime_ns),
-            );
-        }
         if let Some(mm) = read_field::<u64>(task, o.mm)
             && let Some(seq) = read_field::<i32>(mm as *const u8, o.mm_numa_scan_seq)
         {
             (*t).scan_seq = seq.max(0) as u64;
         }
-        if let Some(ns_stamp) = read_field::<u64>(task, o.node_stamp) {
-            add(
-                &raw mut (*t).scan_node_stamp_ns,
-                ns_stamp.saturating_sub(start.node_stamp),
-            );
+    }
+    if let Some(rt) = runtime {
+        let d_rt = rt.saturating_sub(start.runtime_ns);
+        add(unsafe { &raw mut (*t).scan_runtime_ns }, d_rt);
+        if let Some(stamp) = node_stamp {
+            let d_stamp = stamp.saturating_sub(start.node_stamp);
+            add(unsafe { &raw mut (*t).scan_node_stamp_ns }, d_stamp);
+            // Seed 003: when the call consumed runtime, node_stamp must move on by at least
+            // 32x that runtime, so the task runs 32x longer before it scans again.
+            if d_rt > 0 {
+                add(unsafe { &raw mut (*t).scan_cap_calls }, 1);
+                if d_stamp < d_rt.saturating_mul(32) {
+                    add(unsafe { &raw mut (*t).scan_cap_violations }, 1);
+                }
+            }
         }
     }
     note_runtime(t);

@@ -63,16 +63,18 @@ pub enum Command {
     /// Judge whether this kernel behaves as a seed patch intends, with the evidence.
     ///
     /// Implemented: 000 ("Do not trap faults on shared data section pages"): hint faults and
-    /// migrations of COW-shared pages, against a control whose pages are private. The other
-    /// seed patches (001-004) are not implemented in this version. Needs the function hooks
-    /// (fentry or kprobes), 2+ NUMA nodes and kernel.numa_balancing=1 to be exercised.
+    /// migrations of COW-shared pages, against a control whose pages are private; 003 ("cap pte
+    /// scanning overhead to 3% of run time"): node_stamp invariants, call rate and scan share
+    /// of a scan-heavy workload under aggressive scan tunables (set and restored by --reproduce).
+    /// 001, 002 and 004 are not implemented in this version. Needs the function hooks (fentry
+    /// or kprobes) and kernel.numa_balancing=1; 000 also needs 2+ NUMA nodes.
     Check(CheckArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The patch to check: 000, or all (= every implemented check).
-    #[arg(long, default_value = "all", value_parser = ["000", "all"])]
+    #[arg(long, default_value = "all", value_parser = ["000", "003", "all"])]
     pub patch: String,
 
     /// How long each reproducer run lasts.

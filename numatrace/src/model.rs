@@ -54,10 +54,18 @@ pub struct Scan {
     pub node_stamp_advance_ns: u64,
     /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0).
     pub stamp_violations: u64,
+    /// Calls during which runtime advanced, and those after which node_stamp had advanced less
+    /// than 32x that runtime (seed 003's cap; expected 0).
+    pub cap_calls: u64,
+    pub cap_violations: u64,
     /// The task's run time over the window, from its sum_exec_runtime (first to last seen).
     pub task_runtime_ns: u64,
-    /// time_ns / task_runtime_ns: the share of run time spent scanning PTEs.
+    /// runtime_in_scan_ns / task_runtime_ns: the share of the task's CPU time spent in
+    /// task_numa_work (what seed 003 caps near 3%; tick-granular, like sum_exec_runtime).
     pub share: Option<f64>,
+    /// time_ns / task_runtime_ns: wall-clock time inside task_numa_work per CPU time; larger
+    /// than `share` when the task is preempted while scanning.
+    pub wall_share: Option<f64>,
     /// mm->numa_scan_seq after the last scan: full passes over the address space (the highest
     /// across tasks when summed).
     pub scan_seq: u64,
@@ -158,9 +166,12 @@ impl Counts {
                 runtime_in_scan_ns: s.scan_runtime_ns,
                 node_stamp_advance_ns: s.scan_node_stamp_ns,
                 stamp_violations: s.scan_stamp_violations,
+                cap_calls: s.scan_cap_calls,
+                cap_violations: s.scan_cap_violations,
                 task_runtime_ns: s.runtime_last_ns.saturating_sub(s.runtime_first_ns),
                 scan_seq: s.scan_seq,
                 share: None,
+                wall_share: None,
                 pte_updates: s.pte_updates,
                 prot_numa_calls: s.prot_numa_calls,
                 samples: s.samples,
@@ -190,7 +201,8 @@ impl Counts {
     /// Computes the ratios, which are not additive: call after summing.
     pub fn finished(mut self) -> Self {
         let sc = &mut self.scan;
-        sc.share = ratio(sc.time_ns, sc.task_runtime_ns);
+        sc.share = ratio(sc.runtime_in_scan_ns, sc.task_runtime_ns);
+        sc.wall_share = ratio(sc.time_ns, sc.task_runtime_ns);
         sc.sampled_share = ratio(sc.scan_samples, sc.samples);
         let m = &mut self.migrations;
         m.latency_ns_mean = ratio(m.latency_ns_total, m.attempts);
@@ -228,6 +240,8 @@ impl Counts {
         a.runtime_in_scan_ns += b.runtime_in_scan_ns;
         a.node_stamp_advance_ns += b.node_stamp_advance_ns;
         a.stamp_violations += b.stamp_violations;
+        a.cap_calls += b.cap_calls;
+        a.cap_violations += b.cap_violations;
         a.task_runtime_ns += b.task_runtime_ns;
         a.pte_updates += b.pte_updates;
         a.prot_numa_calls += b.prot_numa_calls;
@@ -256,6 +270,7 @@ impl Counts {
         c.scan.samples = 0;
         c.scan.task_runtime_ns = 0;
         c.scan.share = None;
+        c.scan.wall_share = None;
         c.scan.sampled_share = None;
         c == Self::default()
     }
@@ -524,14 +539,16 @@ mod tests {
         let mut m = Model::default();
         let mut a = stats(1, 1, 0);
         a.scan_calls = 1;
-        a.scan_ns = 10;
+        a.scan_ns = 20;
+        a.scan_runtime_ns = 10;
         a.runtime_first_ns = 100;
         a.runtime_last_ns = 1100; // 1% share
         a.samples = 100;
         a.scan_samples = 1;
         let mut b = stats(2, 1, 0);
         b.scan_calls = 1;
-        b.scan_ns = 30;
+        b.scan_ns = 60;
+        b.scan_runtime_ns = 30;
         b.runtime_first_ns = 0;
         b.runtime_last_ns = 1000; // 3% share
         b.samples = 100;
@@ -543,6 +560,7 @@ mod tests {
         m.merge_live(&[a, b]);
         let t = m.totals();
         assert_eq!(t.scan.share, Some(40.0 / 2000.0));
+        assert_eq!(t.scan.wall_share, Some(80.0 / 2000.0));
         assert_eq!(t.scan.sampled_share, Some(4.0 / 200.0));
         assert_eq!(t.hint_faults.remote, 3);
         assert_eq!(t.migrations.latency_ns_mean, Some(150.0));

@@ -68,6 +68,17 @@ enum Workload {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
+    /// Seed 003: many threads touching one large shared heap, so that every task_numa_work
+    /// call has a lot of PTEs to scan (run it with aggressive scan tunables).
+    ScanHeavy {
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+        /// MiB in the shared heap.
+        #[arg(long, default_value_t = 512)]
+        mem_mib: usize,
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
     /// Touch memory on a CPU of one NUMA node, then read it from a CPU of another: NUMA
     /// balancing should find the pages misplaced and migrate them (needs 2+ nodes).
     Migrate {
@@ -218,6 +229,37 @@ fn cow(
     Ok(())
 }
 
+fn scan_heavy(threads: usize, mem_mib: usize, duration: Duration) -> Result<()> {
+    let heap: &'static mut [u32] = anon_mapping(mem_mib << 20, false)?;
+    heap.fill(1);
+    let heap: &'static [u32] = heap;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            std::thread::spawn(move || {
+                set_thread_name(&format!("ntw-scan-{i}"));
+                let (mut sum, mut passes) = (0u64, 0u64);
+                // Each thread starts at its own offset so they do not march in step.
+                let pages = heap.len() / 1024;
+                while start.elapsed() < duration {
+                    for p in 0..pages {
+                        sum = sum.wrapping_add(u64::from(heap[((p + i * 97) % pages) * 1024]));
+                    }
+                    passes += 1;
+                }
+                std::hint::black_box(sum);
+                passes
+            })
+        })
+        .collect();
+    let passes: u64 = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
+    println!(
+        "scan-heavy: {threads} threads over {mem_mib} MiB, {passes} passes in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn migrate(mem_mib: usize, from: u32, to: u32, duration: Duration) -> Result<()> {
     let bytes = mem_mib << 20;
     pin_to_cpu(node_cpu(from)?)?;
@@ -310,6 +352,11 @@ fn main() -> Result<()> {
             thp,
             duration,
         } => cow(children, mem_mib, mode, thp, duration),
+        Workload::ScanHeavy {
+            threads,
+            mem_mib,
+            duration,
+        } => scan_heavy(threads, mem_mib, duration),
         Workload::Migrate {
             mem_mib,
             from_node,

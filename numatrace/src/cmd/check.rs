@@ -12,9 +12,13 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::{
-    check::{CheckResult, MIN_CONTROL_FAULTS, TITLE_000, Verdict, verdict_000},
+    check::{
+        CheckResult, MIN_CONTROL_FAULTS, TITLE_000, TITLE_003, TaskScan, Verdict, verdict_000,
+        verdict_003,
+    },
     cli::{CheckArgs, StatArgs},
     cmd::stat::{Signals, collect},
+    kernel::tunables::Tunables,
     report::stat::StatReport,
     spawn::resolve,
 };
@@ -176,9 +180,7 @@ async fn check_000(
 
     let workload = workload_binary()?;
     let run = |mode: &str| -> Vec<OsString> {
-        let d = humantime::format_duration(args.duration)
-            .to_string()
-            .replace(' ', "");
+        let d = duration_arg(args.duration);
         [
             workload.as_os_str(),
             "cow".as_ref(),
@@ -229,6 +231,88 @@ async fn check_000(
     })
 }
 
+/// Aggressive scan tunables for seed 003's reproducer: scan early, often and a lot.
+const TUNABLES_003: [(&str, &str); 3] = [
+    ("scan_delay_ms", "100"),
+    ("scan_period_min_ms", "100"),
+    ("scan_size_mb", "1024"),
+];
+
+fn duration_arg(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string().replace(' ', "")
+}
+
+async fn check_003(
+    args: &CheckArgs,
+    no_fentry: bool,
+    signals: &mut Signals,
+) -> Result<CheckResult> {
+    let reproduce = args.command.is_empty();
+    let command: Vec<OsString> = if reproduce {
+        let w = workload_binary()?;
+        let mut c = vec![w.into_os_string()];
+        c.extend(
+            [
+                "scan-heavy",
+                "--threads",
+                "8",
+                "--mem-mib",
+                "512",
+                "--duration",
+            ]
+            .iter()
+            .map(OsString::from),
+        );
+        c.push(duration_arg(args.duration).into());
+        c
+    } else {
+        args.command.clone()
+    };
+    // Restored when the guard drops, whatever happens in between.
+    let (_tunables, applied) = if reproduce {
+        Tunables::set(&TUNABLES_003)
+    } else {
+        (Tunables::default(), Vec::new())
+    };
+    let (r, _) = collect(&stat_args(command), no_fentry, signals).await?;
+    let mut facts = match require(&r, &["task_numa_work"]) {
+        Ok(f) => f,
+        Err(why) => return Ok(unsupported("003", TITLE_003, why)),
+    };
+    if let Some(h) = hook(&r, "task_numa_work")
+        && let Some(lack) = h.reasons.iter().find(|x| x.starts_with("BTF lacks"))
+    {
+        return Ok(unsupported("003", TITLE_003, lack.clone()));
+    }
+    if !applied.is_empty() {
+        facts.insert("tunables".into(), applied.join(", "));
+    }
+    let tasks: Vec<TaskScan> = r
+        .tasks
+        .iter()
+        .map(|t| TaskScan {
+            task: format!("{} {}", t.pid, t.comm),
+            calls: t.counts.scan.calls,
+            runtime_ns: t.counts.scan.task_runtime_ns,
+            share: t.counts.scan.share,
+        })
+        .collect();
+    let (verdict, mut sentence, evidence) = verdict_003(&r.totals, &tasks);
+    if verdict == Verdict::NotExercised && r.kernel.numa_balancing == Some(0) {
+        sentence =
+            "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1)."
+                .into();
+    }
+    Ok(CheckResult {
+        patch: "003",
+        title: TITLE_003,
+        verdict,
+        sentence,
+        evidence,
+        kernel_facts: facts,
+    })
+}
+
 fn to_text(results: &[CheckResult]) -> String {
     let mut out = String::new();
     for r in results {
@@ -255,11 +339,17 @@ fn to_text(results: &[CheckResult]) -> String {
 }
 
 pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
-    if args.patch != "000" && args.patch != "all" {
-        bail!("unknown patch {}", args.patch);
-    }
     let mut signals = Signals::new()?;
-    let results = vec![check_000(&args, no_fentry, &mut signals).await?];
+    let mut results = Vec::new();
+    match args.patch.as_str() {
+        "000" => results.push(check_000(&args, no_fentry, &mut signals).await?),
+        "003" => results.push(check_003(&args, no_fentry, &mut signals).await?),
+        "all" => {
+            results.push(check_000(&args, no_fentry, &mut signals).await?);
+            results.push(check_003(&args, no_fentry, &mut signals).await?);
+        }
+        other => bail!("unknown patch {other}"),
+    }
     if args.json {
         let report = CheckReport {
             schema: SCHEMA,

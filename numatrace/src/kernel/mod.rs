@@ -3,4 +3,5 @@ pub mod btf;
 pub mod caps;
 pub mod facts;
 pub mod tracefs;
+pub mod tunables;
 pub mod vmstat;
