@@ -65,8 +65,10 @@ pub enum Command {
     /// Implemented: 000 ("Do not trap faults on shared data section pages"): hint faults and
     /// migrations of COW-shared pages, against a control whose pages are private; 003 ("cap pte
     /// scanning overhead to 3% of run time"): node_stamp invariants, call rate and scan share
-    /// of a scan-heavy workload under aggressive scan tunables (set and restored by --reproduce).
-    /// 001, 002 and 004 are not implemented in this version. Needs the function hooks (fentry
+    /// of a scan-heavy workload under aggressive scan tunables (set and restored by --reproduce);
+    /// 004 (PR_SET_THP_DISABLE): THP state inherited across fork and exec, and no THP hint
+    /// faults in THP-disabled processes, against a control. 001 and 002 are not implemented in
+    /// this version. Needs the function hooks (fentry
     /// or kprobes) and kernel.numa_balancing=1; 000 also needs 2+ NUMA nodes.
     Check(CheckArgs),
 }
@@ -74,7 +76,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The patch to check: 000, or all (= every implemented check).
-    #[arg(long, default_value = "all", value_parser = ["000", "003", "all"])]
+    #[arg(long, default_value = "all", value_parser = ["000", "003", "004", "all"])]
     pub patch: String,
 
     /// How long each reproducer run lasts.

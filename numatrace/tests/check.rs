@@ -126,3 +126,41 @@ fn check_003_gives_the_documented_verdict() {
             .contains("scan_period_min_ms=100")
     );
 }
+
+#[test]
+fn check_004_gives_the_documented_verdict() {
+    const TEST: &str = "check_004_gives_the_documented_verdict";
+    require_root!(TEST);
+    if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
+        common::skip(TEST, "this kernel has no NUMA balancing");
+        return;
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let out = numatrace(&["check", "--patch", "004", "--json", "--duration", "10s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let c = &v["checks"][0];
+    println!("{c}");
+    let e = &c["evidence"];
+    let probes: serde_json::Value =
+        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+    let hooked = probes["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["name"] == "task_numa_fault" && h["attached"] == true);
+    if !hooked {
+        assert_eq!(c["verdict"], "unsupported", "{c}");
+        return;
+    }
+    // The flag is inherited across fork and kept across exec on every kernel since 3.15.
+    assert_eq!(e["disabled.child"]["prctl_thp_disable"], 1, "{e}");
+    assert_eq!(e["control.child"]["prctl_thp_disable"], 0, "{e}");
+    assert_eq!(c["verdict"], "behaves-as-patched", "{c}");
+    assert_eq!(e["disabled.thp_hint_faults"], 0, "{e}");
+    assert!(e["control.thp_hint_faults"].as_u64().unwrap() > 0, "{e}");
+}

@@ -79,6 +79,29 @@ enum Workload {
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
+    /// Seed 004: a parent (with PR_SET_THP_DISABLE unless --control) forks a child that execs
+    /// `thp-child`, which reads MADV_HUGEPAGE memory. The state file receives each process's
+    /// THP state, one `role pid prctl=N thp_enabled=N` line each.
+    ThpDisable {
+        /// The control: no prctl.
+        #[arg(long)]
+        control: bool,
+        #[arg(long, default_value_t = 64)]
+        mem_mib: usize,
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long, value_name = "FILE")]
+        state_file: PathBuf,
+    },
+    /// The exec'd child of `thp-disable` (not meant to be run alone).
+    ThpChild {
+        #[arg(long, default_value_t = 64)]
+        mem_mib: usize,
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long, value_name = "FILE")]
+        state_file: PathBuf,
+    },
     /// Touch memory on a CPU of one NUMA node, then read it from a CPU of another: NUMA
     /// balancing should find the pages misplaced and migrate them (needs 2+ nodes).
     Migrate {
@@ -260,6 +283,81 @@ fn scan_heavy(threads: usize, mem_mib: usize, duration: Duration) -> Result<()> 
     Ok(())
 }
 
+const PR_SET_THP_DISABLE: libc::c_int = 41;
+const PR_GET_THP_DISABLE: libc::c_int = 42;
+
+/// Appends `role pid prctl=N thp_enabled=N` (thp_enabled from /proc/self/status, -1 if absent).
+fn record_thp_state(role: &str, file: &std::path::Path) -> Result<()> {
+    use std::io::Write;
+    // SAFETY: PR_GET_THP_DISABLE takes no pointers.
+    let prctl = unsafe { libc::prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let enabled = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map_or("-1".to_owned(), |v| v.trim().to_owned());
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .context("opening --state-file")?;
+    writeln!(
+        f,
+        "{role} {} prctl={prctl} thp_enabled={enabled}",
+        std::process::id()
+    )?;
+    Ok(())
+}
+
+fn thp_disable(
+    control: bool,
+    mem_mib: usize,
+    duration: Duration,
+    state: &std::path::Path,
+) -> Result<()> {
+    if !control {
+        // SAFETY: PR_SET_THP_DISABLE takes no pointers.
+        if unsafe { libc::prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("prctl(PR_SET_THP_DISABLE)");
+        }
+    }
+    record_thp_state("parent", state)?;
+    let exe = std::env::current_exe().context("finding this program")?;
+    let status = std::process::Command::new(exe)
+        .arg("thp-child")
+        .arg("--mem-mib")
+        .arg(mem_mib.to_string())
+        .arg("--duration")
+        .arg(
+            humantime::format_duration(duration)
+                .to_string()
+                .replace(' ', ""),
+        )
+        .arg("--state-file")
+        .arg(state)
+        .status()
+        .context("running thp-child")?;
+    println!("thp-disable: control={control}, child {status}");
+    Ok(())
+}
+
+fn thp_child(mem_mib: usize, duration: Duration, state: &std::path::Path) -> Result<()> {
+    record_thp_state("child", state)?;
+    let heap = anon_mapping(mem_mib << 20, true)?;
+    heap.fill(1);
+    let start = Instant::now();
+    let (mut sum, mut passes) = (0u64, 0u64);
+    while start.elapsed() < duration {
+        for page in heap.chunks(1024) {
+            sum = sum.wrapping_add(u64::from(page[0]));
+        }
+        passes += 1;
+    }
+    std::hint::black_box(sum);
+    println!("thp-child: {mem_mib} MiB MADV_HUGEPAGE, {passes} passes");
+    Ok(())
+}
+
 fn migrate(mem_mib: usize, from: u32, to: u32, duration: Duration) -> Result<()> {
     let bytes = mem_mib << 20;
     pin_to_cpu(node_cpu(from)?)?;
@@ -357,6 +455,17 @@ fn main() -> Result<()> {
             mem_mib,
             duration,
         } => scan_heavy(threads, mem_mib, duration),
+        Workload::ThpDisable {
+            control,
+            mem_mib,
+            duration,
+            state_file,
+        } => thp_disable(control, mem_mib, duration, &state_file),
+        Workload::ThpChild {
+            mem_mib,
+            duration,
+            state_file,
+        } => thp_child(mem_mib, duration, &state_file),
         Workload::Migrate {
             mem_mib,
             from_node,

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use crate::{
     check::{
-        CheckResult, MIN_CONTROL_FAULTS, TITLE_000, TITLE_003, TaskScan, Verdict, verdict_000,
-        verdict_003,
+        CheckResult, MIN_CONTROL_FAULTS, TITLE_000, TITLE_003, TITLE_004, TaskScan, Verdict,
+        parse_thp_states, verdict_000, verdict_003, verdict_004,
     },
     cli::{CheckArgs, StatArgs},
     cmd::stat::{Signals, collect},
@@ -313,6 +313,71 @@ async fn check_003(
     })
 }
 
+async fn check_004(
+    args: &CheckArgs,
+    no_fentry: bool,
+    signals: &mut Signals,
+) -> Result<CheckResult> {
+    if !args.command.is_empty() {
+        return Ok(unsupported(
+            "004",
+            TITLE_004,
+            "004 needs its reproducer (it compares a THP-disabled process with a control): run it \
+             without -- COMMAND"
+                .into(),
+        ));
+    }
+    let workload = workload_binary()?;
+    let dir = std::env::temp_dir().join(format!("numatrace-check-004-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut runs = Vec::new();
+    for control in [false, true] {
+        let state = dir.join(if control { "control" } else { "disabled" });
+        let _ = std::fs::remove_file(&state);
+        let mut c = vec![workload.clone().into_os_string(), "thp-disable".into()];
+        if control {
+            c.push("--control".into());
+        }
+        c.extend(["--mem-mib".into(), "64".into(), "--duration".into()]);
+        c.push(duration_arg(args.duration).into());
+        c.push("--state-file".into());
+        c.push(state.clone().into_os_string());
+        let (r, _) = collect(&stat_args(c), no_fentry, signals).await?;
+        let states = parse_thp_states(&std::fs::read_to_string(&state).unwrap_or_default());
+        runs.push((r, states));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let facts = match require(&runs[0].0, &["task_numa_fault"]) {
+        Ok(f) => f,
+        Err(why) => return Ok(unsupported("004", TITLE_004, why)),
+    };
+    let thp = |r: &StatReport| r.totals.hint_faults.faults_thp;
+    let child = runs[0].1.iter().find(|s| s.role == "child");
+    let (verdict, sentence) = verdict_004(thp(&runs[0].0), thp(&runs[1].0), child);
+    let mut evidence = BTreeMap::new();
+    for ((r, states), name) in runs.iter().zip(["disabled", "control"]) {
+        evidence.insert(format!("{name}.thp_hint_faults"), json!(thp(r)));
+        evidence.insert(
+            format!("{name}.hint_faults"),
+            json!(r.totals.hint_faults.faults),
+        );
+        for s in states {
+            evidence.insert(
+                format!("{name}.{}", s.role),
+                json!({"pid": s.pid, "prctl_thp_disable": s.prctl, "thp_enabled": s.thp_enabled}),
+            );
+        }
+    }
+    Ok(CheckResult {
+        patch: "004",
+        title: TITLE_004,
+        verdict,
+        sentence,
+        evidence,
+        kernel_facts: facts,
+    })
+}
+
 fn to_text(results: &[CheckResult]) -> String {
     let mut out = String::new();
     for r in results {
@@ -344,9 +409,11 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     match args.patch.as_str() {
         "000" => results.push(check_000(&args, no_fentry, &mut signals).await?),
         "003" => results.push(check_003(&args, no_fentry, &mut signals).await?),
+        "004" => results.push(check_004(&args, no_fentry, &mut signals).await?),
         "all" => {
             results.push(check_000(&args, no_fentry, &mut signals).await?);
             results.push(check_003(&args, no_fentry, &mut signals).await?);
+            results.push(check_004(&args, no_fentry, &mut signals).await?);
         }
         other => bail!("unknown patch {other}"),
     }
