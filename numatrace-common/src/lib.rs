@@ -119,6 +119,25 @@ impl PageOffsets {
     };
 }
 
+/// Hint faults per 2 MiB region per scan pass (seed 001), key [`RegionKey`], value: faults.
+pub const MAP_REGION_FAULTS: &str = "REGION_FAULTS";
+pub const MAX_REGIONS: u32 = 65536;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionKey {
+    pub tgid: u32,
+    /// mm->numa_scan_seq when the fault was taken: one scan pass.
+    pub scan_seq: u32,
+    /// Fault address >> 21.
+    pub region: u64,
+}
+
+/// Tolerance of the seed-003 cap check: the programs read sum_exec_runtime just outside the
+/// kernel's own reads in task_numa_work, so a tick landing in between (at each end) makes the
+/// measured runtime up to two ticks longer than the kernel's (10 ms each at HZ=100).
+pub const CAP_TOLERANCE_NS: u64 = 20_000_000;
+
 /// Global holding [`NodeMap`].
 pub const GLOBAL_NODE_MAP: &str = "NODE_MAP";
 /// Node ranges [`NodeMap`] can hold.
@@ -477,6 +496,10 @@ pub struct TaskStats {
     /// missing).
     pub scan_cap_calls: u64,
     pub scan_cap_violations: u64,
+    /// Runtime consumed by the latest task_numa_work call, and sum_exec_runtime at its entry:
+    /// the share the cap bounds is measured up to the start of the latest call.
+    pub scan_last_call_rt: u64,
+    pub scan_last_entry_runtime: u64,
 }
 
 impl TaskStats {
@@ -535,6 +558,8 @@ impl TaskStats {
             cow_shared_faults_large: 0,
             scan_cap_calls: 0,
             scan_cap_violations: 0,
+            scan_last_call_rt: 0,
+            scan_last_entry_runtime: 0,
         }
     }
 }
@@ -687,6 +712,7 @@ mod pod {
     unsafe impl aya::Pod for PageOffsets {}
     unsafe impl aya::Pod for NodeMap {}
     unsafe impl aya::Pod for VmaKey {}
+    unsafe impl aya::Pod for RegionKey {}
     unsafe impl aya::Pod for VmaStats {}
 }
 
@@ -699,7 +725,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 46 * 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 48 * 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);

@@ -6,14 +6,14 @@ use aya_ebpf::{
     EbpfContext, Global,
     helpers::bpf_ktime_get_ns,
     macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use numatrace_common::{
     Counter, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED, INFLIGHT_MIGRATE,
     INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, MATRIX_SLOTS,
-    MAX_NODES, NODE_RANGES, NodeMap, PageOffsets, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED,
-    TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaStats,
+    MAX_NODES, NODE_RANGES, NodeMap, PageOffsets, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL,
+    TNF_MIGRATED, TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaStats,
 };
 
 use crate::tasks::{
@@ -39,6 +39,11 @@ static NODE_MAP: NodeMap = NodeMap::EMPTY;
 
 #[map]
 static MIGRATE_MATRIX: PerCpuArray<u64> = PerCpuArray::with_max_entries(MATRIX_SLOTS, 0);
+/// LRU: the oldest regions go first when a long run fills it.
+#[map]
+static REGION_FAULTS: LruHashMap<RegionKey, u64> =
+    LruHashMap::with_max_entries(numatrace_common::MAX_REGIONS, 0);
+
 #[map]
 static VMA_STATS: HashMap<VmaKey, VmaStats> =
     HashMap::with_max_entries(numatrace_common::MAX_VMAS, 0);
@@ -180,14 +185,20 @@ fn on_task_numa_work_exit() {
     if let Some(rt) = runtime {
         let d_rt = rt.saturating_sub(start.runtime_ns);
         add(unsafe { &raw mut (*t).scan_runtime_ns }, d_rt);
+        unsafe {
+            (*t).scan_last_call_rt = d_rt;
+            (*t).scan_last_entry_runtime = start.runtime_ns;
+        }
         if let Some(stamp) = node_stamp {
             let d_stamp = stamp.saturating_sub(start.node_stamp);
             add(unsafe { &raw mut (*t).scan_node_stamp_ns }, d_stamp);
             // Seed 003: when the call consumed runtime, node_stamp must move on by at least
-            // 32x that runtime, so the task runs 32x longer before it scans again.
+            // 32x that runtime, so the task runs 32x longer before it scans again (within the
+            // tick granularity of our reads, see CAP_TOLERANCE_NS).
             if d_rt > 0 {
                 add(unsafe { &raw mut (*t).scan_cap_calls }, 1);
-                if d_stamp < d_rt.saturating_mul(32) {
+                let measured = d_rt.saturating_sub(numatrace_common::CAP_TOLERANCE_NS);
+                if d_stamp < measured.saturating_mul(32) {
                     add(unsafe { &raw mut (*t).scan_cap_violations }, 1);
                 }
             }
@@ -648,10 +659,11 @@ fn cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<(bool, bool)> {
 }
 
 #[inline(always)]
-fn on_mpol_misplaced(page: u64, vma_or_vmf: u64) {
+fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
     let Some((t, pid)) = followed_current() else {
         return;
     };
+    region_fault(addr);
     if let Some((true, large)) = cow_shared(page as *const u8, vma_or_vmf as *const u8) {
         add(unsafe { &raw mut (*t).cow_shared_faults }, 1);
         if large {
@@ -662,11 +674,36 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64) {
     }
 }
 
+/// Counts the hint fault in its 2 MiB region for the mm's current scan pass (seed 001: without
+/// fault batching each 4K fault restores one PTE, so a region takes many faults per pass).
+#[inline(always)]
+fn region_fault(addr: u64) {
+    let o = TASK_OFFSETS.load();
+    let Some(mm) = read_field::<u64>(current_task(), o.mm) else {
+        return;
+    };
+    let Some(seq) = read_field::<i32>(mm as *const u8, o.mm_numa_scan_seq) else {
+        return;
+    };
+    let key = RegionKey {
+        tgid: current().tgid,
+        scan_seq: seq as u32,
+        region: addr >> 21,
+    };
+    match REGION_FAULTS.get_ptr_mut(&key) {
+        Some(p) => add(p, 1),
+        None => {
+            let _ = REGION_FAULTS.insert(&key, &1, 0);
+        }
+    }
+}
+
 #[fentry(function = "mpol_misplaced")]
 pub fn fentry_mpol_misplaced(ctx: FEntryContext) -> u32 {
     on_mpol_misplaced(
         tracing_arg::<0>(ctx.as_ptr()),
         tracing_arg::<1>(ctx.as_ptr()),
+        tracing_arg::<2>(ctx.as_ptr()),
     );
     0
 }
@@ -676,6 +713,7 @@ pub fn kprobe_mpol_misplaced(ctx: ProbeContext) -> u32 {
     on_mpol_misplaced(
         ctx.arg::<u64>(0).unwrap_or(0),
         ctx.arg::<u64>(1).unwrap_or(0),
+        ctx.arg::<u64>(2).unwrap_or(0),
     );
     0
 }

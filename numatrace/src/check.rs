@@ -109,6 +109,7 @@ pub struct TaskScan {
     pub task: String,
     pub calls: u64,
     pub runtime_ns: u64,
+    /// CPU share up to the start of the latest call (`Scan::share_between_calls`).
     pub share: Option<f64>,
 }
 
@@ -217,6 +218,45 @@ pub fn verdict_003(
     )
 }
 
+pub const TITLE_001: &str = "mm, numa: Turn 4K pte NUMA faults into effective hugepage ones";
+
+/// Below this many 4K hint faults, the reproducer did not get the memory scanned.
+pub const MIN_4K_FAULTS: u64 = 100;
+
+/// Seed 001 (never merged): with 4K pages, does one hint fault handle a whole 2 MiB region per
+/// scan pass (patched: ~1 fault per region-pass), or does every PTE fault on its own
+/// (unpatched: many)? `thp_mean` is the THP run's value for reference (1 fault per PMD).
+pub fn verdict_001(
+    faults_4k: u64,
+    mean_4k: Option<f64>,
+    thp_mean: Option<f64>,
+) -> (Verdict, String) {
+    let Some(mean) = mean_4k.filter(|_| faults_4k >= MIN_4K_FAULTS) else {
+        return (
+            Verdict::NotExercised,
+            format!(
+                "Only {faults_4k} hint faults on 4K pages: the memory was not scanned enough to judge."
+            ),
+        );
+    };
+    let thp = thp_mean.map_or(String::new(), |m| format!(" (THP run: {m:.1})"));
+    if mean <= 2.0 {
+        (
+            Verdict::BehavesAsPatched,
+            format!(
+                "4K hint faults came {mean:.1} per 2 MiB region per scan pass{thp}: faults are batched like hugepage faults."
+            ),
+        )
+    } else {
+        (
+            Verdict::BehavesAsUnpatched,
+            format!(
+                "4K hint faults came {mean:.1} per 2 MiB region per scan pass{thp}: each fault restores a single PTE."
+            ),
+        )
+    }
+}
+
 pub const TITLE_004: &str = "mm, thp: Add mm flag to control THP (PR_SET_THP_DISABLE)";
 
 /// One process's THP state as the reproducer recorded it.
@@ -295,6 +335,20 @@ pub fn verdict_004(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seed_001_verdicts() {
+        assert_eq!(
+            verdict_001(8000, Some(180.0), Some(1.0)).0,
+            Verdict::BehavesAsUnpatched
+        );
+        assert_eq!(
+            verdict_001(8000, Some(1.2), Some(1.0)).0,
+            Verdict::BehavesAsPatched
+        );
+        assert_eq!(verdict_001(20, Some(1.0), None).0, Verdict::NotExercised);
+        assert_eq!(verdict_001(500, None, None).0, Verdict::NotExercised);
+    }
 
     #[test]
     fn seed_004_states_and_verdicts() {

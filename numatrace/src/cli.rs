@@ -67,8 +67,9 @@ pub enum Command {
     /// scanning overhead to 3% of run time"): node_stamp invariants, call rate and scan share
     /// of a scan-heavy workload under aggressive scan tunables (set and restored by --reproduce);
     /// 004 (PR_SET_THP_DISABLE): THP state inherited across fork and exec, and no THP hint
-    /// faults in THP-disabled processes, against a control. 001 and 002 are not implemented in
-    /// this version. Needs the function hooks (fentry
+    /// faults in THP-disabled processes, against a control; 001 (4K faults handled as hugepage
+    /// ones, never merged): hint faults per 2 MiB region per scan pass with 4K pages, THP as
+    /// the reference. 002 is not implemented in this version. Needs the function hooks (fentry
     /// or kprobes) and kernel.numa_balancing=1; 000 also needs 2+ NUMA nodes.
     Check(CheckArgs),
 }
@@ -76,7 +77,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The patch to check: 000, or all (= every implemented check).
-    #[arg(long, default_value = "all", value_parser = ["000", "003", "004", "all"])]
+    #[arg(long, default_value = "all", value_parser = ["000", "001", "003", "004", "all"])]
     pub patch: String,
 
     /// How long each reproducer run lasts.

@@ -66,6 +66,9 @@ pub struct Scan {
     /// time_ns / task_runtime_ns: wall-clock time inside task_numa_work per CPU time; larger
     /// than `share` when the task is preempted while scanning.
     pub wall_share: Option<f64>,
+    /// The CPU share up to the start of the latest call: what seed 003's cap bounds (the
+    /// latest call has not been followed by its 32x yet). Per task only.
+    pub share_between_calls: Option<f64>,
     /// mm->numa_scan_seq after the last scan: full passes over the address space (the highest
     /// across tasks when summed).
     pub scan_seq: u64,
@@ -172,6 +175,11 @@ impl Counts {
                 scan_seq: s.scan_seq,
                 share: None,
                 wall_share: None,
+                share_between_calls: {
+                    let den = s.scan_last_entry_runtime.saturating_sub(s.runtime_first_ns);
+                    let num = s.scan_runtime_ns.saturating_sub(s.scan_last_call_rt);
+                    (s.scan_calls >= 2 && den > 0).then(|| num as f64 / den as f64)
+                },
                 pte_updates: s.pte_updates,
                 prot_numa_calls: s.prot_numa_calls,
                 samples: s.samples,
@@ -271,6 +279,7 @@ impl Counts {
         c.scan.task_runtime_ns = 0;
         c.scan.share = None;
         c.scan.wall_share = None;
+        c.scan.share_between_calls = None;
         c.scan.sampled_share = None;
         c == Self::default()
     }

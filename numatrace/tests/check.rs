@@ -164,3 +164,53 @@ fn check_004_gives_the_documented_verdict() {
     assert_eq!(e["disabled.thp_hint_faults"], 0, "{e}");
     assert!(e["control.thp_hint_faults"].as_u64().unwrap() > 0, "{e}");
 }
+
+#[test]
+fn check_001_gives_the_documented_verdict() {
+    const TEST: &str = "check_001_gives_the_documented_verdict";
+    require_root!(TEST);
+    if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
+        common::skip(TEST, "this kernel has no NUMA balancing");
+        return;
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let out = numatrace(&["check", "--patch", "001", "--json", "--duration", "10s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let c = &v["checks"][0];
+    println!("{c}");
+    let probes: serde_json::Value =
+        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+    let hooked = ["mpol_misplaced", "task_numa_fault"].iter().all(|n| {
+        probes["hooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["name"] == *n && h["attached"] == true)
+    });
+    if !hooked {
+        assert_eq!(c["verdict"], "unsupported", "{c}");
+        return;
+    }
+    if probes["kernel"]["numa_nodes"].as_u64().unwrap() < 2 {
+        assert_eq!(c["verdict"], "not-exercised", "{c}");
+        return;
+    }
+    // Never merged: every 4K hint fault restores one PTE, so a region faults many times a pass;
+    // THP faults come one per region.
+    assert_eq!(c["verdict"], "behaves-as-unpatched", "{c}");
+    let e = &c["evidence"];
+    assert!(
+        e["4k.mean_hint_faults_per_region_pass"].as_f64().unwrap() > 2.0,
+        "{e}"
+    );
+    assert!(e["thp.faults_thp"].as_u64().unwrap() > 0, "{e}");
+    assert!(
+        e["thp.mean_hint_faults_per_region_pass"].as_f64().unwrap() <= 2.0,
+        "{e}"
+    );
+}

@@ -117,6 +117,9 @@ enum Workload {
         /// How long to keep reading.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
+        /// Back the memory with THPs (MADV_HUGEPAGE); default: 4K pages (MADV_NOHUGEPAGE).
+        #[arg(long)]
+        thp: bool,
     },
 }
 
@@ -358,18 +361,17 @@ fn thp_child(mem_mib: usize, duration: Duration, state: &std::path::Path) -> Res
     Ok(())
 }
 
-fn migrate(mem_mib: usize, from: u32, to: u32, duration: Duration) -> Result<()> {
-    let bytes = mem_mib << 20;
+fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) -> Result<()> {
     pin_to_cpu(node_cpu(from)?)?;
-    let mut buf = vec![0u8; bytes];
-    for page in buf.chunks_mut(4096) {
+    let buf = anon_mapping(mem_mib << 20, thp)?;
+    for page in buf.chunks_mut(1024) {
         page[0] = 1;
     }
     pin_to_cpu(node_cpu(to)?)?;
     let start = Instant::now();
     let (mut passes, mut sum) = (0u64, 0u64);
     while start.elapsed() < duration {
-        for page in buf.chunks(4096) {
+        for page in buf.chunks(1024) {
             sum = sum.wrapping_add(u64::from(page[0]));
         }
         passes += 1;
@@ -471,6 +473,7 @@ fn main() -> Result<()> {
             from_node,
             to_node,
             duration,
-        } => migrate(mem_mib, from_node, to_node, duration),
+            thp,
+        } => migrate(mem_mib, from_node, to_node, thp, duration),
     }
 }

@@ -13,8 +13,8 @@ use serde_json::json;
 
 use crate::{
     check::{
-        CheckResult, MIN_CONTROL_FAULTS, TITLE_000, TITLE_003, TITLE_004, TaskScan, Verdict,
-        parse_thp_states, verdict_000, verdict_003, verdict_004,
+        CheckResult, MIN_CONTROL_FAULTS, TITLE_000, TITLE_001, TITLE_003, TITLE_004, TaskScan,
+        Verdict, parse_thp_states, verdict_000, verdict_001, verdict_003, verdict_004,
     },
     cli::{CheckArgs, StatArgs},
     cmd::stat::{Signals, collect},
@@ -294,7 +294,7 @@ async fn check_003(
             task: format!("{} {}", t.pid, t.comm),
             calls: t.counts.scan.calls,
             runtime_ns: t.counts.scan.task_runtime_ns,
-            share: t.counts.scan.share,
+            share: t.counts.scan.share_between_calls,
         })
         .collect();
     let (verdict, mut sentence, evidence) = verdict_003(&r.totals, &tasks);
@@ -306,6 +306,84 @@ async fn check_003(
     Ok(CheckResult {
         patch: "003",
         title: TITLE_003,
+        verdict,
+        sentence,
+        evidence,
+        kernel_facts: facts,
+    })
+}
+
+async fn check_001(
+    args: &CheckArgs,
+    no_fentry: bool,
+    signals: &mut Signals,
+) -> Result<CheckResult> {
+    let mut runs = Vec::new();
+    let configs: &[bool] = if args.command.is_empty() {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &thp in configs {
+        let command = if args.command.is_empty() {
+            let mut c = vec![workload_binary()?.into_os_string(), "migrate".into()];
+            c.extend(["--mem-mib".into(), "64".into(), "--duration".into()]);
+            c.push(duration_arg(args.duration).into());
+            if thp {
+                c.push("--thp".into());
+            }
+            c
+        } else {
+            args.command.clone()
+        };
+        let (r, _) = collect(&stat_args(command), no_fentry, signals).await?;
+        runs.push(r);
+    }
+    let facts = match require(&runs[0], &["mpol_misplaced", "task_numa_fault"]) {
+        Ok(f) => f,
+        Err(why) => return Ok(unsupported("001", TITLE_001, why)),
+    };
+    let four_k = &runs[0];
+    let thp_mean = runs
+        .get(1)
+        .and_then(|r| r.histograms.mean_hint_faults_per_region_pass);
+    let (verdict, sentence) = verdict_001(
+        four_k.totals.hint_faults.faults_4k,
+        four_k.histograms.mean_hint_faults_per_region_pass,
+        thp_mean,
+    );
+    let mut evidence = BTreeMap::new();
+    for (r, name) in runs.iter().zip(["4k", "thp"]) {
+        let h = &r.histograms;
+        evidence.insert(
+            format!("{name}.hint_faults"),
+            json!(r.totals.hint_faults.faults),
+        );
+        evidence.insert(
+            format!("{name}.faults_4k"),
+            json!(r.totals.hint_faults.faults_4k),
+        );
+        evidence.insert(
+            format!("{name}.faults_thp"),
+            json!(r.totals.hint_faults.faults_thp),
+        );
+        evidence.insert(format!("{name}.region_passes"), json!(h.region_passes));
+        evidence.insert(
+            format!("{name}.mean_hint_faults_per_region_pass"),
+            json!(h.mean_hint_faults_per_region_pass),
+        );
+        evidence.insert(
+            format!("{name}.hint_faults_per_region_pass"),
+            json!(h.hint_faults_per_region_pass),
+        );
+        evidence.insert(
+            format!("{name}.pages_per_hint_fault"),
+            json!(h.pages_per_hint_fault),
+        );
+    }
+    Ok(CheckResult {
+        patch: "001",
+        title: TITLE_001,
         verdict,
         sentence,
         evidence,
@@ -408,10 +486,12 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     let mut results = Vec::new();
     match args.patch.as_str() {
         "000" => results.push(check_000(&args, no_fentry, &mut signals).await?),
+        "001" => results.push(check_001(&args, no_fentry, &mut signals).await?),
         "003" => results.push(check_003(&args, no_fentry, &mut signals).await?),
         "004" => results.push(check_004(&args, no_fentry, &mut signals).await?),
         "all" => {
             results.push(check_000(&args, no_fentry, &mut signals).await?);
+            results.push(check_001(&args, no_fentry, &mut signals).await?);
             results.push(check_003(&args, no_fentry, &mut signals).await?);
             results.push(check_004(&args, no_fentry, &mut signals).await?);
         }

@@ -201,6 +201,7 @@ pub async fn collect(
         fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
         migrate_matrix: take(&mut ebpf, numatrace_common::MAP_MIGRATE_MATRIX)?,
         vmas: take(&mut ebpf, numatrace_common::MAP_VMA_STATS)?,
+        region_faults: take(&mut ebpf, numatrace_common::MAP_REGION_FAULTS)?,
     };
     let mut tracked: HashMap<MapData, u32, u8> = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
     if let Some(pid) = args.pid {
@@ -291,7 +292,11 @@ pub async fn collect(
     report.histograms = Histograms {
         migrate_latency_ns: latency,
         pages_per_hint_fault: pages,
+        ..Histograms::default()
     };
+    report
+        .histograms
+        .set_region_faults(&maps.region_faults().context("reading per-region faults")?);
     Ok((report, exit))
 }
 

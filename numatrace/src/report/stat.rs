@@ -123,6 +123,26 @@ impl From<&Counters> for KernelSeen {
 pub struct Histograms {
     pub migrate_latency_ns: Vec<Log2Bucket>,
     pub pages_per_hint_fault: Vec<Log2Bucket>,
+    /// Hint faults taken in one 2 MiB region during one scan pass (seed 001): ~1 when faults
+    /// are batched per PMD (THP), up to 512 when every 4K PTE faults on its own.
+    pub hint_faults_per_region_pass: Vec<Log2Bucket>,
+    pub region_passes: u64,
+    pub mean_hint_faults_per_region_pass: Option<f64>,
+}
+
+impl Histograms {
+    pub fn set_region_faults(&mut self, counts: &[u64]) {
+        let mut buckets = vec![0u64; 11];
+        for &c in counts {
+            let b = (64 - c.leading_zeros()) as usize;
+            buckets[b.min(10)] += 1;
+        }
+        self.hint_faults_per_region_pass = crate::sources::maps::log2_buckets(&buckets);
+        self.region_passes = counts.len() as u64;
+        let total: u64 = counts.iter().sum();
+        self.mean_hint_faults_per_region_pass =
+            (!counts.is_empty()).then(|| total as f64 / counts.len() as f64);
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

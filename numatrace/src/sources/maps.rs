@@ -3,7 +3,7 @@
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use numatrace_common::{
     COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
-    TaskStats, VmaKey, VmaStats,
+    RegionKey, TaskStats, VmaKey, VmaStats,
 };
 
 /// Per-CPU counters summed over CPUs, indexed by [`Counter`].
@@ -23,6 +23,7 @@ pub struct Maps {
     pub fault_pages: PerCpuArray<MapData, u64>,
     pub migrate_matrix: PerCpuArray<MapData, u64>,
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
+    pub region_faults: HashMap<MapData, RegionKey, u64>,
 }
 
 /// Migrations between two nodes (`src` None: the source node could not be resolved).
@@ -88,6 +89,14 @@ impl Maps {
 
     pub fn node_flows(&self) -> Result<Vec<NodeFlow>, MapError> {
         Ok(node_flows(&sum_array(&self.migrate_matrix, MATRIX_SLOTS)?))
+    }
+
+    /// Hint faults of each (2 MiB region, scan pass): the counts only.
+    pub fn region_faults(&self) -> Result<Vec<u64>, MapError> {
+        self.region_faults
+            .iter()
+            .map(|kv| kv.map(|(_, v)| v))
+            .collect()
     }
 
     /// PTE updates per VMA: (tgid, vm_start, stats).
