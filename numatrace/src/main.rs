@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     }
 
     let cli = Cli::parse();
+    // The kernel programs' aya-log records (--bpf-log) have targets under `numatrace::` too.
     let filter = EnvFilter::try_from_env("NUMATRACE_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("numatrace={0},aya={0}", cli.log_level)));
     tracing_subscriber::fmt()

@@ -167,3 +167,22 @@ fn pid_scope_ends_when_the_process_exits() {
     assert_eq!(v["window"]["scope"], "pid");
     assert!(v["window"]["duration_s"].as_f64().unwrap() < 30.0);
 }
+
+#[test]
+fn bpf_log_forwards_the_kernel_programs_messages() {
+    require_root!("bpf_log_forwards_the_kernel_programs_messages");
+    let out = numatrace(&[
+        "--log-level",
+        "debug",
+        "stat",
+        "--bpf-log",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.2 & wait",
+    ]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The fork of `sleep` by the traced shell is logged by tp_sched_process_fork.
+    assert!(stderr.contains("following child pid="), "{stderr}");
+}

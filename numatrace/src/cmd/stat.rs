@@ -190,9 +190,12 @@ pub async fn collect(
         hooks,
         ..
     } = Session::start(facts, &opts)?;
-    if args.bpf_log {
-        spawn_bpf_logger(&mut ebpf)?;
-    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let bpf_logger = if args.bpf_log {
+        Some(spawn_bpf_logger(&mut ebpf, stop_rx.clone())?)
+    } else {
+        None
+    };
     let ring: RingBuf<MapData> = take(&mut ebpf, MAP_EVENTS)?;
     let maps = Maps {
         tasks: take(&mut ebpf, MAP_TASK_STATS)?,
@@ -209,7 +212,6 @@ pub async fn collect(
     }
 
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let (stop_tx, stop_rx) = watch::channel(false);
     let reader = tokio::spawn(ringbuf::run(ring, tx, stop_rx));
     let aggregator = tokio::spawn(async move {
         let mut model = Model::default();
@@ -241,6 +243,10 @@ pub async fn collect(
     drop(ebpf);
     let _ = stop_tx.send(true);
     let undecodable = reader.await.context("ring buffer reader")??;
+    if let Some(logger) = bpf_logger {
+        // Its last messages are flushed when it sees the stop.
+        let _ = logger.await;
+    }
     let mut model = aggregator.await.context("aggregator")?;
     let live = maps.tasks().context("reading the task map")?;
     let counters = maps.counters().context("reading counters")?;
@@ -300,18 +306,32 @@ pub async fn collect(
     Ok((report, exit))
 }
 
-fn spawn_bpf_logger(ebpf: &mut Ebpf) -> Result<()> {
+/// Forwards aya-log records until `stop`, then flushes what is left.
+fn spawn_bpf_logger(
+    ebpf: &mut Ebpf,
+    mut stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>> {
     let logger = aya_log::EbpfLogger::init(ebpf).context("initialising aya-log")?;
     // SAFETY: the logger owns its map descriptor; flushing neither closes nor replaces it.
     let mut logger = unsafe {
         tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
     }
     .context("polling aya-log")?;
-    tokio::spawn(async move {
-        while let Ok(mut guard) = logger.readable_mut().await {
-            guard.get_inner_mut().flush();
-            guard.clear_ready();
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                guard = logger.readable_mut() => {
+                    let Ok(mut guard) = guard else { break };
+                    guard.get_inner_mut().flush();
+                    guard.clear_ready();
+                }
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        logger.get_mut().flush();
+                        break;
+                    }
+                }
+            }
         }
-    });
-    Ok(())
+    }))
 }
