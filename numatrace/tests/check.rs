@@ -1,45 +1,71 @@
-//! `numatrace check --patch 000 --reproduce`: on a kernel that can be hooked and has 2+ NUMA
-//! nodes (the guests: Debian 6.1 and 6.12 both carry the patch) the verdict is
-//! behaves-as-patched with a control that was faulted; elsewhere the check says what it lacks.
+//! `numatrace check --patch N` gives the verdict documented for the running kernel: in the
+//! guests (Debian 6.1 and 6.12, 2 nodes, fentry) the one each patch predicts; where a hook is
+//! missing, `unsupported` naming it.
 
 mod common;
 
 use common::{Sysctl, numatrace};
 
+/// What a check test starts from: the check's JSON result and `probes --json`, with NUMA
+/// balancing on (restored when the returned guard drops). `None`: skipped (said why).
+struct Run {
+    check: serde_json::Value,
+    probes: serde_json::Value,
+    _balancing: Sysctl,
+}
+
+impl Run {
+    fn start(test: &str, patch: &str) -> Option<Self> {
+        if !common::is_root() {
+            common::skip(
+                test,
+                "needs root (CAP_BPF + CAP_PERFMON); CI runs it as root",
+            );
+            return None;
+        }
+        if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
+            common::skip(test, "this kernel has no NUMA balancing");
+            return None;
+        }
+        let balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+        let out = numatrace(&["check", "--patch", patch, "--json", "--duration", "10s"]);
+        assert!(
+            out.status.success(),
+            "check failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(v["schema"], "numatrace.check/1");
+        let check = v["checks"][0].clone();
+        assert_eq!(check["patch"], patch);
+        println!("{check}");
+        let probes = serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+        Some(Self {
+            check,
+            probes,
+            _balancing: balancing,
+        })
+    }
+
+    /// Every one of `hooks` is attached on this kernel.
+    fn hooked(&self, hooks: &[&str]) -> bool {
+        hooks.iter().all(|n| {
+            self.probes["hooks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["name"] == *n && h["attached"] == true)
+        })
+    }
+}
+
 #[test]
 fn check_000_gives_the_documented_verdict() {
-    const TEST: &str = "check_000_gives_the_documented_verdict";
-    require_root!(TEST);
-    if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
-        common::skip(TEST, "this kernel has no NUMA balancing");
+    let Some(run) = Run::start("check_000_gives_the_documented_verdict", "000") else {
         return;
-    }
-    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let out = numatrace(&[
-        "check",
-        "--patch",
-        "000",
-        "--reproduce",
-        "--json",
-        "--duration",
-        "10s",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "check failed: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["schema"], "numatrace.check/1");
-    let c = &v["checks"][0];
-    assert_eq!(c["patch"], "000");
-    println!("{c}");
-    let probes: serde_json::Value =
-        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
-    let hooked = ["mpol_misplaced", "task_numa_fault"].iter().all(|n| {
-        probes["hooks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|h| h["name"] == *n && h["attached"] == true)
-    });
+    };
+    let c = &run.check;
+    let hooked = run.hooked(&["mpol_misplaced", "task_numa_fault"]);
     if !hooked {
         // Unsupported ⇒ reported, with the missing hook named.
         assert_eq!(c["verdict"], "unsupported", "{c}");
@@ -49,7 +75,7 @@ fn check_000_gives_the_documented_verdict() {
         );
         return;
     }
-    let nodes = probes["kernel"]["numa_nodes"].as_u64().unwrap();
+    let nodes = run.probes["kernel"]["numa_nodes"].as_u64().unwrap();
     if nodes < 2 {
         assert_eq!(c["verdict"], "not-exercised", "{c}");
         return;
@@ -70,41 +96,24 @@ fn check_000_gives_the_documented_verdict() {
 
 #[test]
 fn check_003_gives_the_documented_verdict() {
-    const TEST: &str = "check_003_gives_the_documented_verdict";
-    require_root!(TEST);
-    if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
-        common::skip(TEST, "this kernel has no NUMA balancing");
-        return;
-    }
     let tunable = numatrace::kernel::tunables::tunable_path("scan_period_min_ms");
-    let before = tunable
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok());
-    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let out = numatrace(&["check", "--patch", "003", "--json", "--duration", "10s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let c = &v["checks"][0];
-    println!("{c}");
-    // The reproducer's tunables are put back.
-    let after = tunable
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok());
-    // (A locked-down debugfs may refuse reads; then there is nothing to compare.)
+    let read = || {
+        tunable
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+    };
+    let before = read();
+    let Some(run) = Run::start("check_003_gives_the_documented_verdict", "003") else {
+        return;
+    };
+    let c = &run.check;
+    // The reproducer's tunables are put back. (A locked-down debugfs may refuse reads; then
+    // there is nothing to compare.)
+    let after = read();
     if before.is_some() && after.is_some() {
         assert_eq!(before, after, "scan_period_min_ms not restored");
     }
-    let probes: serde_json::Value =
-        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
-    let hooked = probes["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|h| h["name"] == "task_numa_work" && h["attached"] == true);
+    let hooked = run.hooked(&["task_numa_work"]);
     if !hooked {
         assert_eq!(c["verdict"], "unsupported", "{c}");
         assert!(
@@ -129,30 +138,12 @@ fn check_003_gives_the_documented_verdict() {
 
 #[test]
 fn check_004_gives_the_documented_verdict() {
-    const TEST: &str = "check_004_gives_the_documented_verdict";
-    require_root!(TEST);
-    if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
-        common::skip(TEST, "this kernel has no NUMA balancing");
+    let Some(run) = Run::start("check_004_gives_the_documented_verdict", "004") else {
         return;
-    }
-    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let out = numatrace(&["check", "--patch", "004", "--json", "--duration", "10s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let c = &v["checks"][0];
-    println!("{c}");
+    };
+    let c = &run.check;
     let e = &c["evidence"];
-    let probes: serde_json::Value =
-        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
-    let hooked = probes["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|h| h["name"] == "task_numa_fault" && h["attached"] == true);
+    let hooked = run.hooked(&["task_numa_fault"]);
     if !hooked {
         assert_eq!(c["verdict"], "unsupported", "{c}");
         return;
@@ -167,36 +158,16 @@ fn check_004_gives_the_documented_verdict() {
 
 #[test]
 fn check_001_gives_the_documented_verdict() {
-    const TEST: &str = "check_001_gives_the_documented_verdict";
-    require_root!(TEST);
-    if !std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
-        common::skip(TEST, "this kernel has no NUMA balancing");
+    let Some(run) = Run::start("check_001_gives_the_documented_verdict", "001") else {
         return;
-    }
-    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let out = numatrace(&["check", "--patch", "001", "--json", "--duration", "10s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let c = &v["checks"][0];
-    println!("{c}");
-    let probes: serde_json::Value =
-        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
-    let hooked = ["mpol_misplaced", "task_numa_fault"].iter().all(|n| {
-        probes["hooks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|h| h["name"] == *n && h["attached"] == true)
-    });
+    };
+    let c = &run.check;
+    let hooked = run.hooked(&["mpol_misplaced", "task_numa_fault"]);
     if !hooked {
         assert_eq!(c["verdict"], "unsupported", "{c}");
         return;
     }
-    if probes["kernel"]["numa_nodes"].as_u64().unwrap() < 2 {
+    if run.probes["kernel"]["numa_nodes"].as_u64().unwrap() < 2 {
         assert_eq!(c["verdict"], "not-exercised", "{c}");
         return;
     }
