@@ -161,6 +161,20 @@ fn nodes() -> u32 {
         .max(1) as u32
 }
 
+/// Reads one word of every 4K page of `buf`, over and over until `duration` after `start`;
+/// returns the number of full passes.
+fn read_pages(buf: &[u32], start: Instant, duration: Duration) -> u64 {
+    let (mut sum, mut passes) = (0u64, 0u64);
+    while start.elapsed() < duration {
+        for page in buf.chunks(1024) {
+            sum = sum.wrapping_add(u64::from(page[0]));
+        }
+        passes += 1;
+    }
+    std::hint::black_box(sum);
+    passes
+}
+
 /// A private anonymous mapping of `bytes`, 2 MiB aligned, THP-advised if asked.
 fn anon_mapping(bytes: usize, thp: bool) -> Result<&'static mut [u32]> {
     const HUGE: usize = 2 << 20;
@@ -226,15 +240,7 @@ fn cow(
                 }
                 let node = (i as u32 + 1) % nodes;
                 let _ = node_cpu(node).and_then(pin_to_cpu);
-                let mut sum = 0u64;
-                let mut passes = 0u64;
-                while start.elapsed() < duration {
-                    for page in array.chunks(1024) {
-                        sum = sum.wrapping_add(u64::from(page[0]));
-                    }
-                    passes += 1;
-                }
-                std::hint::black_box(sum);
+                let passes = read_pages(array, start, duration);
                 println!("cow child {i} on node {node}: {passes} passes");
                 // SAFETY: leave without running the parent's atexit handlers twice.
                 unsafe { libc::_exit(0) };
@@ -348,15 +354,7 @@ fn thp_child(mem_mib: usize, duration: Duration, state: &std::path::Path) -> Res
     record_thp_state("child", state)?;
     let heap = anon_mapping(mem_mib << 20, true)?;
     heap.fill(1);
-    let start = Instant::now();
-    let (mut sum, mut passes) = (0u64, 0u64);
-    while start.elapsed() < duration {
-        for page in heap.chunks(1024) {
-            sum = sum.wrapping_add(u64::from(page[0]));
-        }
-        passes += 1;
-    }
-    std::hint::black_box(sum);
+    let passes = read_pages(heap, Instant::now(), duration);
     println!("thp-child: {mem_mib} MiB MADV_HUGEPAGE, {passes} passes");
     Ok(())
 }
@@ -369,14 +367,7 @@ fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) ->
     }
     pin_to_cpu(node_cpu(to)?)?;
     let start = Instant::now();
-    let (mut passes, mut sum) = (0u64, 0u64);
-    while start.elapsed() < duration {
-        for page in buf.chunks(1024) {
-            sum = sum.wrapping_add(u64::from(page[0]));
-        }
-        passes += 1;
-    }
-    std::hint::black_box(sum);
+    let passes = read_pages(buf, start, duration);
     println!(
         "migrate: {mem_mib} MiB touched on node {from}, read from node {to}: {passes} passes in {:.1} s",
         start.elapsed().as_secs_f64()
