@@ -43,7 +43,7 @@ pub fn build(tools: &Tools) -> Result<()> {
     Ok(())
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

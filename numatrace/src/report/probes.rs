@@ -67,7 +67,7 @@ impl<'a> ProbesReport<'a> {
         let attached = self.hooks.iter().filter(|h| h.attached).count();
         out.push_str(&format!(
             "\n{attached} of {} hooks attached. MECHANISM is the best this kernel allows; \
-             a hook with a mechanism but not attached has no program in this version.\n",
+             a hook with a mechanism that is not attached failed to load or attach (see why).\n",
             self.hooks.len()
         ));
         out
