@@ -105,22 +105,17 @@ fn errno_of(e: &ProgramError) -> Option<i32> {
     }
 }
 
+/// Records that fentry was not tried on any function, and why.
+fn fentry_not_tried(facts: &mut KernelFacts, why: &str) {
+    for f in &facts.btf_functions {
+        facts
+            .fentry
+            .insert(f.clone(), FentryTest::NotTried { why: why.into() });
+    }
+}
+
 /// Loads the do-nothing fentry program against each BTF function of the catalogue.
-fn fentry_tests(ebpf: &mut Ebpf, facts: &mut KernelFacts) {
-    let btf = match Btf::from_sys_fs() {
-        Ok(b) => b,
-        Err(e) => {
-            for f in &facts.btf_functions {
-                facts.fentry.insert(
-                    f.clone(),
-                    FentryTest::NotTried {
-                        why: format!("kernel BTF unreadable: {e}"),
-                    },
-                );
-            }
-            return;
-        }
-    };
+fn fentry_tests(ebpf: &mut Ebpf, facts: &mut KernelFacts, btf: &Btf) {
     let Some(prog) = ebpf.program_mut(PROG_FENTRY_PROBE) else {
         return;
     };
@@ -129,7 +124,7 @@ fn fentry_tests(ebpf: &mut Ebpf, facts: &mut KernelFacts) {
         Err(_) => return,
     };
     for f in facts.btf_functions.clone() {
-        let result = match prog.load(&f, &btf) {
+        let result = match prog.load(&f, btf) {
             Ok(()) => {
                 let _ = prog.unload();
                 FentryTest::Loaded
@@ -273,20 +268,15 @@ impl Session {
         // Tracepoint offsets do not depend on the fentry tests, so a first plan gives the
         // globals; the object is then loaded once and used for the tests and the real plan.
         let mut ebpf = load_object(&plan(&facts), opts)?;
-        if opts.no_fentry {
-            for f in &facts.btf_functions {
-                facts.fentry.insert(
-                    f.clone(),
-                    FentryTest::NotTried {
-                        why: "--no-fentry".into(),
-                    },
-                );
-            }
-        } else {
-            fentry_tests(&mut ebpf, &mut facts);
+        // One parse of the kernel BTF serves the fentry tests and the fentry/fexit attaches.
+        let btf = Btf::from_sys_fs();
+        match (&btf, opts.no_fentry) {
+            (_, true) => fentry_not_tried(&mut facts, "--no-fentry"),
+            (Err(e), false) => fentry_not_tried(&mut facts, &format!("kernel BTF unreadable: {e}")),
+            (Ok(btf), false) => fentry_tests(&mut ebpf, &mut facts, btf),
         }
         let plan = plan(&facts);
-        let btf = Btf::from_sys_fs().ok();
+        let btf = btf.ok();
         let hooks: Vec<HookReport> = plan
             .hooks
             .iter()

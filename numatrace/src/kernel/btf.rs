@@ -236,6 +236,11 @@ impl Btf {
         (proto.kind == KIND_FUNC_PROTO).then_some(proto)
     }
 
+    /// Kernel function `name` has a BTF `FUNC` entry (what fentry attaches by).
+    pub fn has_func(&self, name: &str) -> bool {
+        self.func_proto(name).is_some()
+    }
+
     /// Number of parameters of kernel function `name`.
     pub fn func_params(&self, name: &str) -> Option<u32> {
         self.func_proto(name).map(|p| p.params.len() as u32)

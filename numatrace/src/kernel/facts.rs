@@ -249,24 +249,22 @@ impl KernelFacts {
         let wanted: BTreeSet<&str> = catalogue_functions().collect();
 
         let btf_vmlinux = Path::new("/sys/kernel/btf/vmlinux").exists();
-        let btf_functions = if btf_vmlinux {
-            match aya::Btf::from_sys_fs() {
-                Ok(btf) => wanted
-                    .iter()
-                    .filter(|f| {
-                        btf.id_by_type_name_kind(f, aya_obj::btf::BtfKind::Func)
-                            .is_ok()
-                    })
-                    .map(|f| (*f).to_owned())
-                    .collect(),
-                Err(e) => {
-                    tracing::warn!("cannot parse /sys/kernel/btf/vmlinux: {e}");
-                    BTreeSet::new()
-                }
-            }
+        // Parsed once here for every BTF fact (the loader parses it once more, with aya, for
+        // fentry's attach ids).
+        let btf = if btf_vmlinux {
+            super::btf::Btf::from_sys_fs()
+                .inspect_err(|e| tracing::warn!("kernel BTF unreadable: {e}"))
+                .ok()
         } else {
-            BTreeSet::new()
+            None
         };
+        let btf_functions = btf.as_ref().map_or_else(BTreeSet::new, |b| {
+            wanted
+                .iter()
+                .filter(|f| b.has_func(f))
+                .map(|f| (*f).to_owned())
+                .collect()
+        });
 
         let symbols = match fs::File::open("/proc/kallsyms") {
             Ok(f) => kallsyms_from_reader(std::io::BufReader::new(f), &wanted).unwrap_or_default(),
@@ -280,9 +278,6 @@ impl KernelFacts {
             .into_iter()
             .filter(|(n, _)| n == "task_numa_work" || n == "change_prot_numa")
             .collect();
-        let btf = super::btf::Btf::from_sys_fs()
-            .inspect_err(|e| tracing::warn!("kernel BTF unreadable: {e}"))
-            .ok();
         let btf_fields = BTF_FIELDS
             .iter()
             .map(|(st, path)| {
