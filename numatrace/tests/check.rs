@@ -39,7 +39,7 @@ impl Run {
         let check = v["checks"][0].clone();
         assert_eq!(check["patch"], patch);
         println!("{check}");
-        let probes = serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+        let probes = common::probes();
         Some(Self {
             check,
             probes,
@@ -49,13 +49,7 @@ impl Run {
 
     /// Every one of `hooks` is attached on this kernel.
     fn hooked(&self, hooks: &[&str]) -> bool {
-        hooks.iter().all(|n| {
-            self.probes["hooks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|h| h["name"] == *n && h["attached"] == true)
-        })
+        hooks.iter().all(|n| common::attached(&self.probes, n))
     }
 }
 

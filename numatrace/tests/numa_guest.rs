@@ -40,14 +40,6 @@ fn has_numa_nodes(test: &str) -> bool {
     ok
 }
 
-fn attached(probes: &serde_json::Value, name: &str) -> bool {
-    probes["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|h| h["name"] == name && h["attached"] == true)
-}
-
 /// Runs `numatrace [global...] stat` system-wide around the workload, so both count the same
 /// window.
 fn stat_around(global: &[&str], workload: &[&str]) -> serde_json::Value {
@@ -141,10 +133,9 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
     if !has_numa_nodes("function_hooks_agree_with_vmstat_and_see_migrations") {
         return;
     }
-    let probes: serde_json::Value =
-        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+    let probes = common::probes();
     for f in ["task_numa_work", "change_prot_numa", "task_numa_fault"] {
-        if !attached(&probes, f) {
+        if !common::attached(&probes, f) {
             common::skip(
                 "function_hooks_agree_with_vmstat_and_see_migrations",
                 format!("{f} cannot be hooked on this kernel (see numatrace probes)"),
@@ -251,10 +242,9 @@ fn cow_shared_pages_are_not_faulted_but_the_control_is() {
     if !has_numa_nodes(TEST) {
         return;
     }
-    let probes: serde_json::Value =
-        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
+    let probes = common::probes();
     for f in ["mpol_misplaced", "task_numa_fault"] {
-        if !attached(&probes, f) {
+        if !common::attached(&probes, f) {
             common::skip(TEST, format!("{f} cannot be hooked on this kernel"));
             return;
         }

@@ -5,7 +5,7 @@ mod common;
 
 use std::{fs, process::Command};
 
-use common::{Sysctl, numatrace, numatrace_bin, workload_bin};
+use common::{Sysctl, numatrace_bin, workload_bin};
 
 #[test]
 fn sampled_scan_share_is_nonzero_for_a_scanning_workload() {
@@ -17,25 +17,15 @@ fn sampled_scan_share_is_nonzero_for_a_scanning_workload() {
         );
         return;
     }
-    let probes: serde_json::Value =
-        serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).unwrap();
-    let hook = |n: &str| {
-        probes["hooks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|h| h["name"] == n)
-            .cloned()
-            .unwrap()
-    };
-    if hook("task_numa_work")["attached"] == true {
+    let probes = common::probes();
+    if common::attached(&probes, "task_numa_work") {
         common::skip(
             "sampled_scan_share_is_nonzero_for_a_scanning_workload",
             "task_numa_work is hooked here; scan time is measured, not sampled",
         );
         return;
     }
-    let sampling = hook("sampling:cpu-clock");
+    let sampling = common::hook(&probes, "sampling:cpu-clock");
     assert_eq!(
         sampling["attached"], true,
         "neither task_numa_work nor its sampling fallback attached: {sampling}"

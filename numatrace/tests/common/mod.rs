@@ -51,6 +51,26 @@ pub fn numatrace(args: &[&str]) -> Output {
         .expect("running numatrace")
 }
 
+/// `numatrace probes --json`.
+pub fn probes() -> serde_json::Value {
+    serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).expect("probes JSON")
+}
+
+/// The hook called `name` in a probes report.
+pub fn hook<'a>(probes: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    probes["hooks"]
+        .as_array()
+        .expect("hooks")
+        .iter()
+        .find(|h| h["name"] == name)
+        .unwrap_or_else(|| panic!("probes does not list {name}"))
+}
+
+/// The hook called `name` is attached on this kernel.
+pub fn attached(probes: &serde_json::Value, name: &str) -> bool {
+    hook(probes, name)["attached"] == true
+}
+
 /// Sets a sysctl under /proc/sys and puts the old value back on drop.
 pub struct Sysctl {
     path: PathBuf,
