@@ -261,6 +261,51 @@ pub const TNF_MIGRATE_FAIL: u32 = 0x10;
 /// accepts fentry there (and with which errno it refuses).
 pub const PROG_FENTRY_PROBE: &str = "fentry_probe";
 
+/// tp_btf program on `sched_skip_vma_numa`: the scan-sequence gap of pid_inactive skips.
+pub const PROG_BTF_SKIP_VMA_GAP: &str = "btf_skip_vma_gap";
+pub const GLOBAL_GAP_OFFSETS: &str = "GAP_OFFSETS";
+/// Per-VMA pid_inactive skips and their scan-sequence gaps, key [`VmaKey`], value [`VmaGap`].
+pub const MAP_VMA_GAPS: &str = "VMA_GAPS";
+
+/// What the tp_btf `sched_skip_vma_numa` program reads, from the running kernel's BTF (seed 002:
+/// `vma->numab_state->prev_scan_seq` against `mm->numa_scan_seq` and the thread count).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GapOffsets {
+    /// vm_area_struct.numab_state (a pointer)
+    pub vma_numab_state: u32,
+    /// vma_numab_state.prev_scan_seq (int, 6.8+)
+    pub prev_scan_seq: u32,
+    /// mm_struct.numa_scan_seq (int)
+    pub mm_numa_scan_seq: u32,
+    /// task_struct.signal (a pointer)
+    pub task_signal: u32,
+    /// signal_struct.nr_threads (int)
+    pub nr_threads: u32,
+    pub vm_start: u32,
+    pub vm_end: u32,
+    /// NUMAB_SKIP_PID_INACTIVE's value in this kernel's `enum numa_vmaskip_reason`.
+    pub pid_inactive: u32,
+}
+
+/// One VMA's pid_inactive skips. `gap` = `mm->numa_scan_seq - prev_scan_seq` at the skip;
+/// the seed 002 patch scans a VMA once the gap exceeds the thread count instead of skipping it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VmaGap {
+    pub vm_end: u64,
+    pub skips: u64,
+    /// Skips with gap > nr_threads: impossible on a patched kernel.
+    pub over_threads: u64,
+    /// Skips with gap == nr_threads: the VMA reached the patch's threshold.
+    pub at_threshold: u64,
+    pub max_gap: u64,
+    /// nr_threads at the skip with the largest gap.
+    pub max_gap_threads: u64,
+    pub first_over_ns: u64,
+    pub last_ns: u64,
+}
+
 /// A field offset that the running kernel's tracepoint does not have.
 pub const FIELD_ABSENT: u32 = u32::MAX;
 
@@ -387,6 +432,16 @@ all_absent!(
     ForkOffsets {
         parent_pid,
         child_pid
+    },
+    GapOffsets {
+        vma_numab_state,
+        prev_scan_seq,
+        mm_numa_scan_seq,
+        task_signal,
+        nr_threads,
+        vm_start,
+        vm_end,
+        pid_inactive
     }
 );
 
@@ -574,6 +629,7 @@ pub enum EventKind {
     NumaStick = 4,
     MigratePages = 5,
     TaskExit = 6,
+    VmaScan = 7,
 }
 
 impl EventKind {
@@ -585,6 +641,7 @@ impl EventKind {
             4 => Self::NumaStick,
             5 => Self::MigratePages,
             6 => Self::TaskExit,
+            7 => Self::VmaScan,
             _ => return None,
         })
     }
@@ -613,6 +670,16 @@ pub struct SkipVmaEvent {
     pub vm_end: u64,
     pub reason: u32,
     pub _pad: u32,
+}
+
+/// One change_prot_numa call (fexit only: it needs the VMA): when a VMA was scanned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmaScanEvent {
+    pub hdr: EventHeader,
+    pub vm_start: u64,
+    pub vm_end: u64,
+    pub pte_updates: u64,
 }
 
 /// `sched_{move,swap,stick}_numa`; for a move, `dst_pid`/`dst_tgid` equal the source.
@@ -689,6 +756,9 @@ pub enum Counter {
     CowSharedMigrations = 24,
     /// A VMA's PTE updates could not be recorded (per-VMA map full).
     VmaMapFull = 25,
+    /// pid_inactive skips the gap program saw, and those it could not read or record.
+    SeenSkipGap = 26,
+    SkipGapLost = 27,
 }
 
 /// Length of [`MAP_COUNTERS`].
@@ -714,6 +784,8 @@ mod pod {
     unsafe impl aya::Pod for VmaKey {}
     unsafe impl aya::Pod for RegionKey {}
     unsafe impl aya::Pod for VmaStats {}
+    unsafe impl aya::Pod for GapOffsets {}
+    unsafe impl aya::Pod for VmaGap {}
 }
 
 #[cfg(test)]
@@ -731,14 +803,17 @@ mod tests {
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);
         assert_eq!(size_of::<MigratePagesEvent>(), 24 + 40);
         assert_eq!(size_of::<TaskExitEvent>(), 24 + size_of::<TaskStats>());
+        assert_eq!(size_of::<VmaScanEvent>(), 24 + 24);
+        assert_eq!(size_of::<GapOffsets>(), 8 * 4);
+        assert_eq!(size_of::<VmaGap>(), 8 * 8);
     }
 
     #[test]
     fn event_kinds_round_trip() {
-        for k in 1..=6 {
+        for k in 1..=7 {
             assert_eq!(EventKind::from_u32(k).map(|e| e as u32), Some(k));
         }
         assert_eq!(EventKind::from_u32(0), None);
-        assert_eq!(EventKind::from_u32(7), None);
+        assert_eq!(EventKind::from_u32(8), None);
     }
 }

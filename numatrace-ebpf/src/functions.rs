@@ -10,14 +10,16 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use numatrace_common::{
-    Counter, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED, INFLIGHT_MIGRATE,
-    INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, MATRIX_SLOTS,
-    MAX_NODES, NODE_RANGES, NodeMap, PageOffsets, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL,
-    TNF_MIGRATED, TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaStats,
+    Counter, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED,
+    INFLIGHT_MIGRATE, INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS,
+    MATRIX_SLOTS, MAX_NODES, NODE_RANGES, NodeMap, PageOffsets, RegionKey, TNF_FAULT_LOCAL,
+    TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey,
+    VmaScanEvent, VmaStats,
 };
 
 use crate::tasks::{
-    add, count, count_n, current, current_task, read_field, task_entry, touch, wanted,
+    add, count, count_n, current, current_task, emit_events, header, read_field, send, task_entry,
+    touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -245,6 +247,15 @@ fn vma_add(tgid: u32, vma: *const u8, updated: u64) {
     ) else {
         return;
     };
+    if emit_events() {
+        // When each VMA was scanned: seed 002's time from renewed access to the first scan.
+        send(VmaScanEvent {
+            hdr: header(EventKind::VmaScan as u32, current().pid, tgid),
+            vm_start: start,
+            vm_end: end,
+            pte_updates: updated,
+        });
+    }
     let key = VmaKey {
         tgid,
         _pad: 0,
@@ -503,7 +514,7 @@ fn on_migrate_exit(ret: i64) {
 /// choosing between two slots must not become one variable-offset context access, which the
 /// verifier rejects.
 #[inline(always)]
-fn tracing_arg<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
+pub(crate) fn tracing_arg<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
     unsafe { core::ptr::read_volatile(ctx.cast::<u64>().add(N)) }
 }
 
@@ -511,7 +522,7 @@ fn tracing_arg<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
 /// verifier forbids arithmetic with unknown values (the page -> PFN computation needs it).
 /// Copying through bpf_probe_read_kernel yields an untyped scalar.
 #[inline(always)]
-fn tracing_arg_scalar<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
+pub(crate) fn tracing_arg_scalar<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(ctx.cast::<u64>().add(N)) }.unwrap_or(0)
 }
 

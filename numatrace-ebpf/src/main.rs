@@ -7,6 +7,7 @@
 #![allow(internal_features)]
 
 mod functions;
+mod gaps;
 mod sampling;
 mod tasks;
 

@@ -69,15 +69,18 @@ pub enum Command {
     /// 004 (PR_SET_THP_DISABLE): THP state inherited across fork and exec, and no THP hint
     /// faults in THP-disabled processes, against a control; 001 (4K faults handled as hugepage
     /// ones, never merged): hint faults per 2 MiB region per scan pass with 4K pages, THP as
-    /// the reference. 002 is not implemented in this version. Needs the function hooks (fentry
-    /// or kprobes) and kernel.numa_balancing=1; 000 also needs 2+ NUMA nodes.
+    /// the reference; 002 ("scan the vma if it has not been scanned for a while"): the
+    /// scan-sequence gap at each pid_inactive skip against the thread count, with a reproducer
+    /// that leaves one VMA idle and then touches it again (needs tp_btf on
+    /// sched_skip_vma_numa: 6.8+). The others need the function hooks (fentry or kprobes);
+    /// all need kernel.numa_balancing=1, and 000 also 2+ NUMA nodes.
     Check(CheckArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The patch to check: 000, or all (= every implemented check).
-    #[arg(long, default_value = "all", value_parser = ["000", "001", "003", "004", "all"])]
+    /// The patch to check (a seed number), or all.
+    #[arg(long, default_value = "all", value_parser = ["000", "001", "002", "003", "004", "all"])]
     pub patch: String,
 
     /// How long each reproducer run lasts.

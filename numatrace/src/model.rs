@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use numatrace_common::{EventKind, SKIP_REASON_NAMES, SKIP_REASON_OTHER, TaskStats};
+use numatrace_common::{
+    EventKind, SKIP_REASON_NAMES, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, TaskStats,
+};
 use serde::Serialize;
 
 use crate::sources::ringbuf::Event;
@@ -313,7 +315,8 @@ pub struct ProcessRecord {
     pub vmas: Vec<VmaRecord>,
 }
 
-/// One VMA's share of the scanning (change_prot_numa calls on it).
+/// One VMA's share of the scanning (change_prot_numa calls on it), and how long the scanner
+/// left it alone (pid_inactive skips).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct VmaRecord {
     /// Hex start and end addresses.
@@ -323,6 +326,44 @@ pub struct VmaRecord {
     pub calls: u64,
     /// From /proc/PID/maps while the process lives; `None` once it has exited.
     pub mapping: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_inactive: Option<GapRecord>,
+    /// sched_skip_vma_numa events on it, by reason (from the ring buffer).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub skips: BTreeMap<&'static str, u64>,
+    #[serde(skip)]
+    pub start_addr: u64,
+    /// CLOCK_MONOTONIC times of its change_prot_numa calls, oldest first (at most
+    /// [`MAX_SCAN_TIMES`]).
+    #[serde(skip)]
+    pub scan_times_ns: Vec<u64>,
+}
+
+/// Kept per VMA: enough for minutes of scanning at the fastest scan period.
+pub const MAX_SCAN_TIMES: usize = 65536;
+
+/// pid_inactive skips of one VMA and the scan-sequence gap at each (seed 002, tp_btf).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GapRecord {
+    pub skips: u64,
+    /// Skips with gap > the task's thread count: a patched kernel scans instead.
+    pub over_threads: u64,
+    /// Skips with gap == the thread count: the VMA reached the patch's threshold.
+    pub at_threshold: u64,
+    pub max_gap: u64,
+    pub max_gap_threads: u64,
+}
+
+/// One row of per-VMA data from the kernel maps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmaRow {
+    pub tgid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub pte_updates: u64,
+    pub calls: u64,
+    pub mapping: Option<String>,
+    pub gap: Option<GapRecord>,
 }
 
 /// Ring buffer records received, by kind.
@@ -334,6 +375,7 @@ pub struct EventTally {
     pub numa_stick: u64,
     pub migrate_pages: u64,
     pub task_exit: u64,
+    pub vma_scan: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -342,6 +384,10 @@ pub struct Model {
     tasks: BTreeMap<(u32, u64), TaskRecord>,
     pub events: EventTally,
     vmas: BTreeMap<u32, Vec<VmaRecord>>,
+    /// (tgid, vm_start) -> change_prot_numa times.
+    scan_times: BTreeMap<(u32, u64), Vec<u64>>,
+    /// (tgid, vm_start) -> skip events by reason slot.
+    vma_skips: BTreeMap<(u32, u64), [u64; SKIP_REASON_SLOTS]>,
 }
 
 impl Model {
@@ -361,7 +407,13 @@ impl Model {
     pub fn apply(&mut self, ev: &Event) {
         let t = &mut self.events;
         match ev {
-            Event::SkipVma(_) => t.skip_vma += 1,
+            Event::SkipVma(e) => {
+                t.skip_vma += 1;
+                let slot = (e.reason as usize).min(SKIP_REASON_OTHER);
+                self.vma_skips
+                    .entry((e.hdr.tgid, e.vm_start))
+                    .or_insert([0; SKIP_REASON_SLOTS])[slot] += 1;
+            }
             Event::Placement(EventKind::NumaMove, _) => t.numa_move += 1,
             Event::Placement(EventKind::NumaSwap, _) => t.numa_swap += 1,
             Event::Placement(_, _) => t.numa_stick += 1,
@@ -369,6 +421,13 @@ impl Model {
             Event::TaskExit(e) => {
                 t.task_exit += 1;
                 self.put(&e.stats, true);
+            }
+            Event::VmaScan(e) => {
+                t.vma_scan += 1;
+                let v = self.scan_times.entry((e.hdr.tgid, e.vm_start)).or_default();
+                if v.len() < MAX_SCAN_TIMES {
+                    v.push(e.hdr.ts_ns);
+                }
             }
         }
     }
@@ -381,18 +440,36 @@ impl Model {
         }
     }
 
-    /// Adds per-VMA PTE updates: (tgid, vm_start, vm_end, updates, calls, mapping name).
-    pub fn merge_vmas(
-        &mut self,
-        vmas: impl IntoIterator<Item = (u32, u64, u64, u64, u64, Option<String>)>,
-    ) {
-        for (tgid, start, end, pte_updates, calls, mapping) in vmas {
-            self.vmas.entry(tgid).or_default().push(VmaRecord {
-                start: format!("{start:#x}"),
-                end: format!("{end:#x}"),
-                pte_updates,
-                calls,
-                mapping,
+    /// Adds the per-VMA rows of the kernel maps, with the scan times the ring buffer gave.
+    pub fn merge_vmas(&mut self, vmas: impl IntoIterator<Item = VmaRow>) {
+        for r in vmas {
+            let mut scan_times_ns = self
+                .scan_times
+                .get(&(r.tgid, r.start))
+                .cloned()
+                .unwrap_or_default();
+            scan_times_ns.sort_unstable();
+            let skips = self
+                .vma_skips
+                .get(&(r.tgid, r.start))
+                .map(|c| {
+                    c.iter()
+                        .enumerate()
+                        .filter(|(_, n)| **n > 0)
+                        .map(|(i, n)| (skip_reason_name(i), *n))
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.vmas.entry(r.tgid).or_default().push(VmaRecord {
+                start: format!("{:#x}", r.start),
+                end: format!("{:#x}", r.end),
+                pte_updates: r.pte_updates,
+                calls: r.calls,
+                mapping: r.mapping,
+                pid_inactive: r.gap,
+                skips,
+                start_addr: r.start,
+                scan_times_ns,
             });
         }
         for v in self.vmas.values_mut() {

@@ -21,6 +21,14 @@ pub enum HookKind {
         /// Candidate symbols in order of preference (renames across versions).
         symbols: &'static [&'static str],
     },
+    /// A BTF-typed tracepoint (tp_btf): the tracepoint's raw arguments, which its tracefs
+    /// record does not carry. Needs the classic tracepoint too (its presence is the test).
+    BtfTracepoint {
+        /// `category:name` of the classic tracepoint.
+        tracepoint: &'static str,
+        /// The kernel struct fields (BTF `struct.field`) the program reads.
+        fields: &'static [&'static str],
+    },
     /// CPU-clock sampling of kernel stacks: the scan-share fallback.
     Sampling,
 }
@@ -36,6 +44,7 @@ pub enum Programs {
         kprobe: &'static [&'static str],
     },
     PerfEvent(&'static str),
+    TpBtf(&'static str),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -142,6 +151,15 @@ pub const HOOKS: &[HookSpec] = &[
         PROG_EXIT,
         "hands over a task's final counts and frees its entry",
     ),
+    HookSpec {
+        name: "tp_btf:sched_skip_vma_numa",
+        kind: HookKind::BtfTracepoint {
+            tracepoint: "sched:sched_skip_vma_numa",
+            fields: GAP_FIELDS,
+        },
+        programs: Programs::TpBtf(PROG_BTF_SKIP_VMA_GAP),
+        what: "scan-sequence gap of pid_inactive skips (seed 002)",
+    },
     func(
         "task_numa_work",
         &["task_numa_work"],
@@ -215,6 +233,17 @@ pub const HOOKS: &[HookSpec] = &[
     },
 ];
 
+/// What the seed 002 gap program reads (`vma_numab_state.prev_scan_seq` exists from 6.8).
+pub const GAP_FIELDS: &[&str] = &[
+    "vm_area_struct.numab_state",
+    "vma_numab_state.prev_scan_seq",
+    "mm_struct.numa_scan_seq",
+    "task_struct.signal",
+    "signal_struct.nr_threads",
+    "vm_area_struct.vm_start",
+    "vm_area_struct.vm_end",
+];
+
 /// How a hook is (or would be) attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -266,7 +295,8 @@ impl HookPlan {
             (Programs::Function { fentry, .. }, Mechanism::Fentry) => fentry.to_vec(),
             (Programs::Function { kprobe, .. }, Mechanism::Kprobe) => kprobe.to_vec(),
             (Programs::Tracepoint(p), Mechanism::Tracepoint)
-            | (Programs::PerfEvent(p), Mechanism::PerfEvent) => vec![p],
+            | (Programs::PerfEvent(p), Mechanism::PerfEvent)
+            | (Programs::TpBtf(p), Mechanism::TpBtf) => vec![p],
             _ => vec![],
         }
     }
@@ -291,6 +321,7 @@ pub struct Offsets {
     pub scan_ranges: ScanRanges,
     pub page: PageOffsets,
     pub node_map: NodeMap,
+    pub gap: GapOffsets,
 }
 
 impl Default for Offsets {
@@ -315,6 +346,7 @@ impl Default for Offsets {
             },
             page: PageOffsets::ABSENT,
             node_map: NodeMap::EMPTY,
+            gap: GapOffsets::ABSENT,
         }
     }
 }
@@ -577,6 +609,21 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         _pad: 0,
     };
     o.node_map = node_map(facts);
+    o.gap = GapOffsets {
+        vma_numab_state: field(facts, "vm_area_struct.numab_state"),
+        prev_scan_seq: field(facts, "vma_numab_state.prev_scan_seq"),
+        mm_numa_scan_seq: field(facts, "mm_struct.numa_scan_seq"),
+        task_signal: field(facts, "task_struct.signal"),
+        nr_threads: field(facts, "signal_struct.nr_threads"),
+        vm_start: field(facts, "vm_area_struct.vm_start"),
+        vm_end: field(facts, "vm_area_struct.vm_end"),
+        pid_inactive: facts.pid_inactive_reason.unwrap_or(
+            SKIP_REASON_NAMES
+                .iter()
+                .position(|r| *r == "pid_inactive")
+                .unwrap_or(4) as u32,
+        ),
+    };
     let range = |n: &str| facts.scan_ranges.get(n).copied().unwrap_or([0, 0]);
     o.scan_ranges = ScanRanges {
         task_numa_work: range("task_numa_work"),
@@ -648,6 +695,40 @@ fn field_notes(facts: &KernelFacts, h: &mut HookPlan) {
     }
 }
 
+fn plan_btf_tracepoint(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
+    let HookKind::BtfTracepoint { tracepoint, fields } = spec.kind else {
+        unreachable!("plan_btf_tracepoint called for another kind of hook")
+    };
+    let mut plan = HookPlan {
+        spec,
+        mechanism: Mechanism::None,
+        symbol: None,
+        reasons: Vec::new(),
+    };
+    let name = tracepoint.split(':').nth(1).unwrap_or(tracepoint);
+    let missing: Vec<&str> = fields
+        .iter()
+        .copied()
+        .filter(|f| field(facts, f) == FIELD_ABSENT)
+        .collect();
+    if !facts.tracepoints.contains_key(tracepoint) {
+        plan.reasons
+            .push(format!("tracepoint {tracepoint} absent on this kernel"));
+    } else if !facts.btf_vmlinux {
+        plan.reasons
+            .push("tp_btf: no kernel BTF (/sys/kernel/btf/vmlinux)".into());
+    } else if !facts.btf_tracepoints.contains(name) {
+        plan.reasons
+            .push(format!("tp_btf: BTF has no btf_trace_{name}"));
+    } else if !missing.is_empty() {
+        plan.reasons
+            .push(format!("BTF lacks {}", missing.join(", ")));
+    } else {
+        plan.mechanism = Mechanism::TpBtf;
+    }
+    plan
+}
+
 fn plan_sampling(facts: &KernelFacts, spec: HookSpec, work: Option<&HookPlan>) -> HookPlan {
     let mut plan = HookPlan {
         spec,
@@ -685,6 +766,7 @@ pub fn plan(facts: &KernelFacts) -> Plan {
                 field_notes(facts, &mut h);
                 h
             }
+            HookKind::BtfTracepoint { .. } => plan_btf_tracepoint(facts, *spec),
             HookKind::Sampling => {
                 let work = hooks.iter().find(|h| h.spec.name == "task_numa_work");
                 plan_sampling(facts, *spec, work)
@@ -831,6 +913,8 @@ pub(crate) mod tests {
             mpol_arg1: Some("vm_fault".into()),
             page_head_bit: Some(6),
             page_size: Some(64),
+            btf_tracepoints: set(&["sched_skip_vma_numa"]),
+            pid_inactive_reason: Some(4),
             vmemmap_base_sym: None,
             node_pfn_ranges: vec![[0, 6291456, 0]],
             kprobes: false,
@@ -877,12 +961,16 @@ pub(crate) mod tests {
                 let mut f = btf_fields(10);
                 f.insert("folio._large_mapcount".into(), None);
                 f.insert("folio._entire_mapcount".into(), None);
+                f.insert("vm_area_struct.numab_state".into(), None);
+                f.insert("vma_numab_state.prev_scan_seq".into(), None);
                 f
             },
             migrate_params: Some(3),
             mpol_arg1: Some("vm_area_struct".into()),
             page_head_bit: Some(16),
             page_size: Some(64),
+            btf_tracepoints: std::collections::BTreeSet::new(),
+            pid_inactive_reason: None,
             vmemmap_base_sym: Some(0xffffffff82a0f6b8),
             node_pfn_ranges: vec![[0, 262144, 0], [262144, 524288, 1]],
             kprobes: true,
@@ -914,6 +1002,10 @@ pub(crate) mod tests {
                 HookKind::Function { .. } => {
                     assert_eq!(h.mechanism, Mechanism::None, "{}", h.spec.name);
                     assert!(!h.reasons.is_empty(), "{} needs a reason", h.spec.name);
+                }
+                HookKind::BtfTracepoint { .. } => {
+                    assert_eq!(h.mechanism, Mechanism::TpBtf, "{}", h.spec.name);
+                    assert_eq!(h.programs(), [PROG_BTF_SKIP_VMA_GAP]);
                 }
                 HookKind::Sampling => {
                     // The fallback for the unhookable task_numa_work.
@@ -948,7 +1040,8 @@ pub(crate) mod tests {
         assert_eq!(p.offsets.migrate.reason, 60);
         assert_eq!(p.offsets.migrate.mode, 56);
         assert_eq!(p.offsets.fork.child_pid, 44);
-        assert_eq!(p.attachable().count(), 8);
+        // 7 tracepoints, the tp_btf gap program and the sampling fallback.
+        assert_eq!(p.attachable().count(), 9);
     }
 
     #[test]
@@ -995,6 +1088,32 @@ pub(crate) mod tests {
         );
         // 6 tracepoints and 8 function hooks.
         assert_eq!(p.attachable().count(), 14);
+        let gap = hook(&p, "tp_btf:sched_skip_vma_numa");
+        assert_eq!(gap.mechanism, Mechanism::None);
+        assert!(gap.reasons[0].contains("absent"), "{gap:?}");
+    }
+
+    #[test]
+    fn gap_program_needs_prev_scan_seq() {
+        // 6.7: the tracepoint and numab_state exist, prev_scan_seq only from 6.8.
+        let mut f = host_6_18();
+        f.btf_fields
+            .insert("vma_numab_state.prev_scan_seq".into(), None);
+        let p = plan(&f);
+        let gap = hook(&p, "tp_btf:sched_skip_vma_numa");
+        assert_eq!(gap.mechanism, Mechanism::None);
+        assert_eq!(
+            gap.reasons,
+            ["BTF lacks vma_numab_state.prev_scan_seq"],
+            "{gap:?}"
+        );
+        let full = plan(&host_6_18());
+        assert_eq!(full.offsets.gap.pid_inactive, 4);
+        assert_eq!(
+            full.offsets.gap.nr_threads,
+            field(&host_6_18(), "signal_struct.nr_threads")
+        );
+        assert_ne!(full.offsets.gap.prev_scan_seq, FIELD_ABSENT);
     }
 
     #[test]

@@ -88,25 +88,32 @@ fn check_000_gives_the_documented_verdict() {
     );
 }
 
-#[test]
-fn check_003_gives_the_documented_verdict() {
-    let tunable = numatrace::kernel::tunables::tunable_path("scan_period_min_ms");
+/// Runs check `patch` and asserts that the scan tunable `name` has its value back afterwards
+/// (a locked-down debugfs may refuse reads; then there is nothing to compare).
+fn run_restoring(test: &str, patch: &str, name: &str) -> Option<Run> {
     let read = || {
-        tunable
-            .as_ref()
+        numatrace::kernel::tunables::tunable_path(name)
             .and_then(|p| std::fs::read_to_string(p).ok())
     };
     let before = read();
-    let Some(run) = Run::start("check_003_gives_the_documented_verdict", "003") else {
+    let run = Run::start(test, patch)?;
+    let after = read();
+    if before.is_some() && after.is_some() {
+        assert_eq!(before, after, "{name} not restored");
+    }
+    Some(run)
+}
+
+#[test]
+fn check_003_gives_the_documented_verdict() {
+    let Some(run) = run_restoring(
+        "check_003_gives_the_documented_verdict",
+        "003",
+        "scan_period_min_ms",
+    ) else {
         return;
     };
     let c = &run.check;
-    // The reproducer's tunables are put back. (A locked-down debugfs may refuse reads; then
-    // there is nothing to compare.)
-    let after = read();
-    if before.is_some() && after.is_some() {
-        assert_eq!(before, after, "scan_period_min_ms not restored");
-    }
     let hooked = run.hooked(&["task_numa_work"]);
     if !hooked {
         assert_eq!(c["verdict"], "unsupported", "{c}");
@@ -178,4 +185,68 @@ fn check_001_gives_the_documented_verdict() {
         e["thp.mean_hint_faults_per_region_pass"].as_f64().unwrap() <= 2.0,
         "{e}"
     );
+}
+
+#[test]
+fn check_002_gives_the_documented_verdict() {
+    let Some(run) = run_restoring(
+        "check_002_gives_the_documented_verdict",
+        "002",
+        "scan_size_mb",
+    ) else {
+        return;
+    };
+    let c = &run.check;
+    let e = &c["evidence"];
+    if !run.hooked(&["tp_btf:sched_skip_vma_numa"]) {
+        // 6.1: no sched_skip_vma_numa, no numab_state.
+        assert_eq!(c["verdict"], "unsupported", "{c}");
+        assert!(
+            c["sentence"]
+                .as_str()
+                .unwrap()
+                .contains("tp_btf:sched_skip_vma_numa"),
+            "{c}"
+        );
+        return;
+    }
+    // 6.8+ has the program. Mainline carries the patch from 6.12 (6.11.y, and distributions
+    // backported it: Ubuntu's 6.8.0-1xx); Ubuntu 24.04's release kernel 6.8.0-31 does not.
+    let release = run.probes["kernel"]["release"].as_str().unwrap().to_owned();
+    let version: Vec<u32> = release
+        .split(['.', '-'])
+        .take(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let tuned = c["kernel_facts"]["tunables"]
+        .as_str()
+        .is_some_and(|t| t.contains("scan_size_mb=16"));
+    if release.starts_with("6.8.0-31-") && tuned {
+        // The control: the idle VMA's gap grows past the 4 threads.
+        assert_eq!(c["verdict"], "behaves-as-unpatched", "{c}");
+        assert!(e["reproducer.a_max_gap"].as_u64().unwrap() > 4, "{e}");
+        assert!(e["skips_gap_over_threads"].as_u64().unwrap() > 0, "{e}");
+        return;
+    }
+    if version[..] < [6, 12][..] {
+        return;
+    }
+    assert_eq!(e["skips_gap_over_threads"], 0, "{e}");
+    if !tuned {
+        // Default tunables (a locked-down debugfs): sequences may be too slow to get there.
+        assert_ne!(c["verdict"], "behaves-as-unpatched", "{c}");
+        return;
+    }
+    assert_eq!(c["verdict"], "behaves-as-patched", "{c}");
+    assert!(
+        e["reproducer.a_pid_inactive_skips"].as_u64().unwrap() > 0,
+        "{e}"
+    );
+    assert!(e["skips_gap_at_threads"].as_u64().unwrap() > 0, "{e}");
+    // The gap climbs to the thread count and stops there.
+    assert_eq!(e["reproducer.a_max_gap"], 4, "{e}");
+    // The patched kernel comes back to A soon after it is touched again.
+    if let Some(ms) = e["reproducer.a_first_scan_after_renewed_access_ms"].as_f64() {
+        assert!(ms < 4000.0, "{e}");
+    }
 }

@@ -72,6 +72,19 @@ fn probes_json_covers_every_hook_with_a_verdict() {
                     panic!("{name} could attach via {mechanism} but did not: {h}");
                 }
             }
+            "tp_btf" => {
+                // Needs the classic tracepoint (and BTF with the fields it reads).
+                let (_, event) = name.split_once(':').unwrap();
+                let exists = tracefs.join("events/sched").join(event).is_dir();
+                if attached {
+                    assert!(exists, "{name} attached without its tracepoint");
+                    assert_eq!(h["mechanism"], "tp_btf", "{name}");
+                } else if h["mechanism"] == "none" {
+                    assert!(!reasons.is_empty(), "{name} unattached without a reason");
+                } else {
+                    panic!("{name} could attach via tp_btf but did not: {h}");
+                }
+            }
             "sampling" => {
                 let work = hooks
                     .iter()

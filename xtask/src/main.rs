@@ -42,11 +42,16 @@ enum Step {
         no_vm: bool,
     },
     /// Run the real-kernel tests in 2-node QEMU guests on Debian's 6.1 and 6.12 cloud kernels
-    /// (installs qemu-system-x86, busybox-static and cpio with apt when missing; needs root).
+    /// and Ubuntu's 6.8.0-31 (installs qemu-system-x86, busybox-static, cpio and curl with apt
+    /// when missing; downloads the kernels once into the cache; needs root).
     VmTest {
         /// Only these test binaries (e.g. `--only probes,numa_guest`).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Only the tests whose name contains this (passed to each test binary, e.g.
+        /// `--filter check_002`).
+        #[arg(long, value_parser = vm::parse_filter)]
+        filter: Option<String>,
     },
 }
 
@@ -77,9 +82,9 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("xtask: --no-vm: QEMU guests skipped");
                 Ok(())
             } else {
-                vm::run(&tools, &[])
+                vm::run(&tools, &[], None)
             }
         }
-        Step::VmTest { only } => vm::run(&tools, &only),
+        Step::VmTest { only, filter } => vm::run(&tools, &only, filter.as_deref()),
     }
 }

@@ -93,6 +93,36 @@ enum Workload {
         #[arg(long, value_name = "FILE")]
         state_file: PathBuf,
     },
+    /// Seed 002: one thread touches two VMAs A (lower) and B, split by a PROT_NONE guard
+    /// page: both, then B only (A's PID access history ages out and the scanner skips A as
+    /// pid_inactive), then A only (renewed access). A patched kernel scans A once it has gone
+    /// unscanned for more scan sequences than the process has threads. The state file gets
+    /// `a START END`, `b START END`, and `phase NAME CLOCK_MONOTONIC_NS` lines.
+    IdleVma {
+        /// Threads in the process: one touches, the others sleep. With more than one the
+        /// kernel makes every PTE a hinting fault (a single-threaded process's local pages
+        /// never are, so nothing would record its accesses), and the patch's threshold is
+        /// this many scan sequences.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+        threads: u32,
+        /// MiB in VMA A (the one left idle).
+        #[arg(long, default_value_t = 64)]
+        a_mib: usize,
+        /// MiB in VMA B (make it at least the scan size, scan_size_mb, so that scanning B uses
+        /// up a scan call's budget and the kernel does not force-scan A at the end of the call).
+        #[arg(long, default_value_t = 256)]
+        b_mib: usize,
+        /// Back both with 4K pages (MADV_NOHUGEPAGE); default THPs (MADV_HUGEPAGE), which scan
+        /// and fault much faster.
+        #[arg(long)]
+        no_thp: bool,
+        /// Whole run; split 1/5 both, 2/5 B only, 2/5 A only.
+        #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Write the VMAs' addresses and the phases' start times here.
+        #[arg(long, value_name = "FILE")]
+        state_file: Option<PathBuf>,
+    },
     /// The exec'd child of `thp-disable` (not meant to be run alone).
     ThpChild {
         #[arg(long, default_value_t = 64)]
@@ -375,6 +405,98 @@ fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) ->
     Ok(())
 }
 
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`, so the tracer can line up phases.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Touches (writes) one word per 4K page of each buffer until `until`; returns full passes.
+fn touch_pages(bufs: &mut [&mut [u32]], until: Instant) -> u64 {
+    let mut passes = 0;
+    while Instant::now() < until {
+        for b in bufs.iter_mut() {
+            for page in b.chunks_mut(1024) {
+                page[0] = page[0].wrapping_add(1);
+            }
+        }
+        passes += 1;
+    }
+    passes
+}
+
+fn idle_vma(
+    threads: u32,
+    a_mib: usize,
+    b_mib: usize,
+    thp: bool,
+    duration: Duration,
+    state: Option<&std::path::Path>,
+) -> Result<()> {
+    use std::io::Write;
+    const HUGE: usize = 2 << 20;
+    let (a_len, b_len) = (
+        (a_mib << 20).next_multiple_of(HUGE),
+        (b_mib << 20).next_multiple_of(HUGE),
+    );
+    // One mapping [A | guard | B]: mmap places later mappings below earlier ones, so this is
+    // the only way to be sure A is scanned before B.
+    let all = anon_mapping(a_len + HUGE + b_len, thp)?;
+    let (a, rest) = all.split_at_mut(a_len / 4);
+    let (guard, b) = rest.split_at_mut(HUGE / 4);
+    // SAFETY: the guard lies inside our mapping and is never touched; PROT_NONE splits the
+    // mapping into three VMAs, so A and B cannot merge.
+    if unsafe { libc::mprotect(guard.as_mut_ptr().cast(), HUGE, libc::PROT_NONE) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("mprotect(guard)");
+    }
+    let mut out = match state {
+        Some(f) => Some(fs::File::create(f).context("creating --state-file")?),
+        None => None,
+    };
+    let mut note = |line: String| -> Result<()> {
+        if let Some(f) = out.as_mut() {
+            writeln!(f, "{line}").context("writing --state-file")?;
+        }
+        Ok(())
+    };
+    let range = |s: &[u32]| (s.as_ptr() as usize, s.as_ptr() as usize + s.len() * 4);
+    let ((a0, a1), (b0, b1)) = (range(a), range(b));
+    note(format!("a {a0:#x} {a1:#x}"))?;
+    note(format!("b {b0:#x} {b1:#x}"))?;
+    // First touch outside the phases: populating takes long, above all in emulated guests.
+    for page in a.chunks_mut(1024).chain(b.chunks_mut(1024)) {
+        page[0] = 1;
+    }
+    let fifth = duration / 5;
+    // Sleepers only count as threads; the process exits (and ends them) when main returns.
+    for i in 1..threads {
+        std::thread::spawn(move || {
+            set_thread_name(&format!("ntw-sleeper-{i}"));
+            std::thread::sleep(duration + Duration::from_secs(60));
+        });
+    }
+    let start = Instant::now();
+    note(format!("phase both {}", monotonic_ns()))?;
+    let both = touch_pages(&mut [&mut *a, &mut *b], start + fifth);
+    note(format!("phase b-only {}", monotonic_ns()))?;
+    let b_only = touch_pages(&mut [&mut *b], start + fifth * 3);
+    note(format!("phase a-only {}", monotonic_ns()))?;
+    let a_only = touch_pages(&mut [&mut *a], start + duration);
+    note(format!("phase end {}", monotonic_ns()))?;
+    println!(
+        "idle-vma: {threads} thread(s), A {a_mib} MiB at {a0:#x}, B {b_mib} MiB at {b0:#x} ({}): \
+         {both} passes over both, {b_only} over B only, {a_only} over A only in {:.1} s",
+        if thp { "THP" } else { "4K pages" },
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn gate(cli: &Cli) -> Result<()> {
     if let Some(f) = &cli.pid_file {
         fs::write(f, std::process::id().to_string()).context("writing --pid-file")?;
@@ -459,6 +581,21 @@ fn main() -> Result<()> {
             duration,
             state_file,
         } => thp_child(mem_mib, duration, &state_file),
+        Workload::IdleVma {
+            threads,
+            a_mib,
+            b_mib,
+            no_thp,
+            duration,
+            state_file,
+        } => idle_vma(
+            threads,
+            a_mib,
+            b_mib,
+            !no_thp,
+            duration,
+            state_file.as_deref(),
+        ),
         Workload::Migrate {
             mem_mib,
             from_node,

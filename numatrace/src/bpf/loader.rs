@@ -7,7 +7,7 @@
 use aya::{
     Btf, Ebpf, EbpfLoader,
     programs::{
-        FEntry, FExit, KProbe, PerfEvent, ProgramError, TracePoint,
+        BtfTracePoint, FEntry, FExit, KProbe, PerfEvent, ProgramError, TracePoint,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
@@ -92,6 +92,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(GLOBAL_SCAN_RANGES, &o.scan_ranges, true)
         .override_global(numatrace_common::GLOBAL_PAGE_OFFSETS, &o.page, true)
         .override_global(numatrace_common::GLOBAL_NODE_MAP, &o.node_map, true)
+        .override_global(numatrace_common::GLOBAL_GAP_OFFSETS, &o.gap, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
         .load(super::OBJECT)
@@ -213,6 +214,11 @@ fn attach_program(
             )
             .map_err(|e| err("attach", e))?;
         }
+    } else if let HookKind::BtfTracepoint { tracepoint, .. } = h.spec.kind {
+        let name = tracepoint.split(':').nth(1).unwrap_or(tracepoint);
+        let p: &mut BtfTracePoint = prog.try_into().map_err(|e| err("type", e))?;
+        p.load(name, need_btf()?).map_err(load_err)?;
+        p.attach().map_err(|e| err("attach", e))?;
     } else if let HookKind::Tracepoint { category, name, .. } = h.spec.kind {
         let p: &mut TracePoint = prog.try_into().map_err(|e| err("type", e))?;
         p.load().map_err(load_err)?;
@@ -252,6 +258,7 @@ fn report(h: &HookPlan, attached: Result<(), String>) -> HookReport {
         kind: match h.spec.kind {
             HookKind::Tracepoint { .. } => "tracepoint",
             HookKind::Function { .. } => "function",
+            HookKind::BtfTracepoint { .. } => "tp_btf",
             HookKind::Sampling => "sampling",
         },
         mechanism: h.mechanism,

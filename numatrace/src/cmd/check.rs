@@ -13,8 +13,9 @@ use serde_json::json;
 
 use crate::{
     check::{
-        CheckResult, MIN_CONTROL_FAULTS, TITLE_000, TITLE_001, TITLE_003, TITLE_004, TaskScan,
-        Verdict, parse_thp_states, verdict_000, verdict_001, verdict_003, verdict_004,
+        CheckResult, MIN_CONTROL_FAULTS, TITLE_000, TITLE_001, TITLE_002, TITLE_003, TITLE_004,
+        TaskScan, Verdict, VmaGaps, first_after_ms, parse_idle_vma_state, parse_thp_states,
+        verdict_000, verdict_001, verdict_002, verdict_003, verdict_004,
     },
     cli::{CheckArgs, StatArgs},
     cmd::stat::{Signals, collect},
@@ -238,6 +239,147 @@ const TUNABLES_003: [(&str, &str); 3] = [
     ("scan_size_mb", "1024"),
 ];
 
+/// Seed 002's reproducer: fast scan sequences (short delay and period) and a scan size below
+/// VMA B's 256 MiB, so that scanning B uses up each call's budget: the kernel then never
+/// reaches the end of the address space in a call that skipped A, where it would force-scan A
+/// whatever its history.
+const TUNABLES_002: [(&str, &str); 4] = [
+    ("scan_delay_ms", "100"),
+    ("scan_period_min_ms", "100"),
+    ("scan_period_max_ms", "200"),
+    ("scan_size_mb", "16"),
+];
+
+const GAP_HOOK: &str = "tp_btf:sched_skip_vma_numa";
+const REPRODUCER_THREADS_002: u32 = 4;
+
+async fn check_002(
+    args: &CheckArgs,
+    no_fentry: bool,
+    signals: &mut Signals,
+) -> Result<CheckResult> {
+    let reproduce = args.command.is_empty();
+    let state = std::env::temp_dir().join(format!("numatrace-check-002-{}", std::process::id()));
+    let command: Vec<OsString> = if reproduce {
+        // Four threads (one touching, three asleep): on a patched kernel the gap climbs to
+        // exactly 4 and stops, which nothing but the patch's rule would do.
+        let mut c = vec![workload_binary()?.into_os_string(), "idle-vma".into()];
+        c.extend([
+            "--threads".into(),
+            REPRODUCER_THREADS_002.to_string().into(),
+        ]);
+        c.extend(["--duration".into(), duration_arg(args.duration).into()]);
+        c.extend(["--state-file".into(), state.clone().into_os_string()]);
+        c
+    } else {
+        args.command.clone()
+    };
+    // Restored when the guard drops, whatever happens in between.
+    let (_tunables, applied) = Tunables::set_if(reproduce, &TUNABLES_002);
+    let collected = collect(&stat_args(command), no_fentry, signals).await;
+    let state_text = std::fs::read_to_string(&state).unwrap_or_default();
+    let _ = std::fs::remove_file(&state);
+    let (r, _) = collected?;
+    let mut facts = match require(&r, &[GAP_HOOK]) {
+        Ok(f) => f,
+        Err(why) => return Ok(unsupported("002", TITLE_002, why)),
+    };
+    if !applied.is_empty() {
+        facts.insert("tunables".into(), applied.join(", "));
+    }
+    let label = |v: &crate::model::VmaRecord| match &v.mapping {
+        Some(m) => format!("{}-{} {m}", v.start, v.end),
+        None => format!("{}-{}", v.start, v.end),
+    };
+    let all: Vec<&crate::model::VmaRecord> =
+        r.processes.iter().flat_map(|p| p.vmas.iter()).collect();
+    let gaps: Vec<VmaGaps> = all
+        .iter()
+        .filter_map(|v| {
+            v.pid_inactive.map(|g| VmaGaps {
+                vma: label(v),
+                gaps: g,
+            })
+        })
+        .collect();
+    let (mut verdict, mut sentence, mut evidence) = verdict_002(&gaps);
+    if reproduce {
+        let st = parse_idle_vma_state(&state_text);
+        let a = st.a.and_then(|(a0, _)| {
+            all.iter().copied().find(|v| {
+                let end = u64::from_str_radix(v.end.trim_start_matches("0x"), 16).unwrap_or(0);
+                v.start_addr <= a0 && a0 < end
+            })
+        });
+        let scan_times = match hook(&r, "change_prot_numa") {
+            Some(h) if h.attached && h.mechanism == crate::plan::Mechanism::Fentry => true,
+            _ => {
+                facts.insert(
+                    "scan_times".into(),
+                    "unknown: change_prot_numa is not hooked with fexit (it needs the VMA)".into(),
+                );
+                false
+            }
+        };
+        let phase = |n: &str| st.phases.get(n).copied();
+        let times = a.map(|v| v.scan_times_ns.as_slice()).unwrap_or_default();
+        let between = |from: Option<u64>, to: Option<u64>| match (from, to) {
+            (Some(f), Some(t)) => times.iter().filter(|&&x| x >= f && x < t).count() as u64,
+            _ => 0,
+        };
+        evidence.insert(
+            "reproducer.a_vma".into(),
+            json!(a.map(label).or(st.a.map(|(s, e)| format!("{s:#x}-{e:#x}")))),
+        );
+        let a_gaps = a.and_then(|v| v.pid_inactive).unwrap_or_default();
+        evidence.insert(
+            "reproducer.a_pid_inactive_skips".into(),
+            json!(a_gaps.skips),
+        );
+        evidence.insert("reproducer.a_max_gap".into(), json!(a_gaps.max_gap));
+        evidence.insert(
+            "reproducer.a_skips_by_reason".into(),
+            json!(a.map(|v| v.skips.clone()).unwrap_or_default()),
+        );
+        if scan_times {
+            evidence.insert(
+                "reproducer.a_scans_while_idle".into(),
+                json!(between(phase("b-only"), phase("a-only"))),
+            );
+            evidence.insert(
+                "reproducer.a_scans_after_renewed_access".into(),
+                json!(between(phase("a-only"), phase("end"))),
+            );
+            evidence.insert(
+                "reproducer.a_first_scan_after_renewed_access_ms".into(),
+                json!(phase("a-only").and_then(|t| first_after_ms(times, t))),
+            );
+        }
+        if verdict != Verdict::BehavesAsUnpatched && a_gaps.at_threshold == 0 {
+            verdict = Verdict::NotExercised;
+            sentence = format!(
+                "The reproducer's idle VMA A was skipped {} time(s) as pid_inactive but never \
+                 reached the patch's threshold (gap = thread count): scan sequences were too \
+                 slow for its run; try a longer --duration.",
+                a_gaps.skips
+            );
+        }
+    }
+    if verdict == Verdict::NotExercised && r.kernel.numa_balancing == Some(0) {
+        sentence =
+            "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1)."
+                .into();
+    }
+    Ok(CheckResult {
+        patch: "002",
+        title: TITLE_002,
+        verdict,
+        sentence,
+        evidence,
+        kernel_facts: facts,
+    })
+}
+
 fn duration_arg(d: std::time::Duration) -> String {
     humantime::format_duration(d).to_string().replace(' ', "")
 }
@@ -268,12 +410,7 @@ async fn check_003(
     } else {
         args.command.clone()
     };
-    // Restored when the guard drops, whatever happens in between.
-    let (_tunables, applied) = if reproduce {
-        Tunables::set(&TUNABLES_003)
-    } else {
-        (Tunables::default(), Vec::new())
-    };
+    let (_tunables, applied) = Tunables::set_if(reproduce, &TUNABLES_003);
     let (r, _) = collect(&stat_args(command), no_fentry, signals).await?;
     let mut facts = match require(&r, &["task_numa_work"]) {
         Ok(f) => f,
@@ -487,11 +624,13 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     match args.patch.as_str() {
         "000" => results.push(check_000(&args, no_fentry, &mut signals).await?),
         "001" => results.push(check_001(&args, no_fentry, &mut signals).await?),
+        "002" => results.push(check_002(&args, no_fentry, &mut signals).await?),
         "003" => results.push(check_003(&args, no_fentry, &mut signals).await?),
         "004" => results.push(check_004(&args, no_fentry, &mut signals).await?),
         "all" => {
             results.push(check_000(&args, no_fentry, &mut signals).await?);
             results.push(check_001(&args, no_fentry, &mut signals).await?);
+            results.push(check_002(&args, no_fentry, &mut signals).await?);
             results.push(check_003(&args, no_fentry, &mut signals).await?);
             results.push(check_004(&args, no_fentry, &mut signals).await?);
         }

@@ -1,6 +1,7 @@
 //! `numatrace stat`: count for a window, then print per-task and total aggregates.
 
 use std::{
+    collections::BTreeMap,
     path::Path,
     process::ExitStatus,
     time::{Duration, Instant},
@@ -20,7 +21,7 @@ use crate::{
     bpf::loader::{LoadOptions, Session},
     cli::StatArgs,
     kernel::{facts::KernelFacts, vmstat::Vmstat},
-    model::Model,
+    model::{GapRecord, Model, VmaRow},
     report::stat::{Dropped, Histograms, KernelSummary, Scope, StatReport, Window},
     sources::{maps::Maps, ringbuf},
     spawn::{GatedChild, resolve},
@@ -204,6 +205,7 @@ pub async fn collect(
         fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
         migrate_matrix: take(&mut ebpf, numatrace_common::MAP_MIGRATE_MATRIX)?,
         vmas: take(&mut ebpf, numatrace_common::MAP_VMA_STATS)?,
+        gaps: take(&mut ebpf, numatrace_common::MAP_VMA_GAPS)?,
         region_faults: take(&mut ebpf, numatrace_common::MAP_REGION_FAULTS)?,
     };
     let mut tracked: HashMap<MapData, u32, u8> = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
@@ -252,15 +254,31 @@ pub async fn collect(
     let counters = maps.counters().context("reading counters")?;
     let (latency, pages) = maps.histograms().context("reading histograms")?;
     let node_matrix = maps.node_flows().context("reading the migration matrix")?;
-    let mut names = std::collections::BTreeMap::new();
-    let vmas = maps.vmas().context("reading per-VMA counts")?;
-    model.merge_vmas(vmas.into_iter().map(|(tgid, start, v)| {
-        let mapping = names
+    let mut names = BTreeMap::new();
+    let mut rows: BTreeMap<(u32, u64), VmaRow> = BTreeMap::new();
+    for (tgid, start, v) in maps.vmas().context("reading per-VMA counts")? {
+        let r = rows.entry((tgid, start)).or_default();
+        (r.end, r.pte_updates, r.calls) = (v.vm_end, v.pte_updates, v.calls);
+    }
+    for (tgid, start, g) in maps.gaps().context("reading per-VMA scan gaps")? {
+        let r = rows.entry((tgid, start)).or_default();
+        r.end = r.end.max(g.vm_end);
+        r.gap = Some(GapRecord {
+            skips: g.skips,
+            over_threads: g.over_threads,
+            at_threshold: g.at_threshold,
+            max_gap: g.max_gap,
+            max_gap_threads: g.max_gap_threads,
+        });
+    }
+    model.merge_vmas(rows.into_iter().map(|((tgid, start), mut r)| {
+        r.mapping = names
             .entry(tgid)
             .or_insert_with(|| crate::sources::procfs::process_mapping_names(tgid))
             .get(&start)
             .cloned();
-        (tgid, start, v.vm_end, v.pte_updates, v.calls, mapping)
+        (r.tgid, r.start) = (tgid, start);
+        r
     }));
     model.merge_live(&live);
     let dropped = Dropped::compute(

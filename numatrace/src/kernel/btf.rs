@@ -155,7 +155,12 @@ impl Btf {
         };
         for id in 1..btf.types.len() as u32 {
             let t = &btf.types[id as usize];
-            if t.name != 0 && matches!(t.kind, KIND_STRUCT | KIND_UNION | KIND_FUNC | KIND_ENUM) {
+            if t.name != 0
+                && matches!(
+                    t.kind,
+                    KIND_STRUCT | KIND_UNION | KIND_FUNC | KIND_ENUM | KIND_TYPEDEF
+                )
+            {
                 let n = btf.str_at(t.name).to_owned();
                 btf.by_name.entry(n).or_default().push(id);
             }
@@ -234,6 +239,11 @@ impl Btf {
             .find(|&&id| self.ty(id).is_some_and(|t| t.kind == KIND_FUNC))?;
         let proto = self.ty(self.ty(id)?.size_or_type)?;
         (proto.kind == KIND_FUNC_PROTO).then_some(proto)
+    }
+
+    /// A type (of any kind) is named `name`, e.g. the `btf_trace_<tracepoint>` typedefs.
+    pub fn has_type(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
     }
 
     /// Kernel function `name` has a BTF `FUNC` entry (what fentry attaches by).

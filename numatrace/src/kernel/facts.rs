@@ -90,6 +90,11 @@ pub struct KernelFacts {
     /// PG_head's bit in page.flags, and sizeof(struct page).
     pub page_head_bit: Option<u32>,
     pub page_size: Option<u32>,
+    /// Tracepoints (`name` without category) of tp_btf hooks that BTF types as
+    /// `btf_trace_<name>`.
+    pub btf_tracepoints: BTreeSet<String>,
+    /// NUMAB_SKIP_PID_INACTIVE in BTF's `enum numa_vmaskip_reason`.
+    pub pid_inactive_reason: Option<u32>,
     /// The kernel can create kprobes (kprobe PMU or tracefs kprobe_events).
     pub kprobes: bool,
     /// Where tracefs is mounted; `None` if it could not be found or mounted.
@@ -111,7 +116,9 @@ pub fn catalogue_functions() -> impl Iterator<Item = &'static str> {
         .iter()
         .flat_map(|h| match h.kind {
             HookKind::Function { symbols } => symbols,
-            HookKind::Tracepoint { .. } | HookKind::Sampling => &[],
+            HookKind::Tracepoint { .. } | HookKind::BtfTracepoint { .. } | HookKind::Sampling => {
+                &[]
+            }
         })
         .copied()
 }
@@ -170,6 +177,10 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("vm_area_struct", "vm_flags"),
     ("vm_area_struct", "vm_start"),
     ("vm_area_struct", "vm_end"),
+    ("vm_area_struct", "numab_state"),
+    ("vma_numab_state", "prev_scan_seq"),
+    ("task_struct", "signal"),
+    ("signal_struct", "nr_threads"),
 ];
 
 /// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists
@@ -298,6 +309,22 @@ impl KernelFacts {
             .and_then(|b| b.enum_value("pageflags", "PG_head"))
             .and_then(|v| u32::try_from(v).ok());
         let page_size = btf.as_ref().and_then(|b| b.struct_size("page"));
+        let btf_tracepoints = HOOKS
+            .iter()
+            .filter_map(|h| match h.kind {
+                HookKind::BtfTracepoint { tracepoint, .. } => tracepoint.split(':').nth(1),
+                _ => None,
+            })
+            .filter(|n| {
+                btf.as_ref()
+                    .is_some_and(|b| b.has_type(&format!("btf_trace_{n}")))
+            })
+            .map(str::to_owned)
+            .collect();
+        let pid_inactive_reason = btf
+            .as_ref()
+            .and_then(|b| b.enum_value("numa_vmaskip_reason", "NUMAB_SKIP_PID_INACTIVE"))
+            .and_then(|v| u32::try_from(v).ok());
         let vmemmap_base_sym = fs::File::open("/proc/kallsyms").ok().and_then(|f| {
             std::io::BufReader::new(f)
                 .lines()
@@ -342,6 +369,8 @@ impl KernelFacts {
             mpol_arg1,
             page_head_bit,
             page_size,
+            btf_tracepoints,
+            pid_inactive_reason,
             vmemmap_base_sym,
             node_pfn_ranges,
             kprobes,

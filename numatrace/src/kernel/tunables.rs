@@ -36,6 +36,16 @@ pub struct Tunables {
 }
 
 impl Tunables {
+    /// [`Self::set`] when `wanted`, else nothing (the reproducers set tunables, a user's
+    /// command runs with them as they are).
+    pub fn set_if(wanted: bool, values: &[(&str, &str)]) -> (Self, Vec<String>) {
+        if wanted {
+            Self::set(values)
+        } else {
+            (Self::default(), Vec::new())
+        }
+    }
+
     /// Sets each `(name, value)` it can (best effort: a locked-down debugfs refuses writes);
     /// returns one note per tunable saying what happened, to report with the results.
     pub fn set(values: &[(&str, &str)]) -> (Self, Vec<String>) {

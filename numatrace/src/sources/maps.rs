@@ -3,7 +3,7 @@
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use numatrace_common::{
     COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
-    RegionKey, TaskStats, VmaKey, VmaStats,
+    RegionKey, TaskStats, VmaGap, VmaKey, VmaStats,
 };
 
 /// Per-CPU counters summed over CPUs, indexed by [`Counter`].
@@ -23,6 +23,7 @@ pub struct Maps {
     pub fault_pages: PerCpuArray<MapData, u64>,
     pub migrate_matrix: PerCpuArray<MapData, u64>,
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
+    pub gaps: HashMap<MapData, VmaKey, VmaGap>,
     pub region_faults: HashMap<MapData, RegionKey, u64>,
 }
 
@@ -82,6 +83,13 @@ pub fn log2_buckets(counts: &[u64]) -> Vec<Log2Bucket> {
         .collect()
 }
 
+/// Every entry of a map keyed by VMA, as (tgid, vm_start, value).
+fn per_vma<V: aya::Pod>(map: &HashMap<MapData, VmaKey, V>) -> Result<Vec<(u32, u64, V)>, MapError> {
+    map.iter()
+        .map(|kv| kv.map(|(k, v)| (k.tgid, k.vm_start, v)))
+        .collect()
+}
+
 impl Maps {
     pub fn counters(&self) -> Result<Counters, MapError> {
         sum_array(&self.counters, COUNTER_SLOTS).map(Counters)
@@ -101,12 +109,12 @@ impl Maps {
 
     /// PTE updates per VMA: (tgid, vm_start, stats).
     pub fn vmas(&self) -> Result<Vec<(u32, u64, VmaStats)>, MapError> {
-        let mut out = Vec::new();
-        for kv in self.vmas.iter() {
-            let (k, v) = kv?;
-            out.push((k.tgid, k.vm_start, v));
-        }
-        Ok(out)
+        per_vma(&self.vmas)
+    }
+
+    /// pid_inactive skips per VMA: (tgid, vm_start, gaps).
+    pub fn gaps(&self) -> Result<Vec<(u32, u64, VmaGap)>, MapError> {
+        per_vma(&self.gaps)
     }
 
     /// (migrate_misplaced latency in ns, pages per hint fault) histograms.

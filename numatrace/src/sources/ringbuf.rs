@@ -5,6 +5,7 @@ use std::mem::size_of;
 use aya::maps::{MapData, RingBuf};
 use numatrace_common::{
     EventHeader, EventKind, MigratePagesEvent, PlacementEvent, SkipVmaEvent, TaskExitEvent,
+    VmaScanEvent,
 };
 use thiserror::Error;
 use tokio::{
@@ -20,6 +21,7 @@ pub enum Event {
     MigratePages(MigratePagesEvent),
     /// Boxed: a task snapshot is ten times the size of the other records.
     TaskExit(Box<TaskExitEvent>),
+    VmaScan(VmaScanEvent),
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -62,6 +64,7 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
         }
         EventKind::MigratePages => Event::MigratePages(read(b, kind)?),
         EventKind::TaskExit => Event::TaskExit(Box::new(read(b, kind)?)),
+        EventKind::VmaScan => Event::VmaScan(read(b, kind)?),
     })
 }
 
