@@ -139,6 +139,14 @@ fn skip_vma_counts_equal_an_independent_tracefs_count() {
         "the kernel reported no skipped VMA for the workload: nothing to compare"
     );
 
+    // Shown with the failure (and by `--show-output`): which tasks counted what.
+    for t in v["tasks"].as_array().unwrap() {
+        println!(
+            "task {} {} exited={} skipped={}",
+            t["pid"], t["comm"], t["exited"], t["skipped_vmas"]
+        );
+    }
+    println!("kernel_seen={} dropped={}", v["kernel_seen"], v["dropped"]);
     let ours: BTreeMap<String, u64> =
         serde_json::from_value(v["totals"]["skipped_vmas"].clone()).unwrap();
     assert_eq!(ours, reference, "numatrace vs tracefs, per reason");
