@@ -329,6 +329,9 @@ pub struct Config {
     pub emit_events: u32,
     /// Non-zero: send aya-log debug messages from cold paths (fork following, exit snapshots).
     pub debug_log: u32,
+    /// numatrace's own tgid: never counted (its own scans and faults while it attaches and
+    /// detaches would otherwise show up in system-wide counts).
+    pub self_tgid: u32,
 }
 
 /// `sched:sched_skip_vma_numa` (6.7+) field offsets.

@@ -35,6 +35,7 @@ pub static CONFIG: Global<Config> = Global::new(Config {
     filter_tgids: 0,
     emit_events: 1,
     debug_log: 0,
+    self_tgid: 0,
 });
 
 /// Whether aya-log debug messages are wanted (cold paths only).
@@ -88,7 +89,11 @@ pub fn current() -> Current {
 /// Whether events about thread group `tgid` are counted.
 #[inline(always)]
 pub fn wanted(tgid: u32) -> bool {
-    CONFIG.load().filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
+    let c = CONFIG.load();
+    if tgid == c.self_tgid {
+        return false;
+    }
+    c.filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
 }
 
 #[inline(always)]

@@ -10,9 +10,7 @@ use std::{
     time::Duration,
 };
 
-use common::{
-    Sysctl, numatrace, numatrace_bin, numatrace_programs_loaded, wait_until, workload_bin,
-};
+use common::{Sysctl, numatrace, numatrace_bin, workload_bin};
 
 fn nodes() -> usize {
     fs::read_dir("/sys/devices/system/node")
@@ -41,7 +39,8 @@ fn has_numa_nodes(test: &str) -> bool {
 }
 
 /// Runs `numatrace [global...] stat` system-wide around the workload, so both count the same
-/// window.
+/// window: the workload starts once numatrace says it is counting (every hook attached, the
+/// vmstat baseline read), not merely once some of its programs are loaded.
 fn stat_around(global: &[&str], workload: &[&str]) -> serde_json::Value {
     let report = std::env::temp_dir().join(format!("numatrace-guest-{}.json", std::process::id()));
     let mut stat = Command::new(numatrace_bin())
@@ -49,14 +48,26 @@ fn stat_around(global: &[&str], workload: &[&str]) -> serde_json::Value {
         .args(["stat", "--json", "--output"])
         .arg(&report)
         .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let want = common::expected_tracepoint_programs();
+    let stderr = stat.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("numatrace: counting") {
+                let _ = tx.send(());
+            }
+            eprintln!("{line}");
+        }
+    });
     assert!(
-        wait_until(Duration::from_secs(120), || numatrace_programs_loaded()
-            .len()
-            >= want),
-        "numatrace did not attach"
+        rx.recv_timeout(Duration::from_secs(120)).is_ok(),
+        "numatrace never said it was counting"
     );
     let out = Command::new(workload_bin())
         .args(workload)
@@ -117,12 +128,17 @@ fn agrees_with_vmstat(how: &str, v: &serde_json::Value) {
     );
 }
 
-/// `ours` equals `kernel`, or is within 2% where the kernel counts at a different point.
+/// numatrace leaves out its own scans and faults (a few, while it handles the workload's
+/// events); the kernel's system-wide counters include them.
+const OWN_EVENTS: u64 = 32;
+
+/// `ours` equals `kernel`, or is within 2% where the kernel counts at a different point, or
+/// falls short by at most numatrace's own events. Never above the kernel's count.
 fn close(what: &str, ours: u64, kernel: u64) {
     let diff = ours.abs_diff(kernel);
     println!("{what}: numatrace {ours}, /proc/vmstat {kernel}");
     assert!(
-        diff == 0 || (diff as f64) <= 0.02 * kernel as f64,
+        diff == 0 || (diff as f64) <= 0.02 * kernel as f64 || (ours < kernel && diff <= OWN_EVENTS),
         "{what}: numatrace {ours} vs /proc/vmstat {kernel}"
     );
 }

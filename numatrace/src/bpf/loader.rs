@@ -77,6 +77,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         filter_tgids: opts.filter_tgids.into(),
         emit_events: opts.emit_events.into(),
         debug_log: opts.bpf_log.into(),
+        self_tgid: std::process::id(),
     };
     let o = &plan.offsets;
     EbpfLoader::new()

@@ -230,14 +230,21 @@ pub async fn collect(
             Some(run_command(&args.command, args.quiet_command, &mut tracked, signals).await?)
         }
         Scope::Pid | Scope::System => {
-            if !args.json && args.duration.is_none() {
-                eprintln!("numatrace: counting; press Ctrl-C to stop and print the summary");
+            // Every hook is attached and the vmstat baseline read: from here on both count.
+            // Said on stderr whatever the output format, so a caller can start its workload.
+            match args.duration {
+                None => {
+                    eprintln!("numatrace: counting; press Ctrl-C to stop and print the summary")
+                }
+                Some(d) => eprintln!("numatrace: counting for {}", humantime::format_duration(d)),
             }
             wait_window(args.duration, args.pid, signals).await;
             None
         }
     };
     let elapsed = started.elapsed();
+    // Before detaching, which is slow and busy: numatrace does not count itself, but the
+    // kernel's counters would.
     let vm_after = Vmstat::read().unwrap_or_default();
 
     // Detach first, so that the drained ring buffer and the map read afterwards are one

@@ -381,6 +381,34 @@ impl StatReport {
                     .join(", ")
             ));
         }
+        // Seed 002's view: VMAs skipped as inactive, longest unscanned first.
+        let mut idle: Vec<_> = vmas
+            .iter()
+            .filter_map(|(p, v)| v.pid_inactive.map(|g| (p, v, g)))
+            .collect();
+        idle.sort_by_key(|(_, _, g)| std::cmp::Reverse(g.max_gap));
+        if !idle.is_empty() {
+            out.push_str(&format!(
+                "longest unscanned VMAs (pid_inactive skips: scan sequences since last scan / threads): {}\n",
+                idle.iter()
+                    .take(3)
+                    .map(|(p, v, g)| format!(
+                        "{} {}-{} {}/{}{}",
+                        p.tgid,
+                        v.start,
+                        v.end,
+                        g.max_gap,
+                        g.max_gap_threads,
+                        if g.over_threads > 0 {
+                            format!(" ({} skips beyond the thread count)", g.over_threads)
+                        } else {
+                            String::new()
+                        }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         out.push_str(&format!(
             "kernel /proc/vmstat (system-wide): {}\n",
             self.vmstat_delta
