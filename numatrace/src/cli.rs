@@ -62,18 +62,20 @@ pub enum Command {
     Stat(StatArgs),
     /// Judge whether this kernel behaves as a seed patch intends, with the evidence.
     ///
-    /// Implemented: 000 ("Do not trap faults on shared data section pages"): hint faults and
-    /// migrations of COW-shared pages, against a control whose pages are private; 003 ("cap pte
-    /// scanning overhead to 3% of run time"): node_stamp invariants, call rate and scan share
-    /// of a scan-heavy workload under aggressive scan tunables (set and restored by --reproduce);
-    /// 004 (PR_SET_THP_DISABLE): THP state inherited across fork and exec, and no THP hint
-    /// faults in THP-disabled processes, against a control; 001 (4K faults handled as hugepage
-    /// ones, never merged): hint faults per 2 MiB region per scan pass with 4K pages, THP as
-    /// the reference; 002 ("scan the vma if it has not been scanned for a while"): the
+    /// 000 ("Do not trap faults on shared data section pages"): hint faults and migrations of
+    /// COW-shared pages, against a control whose pages are private. 001 (4K faults handled as
+    /// hugepage ones, never merged): hint faults per 2 MiB region per scan pass with 4K pages,
+    /// THP as the reference. 002 ("scan the vma if it has not been scanned for a while"): the
     /// scan-sequence gap at each pid_inactive skip against the thread count, with a reproducer
     /// that leaves one VMA idle and then touches it again (needs tp_btf on
-    /// sched_skip_vma_numa: 6.8+). The others need the function hooks (fentry or kprobes);
-    /// all need kernel.numa_balancing=1, and 000 also 2+ NUMA nodes.
+    /// sched_skip_vma_numa: 6.8+). 003 ("cap pte scanning overhead to 3% of run time"):
+    /// node_stamp invariants, call rate and scan share of a scan-heavy workload. 004
+    /// (PR_SET_THP_DISABLE): THP state inherited across fork and exec, and no THP hint faults
+    /// in THP-disabled processes, against a control.
+    ///
+    /// The reproducers of 002 and 003 set fast scan tunables (debugfs) and restore them. All
+    /// but 002 need the function hooks (fentry or kprobes); all need kernel.numa_balancing=1,
+    /// and 000 and 001 also 2+ NUMA nodes.
     Check(CheckArgs),
 }
 
@@ -96,7 +98,7 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with = "command")]
     pub reproduce: bool,
 
-    /// MiB in the reproducer's shared array.
+    /// MiB in seed 000's reproducer array.
     #[arg(long, default_value_t = 32)]
     pub mem_mib: usize,
 
