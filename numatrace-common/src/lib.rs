@@ -762,6 +762,9 @@ pub enum Counter {
     /// pid_inactive skips the gap program saw, and those it could not read or record.
     SeenSkipGap = 26,
     SkipGapLost = 27,
+    /// sched_skip_vma_numa events (any reason) the tp_btf program saw: a second, independent
+    /// count of what the classic tracepoint program counts as [`Counter::SeenSkipVma`].
+    SeenSkipVmaBtf = 28,
 }
 
 /// Length of [`MAP_COUNTERS`].

@@ -30,11 +30,12 @@ pub fn btf_skip_vma_gap(ctx: BtfTracePointContext) -> i32 {
         tracing_arg_scalar::<1>(ctx.as_ptr()) as *const u8,
         tracing_arg_scalar::<2>(ctx.as_ptr()),
     );
-    if reason != u64::from(o.pid_inactive) {
-        return 0;
-    }
     let cur = current();
     if !wanted(cur.tgid) {
+        return 0;
+    }
+    count(Counter::SeenSkipVmaBtf);
+    if reason != u64::from(o.pid_inactive) {
         return 0;
     }
     count(Counter::SeenSkipGap);

@@ -59,13 +59,7 @@ const KERNELS: [GuestKernel; 3] = [
                   linux-image-unsigned-6.8.0-31-generic_6.8.0-31.31_amd64.deb",
             sha256: "35115ceb5ddc1e73034a73d6b064b9c6d38c534f20279fd7229c510515b931d8",
         },
-        // There for seed 002. Seen on it and not yet explained: now and then the
-        // classic-tracepoint program misses one task_numa_work call's skip events that a
-        // tracefs instance records (numatrace's own kernel-side count agrees with its report).
-        skip: &[(
-            "stat_skip_vma",
-            "now and then one scan call's skip events miss the tracepoint program (open finding)",
-        )],
+        skip: &[],
     },
     GuestKernel {
         label: "6.12",

@@ -98,6 +98,8 @@ impl Dropped {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct KernelSeen {
     pub skip_vma: u64,
+    /// The same events as seen by the tp_btf program (0 where it is not attached).
+    pub skip_vma_tp_btf: u64,
     pub numa_move: u64,
     pub numa_swap: u64,
     pub numa_stick: u64,
@@ -109,6 +111,7 @@ impl From<&Counters> for KernelSeen {
     fn from(c: &Counters) -> Self {
         Self {
             skip_vma: c.get(Counter::SeenSkipVma),
+            skip_vma_tp_btf: c.get(Counter::SeenSkipVmaBtf),
             numa_move: c.get(Counter::SeenMove),
             numa_swap: c.get(Counter::SeenSwap),
             numa_stick: c.get(Counter::SeenStick),
