@@ -443,10 +443,10 @@ impl Model {
     /// Adds the per-VMA rows of the kernel maps, with the scan times the ring buffer gave.
     pub fn merge_vmas(&mut self, vmas: impl IntoIterator<Item = VmaRow>) {
         for r in vmas {
+            // Moved, not copied: each VMA row is merged once.
             let mut scan_times_ns = self
                 .scan_times
-                .get(&(r.tgid, r.start))
-                .cloned()
+                .remove(&(r.tgid, r.start))
                 .unwrap_or_default();
             scan_times_ns.sort_unstable();
             let skips = self

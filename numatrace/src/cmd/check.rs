@@ -109,6 +109,14 @@ fn unsupported(patch: &'static str, title: &'static str, why: String) -> CheckRe
     }
 }
 
+/// The sentence for a `not-exercised` verdict when NUMA balancing was simply off: that, not the
+/// workload, is then the reason.
+fn balancing_off(verdict: Verdict, r: &StatReport) -> Option<String> {
+    (verdict == Verdict::NotExercised && r.kernel.numa_balancing == Some(0)).then(|| {
+        "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1).".into()
+    })
+}
+
 fn hint_evidence(prefix: &str, r: &StatReport, ev: &mut BTreeMap<String, serde_json::Value>) {
     let t = &r.totals;
     let h = &t.hint_faults;
@@ -205,17 +213,14 @@ async fn check_000(
     };
     let (control, _) = collect(&stat_args(run("private")), no_fentry, signals).await?;
     let array_pages = (args.mem_mib as u64) << 8;
-    let (mut verdict, mut sentence) = verdict_000(&shared.totals, &control.totals, array_pages);
-    if verdict == Verdict::NotExercised && shared.kernel.numa_balancing == Some(0) {
-        sentence =
-            "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1)."
-                .into();
+    let (verdict, mut sentence) = verdict_000(&shared.totals, &control.totals, array_pages);
+    if let Some(off) = balancing_off(verdict, &shared) {
+        sentence = off;
     } else if verdict == Verdict::NotExercised && shared.kernel.numa_nodes < 2 {
         sentence = format!(
             "{sentence} With one NUMA node every page is already local, and the kernel does not \
              scan those of single-threaded tasks."
         );
-        verdict = Verdict::NotExercised;
     }
     let mut evidence = BTreeMap::new();
     evidence.insert("array_pages".into(), json!(array_pages));
@@ -365,10 +370,8 @@ async fn check_002(
             );
         }
     }
-    if verdict == Verdict::NotExercised && r.kernel.numa_balancing == Some(0) {
-        sentence =
-            "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1)."
-                .into();
+    if let Some(off) = balancing_off(verdict, &r) {
+        sentence = off;
     }
     Ok(CheckResult {
         patch: "002",
@@ -435,10 +438,8 @@ async fn check_003(
         })
         .collect();
     let (verdict, mut sentence, evidence) = verdict_003(&r.totals, &tasks);
-    if verdict == Verdict::NotExercised && r.kernel.numa_balancing == Some(0) {
-        sentence =
-            "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1)."
-                .into();
+    if let Some(off) = balancing_off(verdict, &r) {
+        sentence = off;
     }
     Ok(CheckResult {
         patch: "003",
