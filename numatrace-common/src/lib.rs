@@ -147,6 +147,17 @@ pub const MAX_NODES: u32 = 16;
 /// Per-CPU migration matrix: `[migrated | not migrated][src 0..=MAX_NODES][dst 0..MAX_NODES]`.
 pub const MAP_MIGRATE_MATRIX: &str = "MIGRATE_MATRIX";
 pub const MATRIX_SLOTS: u32 = 2 * (MAX_NODES + 1) * MAX_NODES;
+/// Per-CPU hint faults by the NUMA node of the CPU that took them:
+/// `[node 0..MAX_NODES][faults | local faults | pages]`. numatrace's own faults are left out,
+/// so that the nodes add up to the totals of the traced tasks.
+pub const MAP_NODE_FAULTS: &str = "NODE_FAULTS";
+pub const NODE_FAULT_FIELDS: u32 = 3;
+pub const NODE_FAULT_SLOTS: u32 = MAX_NODES * NODE_FAULT_FIELDS;
+/// Per-CPU pages migrated by hint faults (task_numa_fault with TNF_MIGRATED):
+/// `[src 0..=MAX_NODES][dst 0..MAX_NODES]`, row `MAX_NODES`: source unknown. Pages, where
+/// [`MAP_MIGRATE_MATRIX`] counts migrate_misplaced calls (folios).
+pub const MAP_MIGRATED_PAGES: &str = "MIGRATED_PAGES";
+pub const MIGRATED_PAGES_SLOTS: u32 = (MAX_NODES + 1) * MAX_NODES;
 /// Per-VMA PTE updates of change_prot_numa, key [`VmaKey`], value [`VmaStats`].
 pub const MAP_VMA_STATS: &str = "VMA_STATS";
 pub const MAX_VMAS: u32 = 16384;
@@ -210,6 +221,8 @@ pub struct TaskOffsets {
     pub mm: u32,
     /// mm_struct.numa_scan_seq
     pub mm_numa_scan_seq: u32,
+    /// task_struct.numa_preferred_nid (int)
+    pub numa_preferred_nid: u32,
 }
 
 /// Per-kernel conventions of the function hooks.
@@ -240,6 +253,9 @@ pub const INFLIGHT_MIGRATION_WAIT: u64 = 3;
 /// The current hint fault is on a COW-shared page (set by mpol_misplaced, read when the
 /// fault's migration ends, cleared by task_numa_fault).
 pub const INFLIGHT_COW_SHARED: u64 = 4;
+/// The source node of the current hint fault's successful migration (set when
+/// migrate_misplaced_* returns, read by task_numa_fault for the pages matrix).
+pub const INFLIGHT_MIGRATE_SRC: u64 = 5;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -315,6 +331,7 @@ impl TaskOffsets {
         node_stamp: FIELD_ABSENT,
         mm: FIELD_ABSENT,
         mm_numa_scan_seq: FIELD_ABSENT,
+        numa_preferred_nid: FIELD_ABSENT,
     };
 }
 
@@ -329,8 +346,9 @@ pub struct Config {
     pub emit_events: u32,
     /// Non-zero: send aya-log debug messages from cold paths (fork following, exit snapshots).
     pub debug_log: u32,
-    /// numatrace's own tgid: never counted (its own scans and faults while it attaches and
-    /// detaches would otherwise show up in system-wide counts).
+    /// numatrace's own tgid: always counted per task (userspace reports it apart, as `self`,
+    /// so that traced totals + self add up to the kernel's counters), never in the
+    /// system-wide histograms, matrices and per-node arrays.
     pub self_tgid: u32,
 }
 
@@ -468,7 +486,7 @@ pub const MR_NUMA_MISPLACED: u32 = 5;
 
 /// Per-task aggregates kept in [`MAP_TASK_STATS`]. Counters only grow.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskStats {
     /// Kernel pid (thread id).
     pub pid: u32,
@@ -558,66 +576,23 @@ pub struct TaskStats {
     /// the share the cap bounds is measured up to the start of the latest call.
     pub scan_last_call_rt: u64,
     pub scan_last_entry_runtime: u64,
+    /// cgroup v2 id (`bpf_get_current_cgroup_id`) when the entry was created, refreshed at
+    /// each scan and hint fault; 0: never seen running.
+    pub cgroup_id: u64,
+    /// `task_struct.numa_preferred_nid + 1` at the last scan or hint fault (0: no preferred
+    /// node, or never read).
+    pub preferred_nid: u32,
+    /// NUMA node + 1 of the CPU the task last ran a counted event on (0: unknown).
+    pub last_nid: u32,
 }
 
 impl TaskStats {
     /// Userspace only (the kernel side copies a zeroed map value instead: too big for its stack).
-    pub const fn new(pid: u32, tgid: u32) -> Self {
+    pub fn new(pid: u32, tgid: u32) -> Self {
         Self {
             pid,
             tgid,
-            comm: [0; 16],
-            exited: 0,
-            _pad: 0,
-            skip_vma: [0; SKIP_REASON_SLOTS],
-            numa_moves: 0,
-            numa_swaps_out: 0,
-            numa_swaps_in: 0,
-            numa_sticks: 0,
-            numa_stick_no_target: 0,
-            migrate_calls: 0,
-            migrate_ok: 0,
-            migrate_failed: 0,
-            migrate_thp_ok: 0,
-            migrate_thp_failed: 0,
-            first_ns: 0,
-            last_ns: 0,
-            runtime_first_ns: 0,
-            runtime_last_ns: 0,
-            scan_calls: 0,
-            scan_ns: 0,
-            scan_runtime_ns: 0,
-            scan_node_stamp_ns: 0,
-            scan_max_ns: 0,
-            scan_stamp_violations: 0,
-            pte_updates: 0,
-            prot_numa_calls: 0,
-            hint_faults: 0,
-            hint_faults_local: 0,
-            hint_pages: 0,
-            hint_faults_4k: 0,
-            hint_faults_thp: 0,
-            hint_faults_large: 0,
-            hint_migrated_pages: 0,
-            hint_migrate_failed: 0,
-            numa_page_entries: 0,
-            huge_pmd_numa_entries: 0,
-            migrate_attempts: 0,
-            migrate_succeeded: 0,
-            migrate_not_migrated: 0,
-            migrate_ns: 0,
-            migration_waits: 0,
-            migration_wait_ns: 0,
-            samples: 0,
-            scan_samples: 0,
-            scan_seq: 0,
-            cow_shared_faults: 0,
-            cow_shared_migrations: 0,
-            cow_shared_faults_large: 0,
-            scan_cap_calls: 0,
-            scan_cap_violations: 0,
-            scan_last_call_rt: 0,
-            scan_last_entry_runtime: 0,
+            ..Self::default()
         }
     }
 }
@@ -765,6 +740,28 @@ pub enum Counter {
     /// sched_skip_vma_numa events (any reason) the tp_btf program saw: a second, independent
     /// count of what the classic tracepoint program counts as [`Counter::SeenSkipVma`].
     SeenSkipVmaBtf = 28,
+    /// A CPU or page on a NUMA node beyond [`MAX_NODES`]: left out of the per-node arrays.
+    NodeOutOfRange = 29,
+}
+
+impl Counter {
+    /// Tallies of what the traced tasks did (not losses or bookkeeping): numatrace's own
+    /// activity is left out of them, so that they equal the traced tasks' totals.
+    pub const fn is_tally(self) -> bool {
+        !matches!(
+            self,
+            Self::RingbufFull
+                | Self::TaskMapFull
+                | Self::TasksCreated
+                | Self::TrackedMapFull
+                | Self::ReadFailed
+                | Self::ExitSnapshots
+                | Self::InflightLost
+                | Self::VmaMapFull
+                | Self::SkipGapLost
+                | Self::NodeOutOfRange
+        )
+    }
 }
 
 /// Length of [`MAP_COUNTERS`].
@@ -803,7 +800,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 48 * 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 49 * 8 + 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);

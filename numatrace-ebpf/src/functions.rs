@@ -11,15 +11,16 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     Counter, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED,
-    INFLIGHT_MIGRATE, INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS,
-    MATRIX_SLOTS, MAX_NODES, NODE_RANGES, NodeMap, PageOffsets, RegionKey, TNF_FAULT_LOCAL,
+    INFLIGHT_MIGRATE, INFLIGHT_MIGRATE_SRC, INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK,
+    Inflight, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_PAGES_SLOTS, NODE_FAULT_FIELDS,
+    NODE_FAULT_SLOTS, NODE_RANGES, NodeMap, PageOffsets, RegionKey, TNF_FAULT_LOCAL,
     TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey,
     VmaScanEvent, VmaStats,
 };
 
 use crate::tasks::{
-    add, count, count_n, current, current_task, emit_events, header, read_field, send, task_entry,
-    touch, wanted,
+    add, count, count_n, current, current_task, emit_events, header, is_self, note_current,
+    read_field, send, task_entry, touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -41,6 +42,10 @@ static NODE_MAP: NodeMap = NodeMap::EMPTY;
 
 #[map]
 static MIGRATE_MATRIX: PerCpuArray<u64> = PerCpuArray::with_max_entries(MATRIX_SLOTS, 0);
+#[map]
+static MIGRATED_PAGES: PerCpuArray<u64> = PerCpuArray::with_max_entries(MIGRATED_PAGES_SLOTS, 0);
+#[map]
+static NODE_FAULTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NODE_FAULT_SLOTS, 0);
 /// LRU: the oldest regions go first when a long run fills it.
 #[map]
 static REGION_FAULTS: LruHashMap<RegionKey, u64> =
@@ -103,6 +108,17 @@ pub fn note_runtime(t: *mut TaskStats) {
             }
             (*t).runtime_last_ns = rt;
         }
+    }
+}
+
+/// Refreshes the task's cgroup, CPU node and preferred node (scan and fault paths).
+#[inline(always)]
+fn note_placement(t: *mut TaskStats) {
+    note_current(t);
+    let off = TASK_OFFSETS.load().numa_preferred_nid;
+    if let Some(nid) = read_field::<i32>(current_task(), off) {
+        // NUMA_NO_NODE (-1) becomes 0: no preferred node.
+        unsafe { (*t).preferred_nid = (nid.max(-1) + 1) as u32 };
     }
 }
 
@@ -207,6 +223,7 @@ fn on_task_numa_work_exit() {
         }
     }
     note_runtime(t);
+    note_placement(t);
     touch(t);
     count(Counter::ScanCalls);
 }
@@ -283,7 +300,10 @@ fn on_change_prot_numa_ret(vma: u64, updated: u64) {
     let Some((t, _)) = followed_current() else {
         return;
     };
-    vma_add(current().tgid, vma as *const u8, updated);
+    let tgid = current().tgid;
+    if !is_self(tgid) {
+        vma_add(tgid, vma as *const u8, updated);
+    }
     unsafe {
         add(&raw mut (*t).pte_updates, updated);
         add(&raw mut (*t).prot_numa_calls, 1);
@@ -311,18 +331,21 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 // ---- task_numa_fault -----------------------------------------------------------------------
 
 #[inline(always)]
-fn on_task_numa_fault(pages: i32, flags: i32) {
+fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
     let Some((t, pid)) = followed_current() else {
         return;
     };
-    // The fault is over: forget whether it was on a COW-shared page.
+    // The fault is over: forget whether it was on a COW-shared page, and where its migrated
+    // page came from.
     let _ = inflight_take(INFLIGHT_COW_SHARED, pid);
+    let src = inflight_take(INFLIGHT_MIGRATE_SRC, pid).map_or(u64::from(MAX_NODES), |i| i.arg);
     let pages = pages.max(0) as u64;
     let flags = flags as u32;
+    let local = flags & TNF_FAULT_LOCAL != 0;
     unsafe {
         add(&raw mut (*t).hint_faults, 1);
         add(&raw mut (*t).hint_pages, pages);
-        if flags & TNF_FAULT_LOCAL != 0 {
+        if local {
             add(&raw mut (*t).hint_faults_local, 1);
         }
         match pages {
@@ -338,24 +361,68 @@ fn on_task_numa_fault(pages: i32, flags: i32) {
             add(&raw mut (*t).hint_migrate_failed, 1);
         }
     }
+    note_placement(t);
     count(Counter::HintFaults);
     count_n(Counter::HintPages, pages);
-    if flags & TNF_FAULT_LOCAL != 0 {
+    if local {
         count(Counter::HintFaultsLocal);
     }
+    if is_self(current().tgid) {
+        return;
+    }
     hist_add(&FAULT_PAGES, log2_bucket(pages), FAULT_PAGE_BUCKETS);
+    node_fault_add(local, pages);
+    if flags & TNF_MIGRATED != 0 {
+        migrated_pages_add(src, mem_node, pages);
+    }
+}
+
+/// Counts a hint fault under the NUMA node of the CPU that takes it.
+#[inline(always)]
+fn node_fault_add(local: bool, pages: u64) {
+    let node = unsafe { aya_ebpf::helpers::bpf_get_numa_node_id() };
+    if node < 0 || node as u32 >= MAX_NODES {
+        count(Counter::NodeOutOfRange);
+        return;
+    }
+    let base = node as u32 * NODE_FAULT_FIELDS;
+    for (i, n) in [(0, 1), (1, u64::from(local)), (2, pages)] {
+        if n > 0
+            && base + i < NODE_FAULT_SLOTS
+            && let Some(p) = NODE_FAULTS.get_ptr_mut(base + i)
+        {
+            add(p, n);
+        }
+    }
+}
+
+/// Adds a hint fault's migrated pages to the `[src][dst]` pages matrix.
+#[inline(always)]
+fn migrated_pages_add(src: u64, dst: i32, pages: u64) {
+    let nodes = u64::from(MAX_NODES);
+    if dst < 0 || dst as u64 >= nodes || src > nodes {
+        count(Counter::NodeOutOfRange);
+        return;
+    }
+    let idx = src * nodes + dst as u64;
+    if idx < u64::from(MIGRATED_PAGES_SLOTS)
+        && let Some(p) = MIGRATED_PAGES.get_ptr_mut(idx as u32)
+    {
+        add(p, pages);
+    }
 }
 
 #[fentry(function = "task_numa_fault")]
 pub fn fentry_task_numa_fault(ctx: FEntryContext) -> u32 {
     // (int last_cpupid, int mem_node, int pages, int flags)
-    on_task_numa_fault(ctx.arg::<i32>(2), ctx.arg::<i32>(3));
+    on_task_numa_fault(ctx.arg::<i32>(1), ctx.arg::<i32>(2), ctx.arg::<i32>(3));
     0
 }
 
 #[kprobe]
 pub fn kprobe_task_numa_fault(ctx: ProbeContext) -> u32 {
     on_task_numa_fault(
+        ctx.arg::<i32>(1).unwrap_or(-1),
         ctx.arg::<i32>(2).unwrap_or(0),
         ctx.arg::<i32>(3).unwrap_or(0),
     );
@@ -483,8 +550,22 @@ fn on_migrate_exit(ret: i64) {
     } else {
         ret == 1
     };
-    hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
-    matrix_add(ok, start.arg2, start.arg);
+    let me = is_self(cur.tgid);
+    if !me {
+        hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
+        matrix_add(ok, start.arg2, start.arg);
+    }
+    if ok {
+        // The hint fault that follows (task_numa_fault) adds its pages under this source.
+        inflight_start(
+            INFLIGHT_MIGRATE_SRC,
+            cur.pid,
+            &Inflight {
+                arg: start.arg2,
+                ..Inflight::default()
+            },
+        );
+    }
     count(Counter::MigrateAttempts);
     if ok {
         count(Counter::MigrateSucceeded);
@@ -674,7 +755,9 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
     let Some((t, pid)) = followed_current() else {
         return;
     };
-    region_fault(addr);
+    if !is_self(current().tgid) {
+        region_fault(addr);
+    }
     if let Some((true, large)) = cow_shared(page as *const u8, vma_or_vmf as *const u8) {
         add(unsafe { &raw mut (*t).cow_shared_faults }, 1);
         if large {

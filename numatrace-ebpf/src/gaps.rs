@@ -11,7 +11,7 @@ use numatrace_common::{Counter, GapOffsets, MAX_VMAS, VmaGap, VmaKey};
 
 use crate::{
     functions::tracing_arg_scalar,
-    tasks::{count, current, current_task, read_field, wanted},
+    tasks::{count, current, current_task, is_self, read_field, wanted},
 };
 
 #[unsafe(no_mangle)]
@@ -35,7 +35,8 @@ pub fn btf_skip_vma_gap(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     count(Counter::SeenSkipVmaBtf);
-    if reason != u64::from(o.pid_inactive) {
+    // numatrace's own VMAs would only take room in the per-VMA map.
+    if reason != u64::from(o.pid_inactive) || is_self(cur.tgid) {
         return 0;
     }
     count(Counter::SeenSkipGap);

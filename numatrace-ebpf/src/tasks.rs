@@ -4,7 +4,10 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
     Global,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_numa_node_id, bpf_ktime_get_ns,
+    },
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
@@ -55,6 +58,9 @@ pub fn count(c: Counter) {
 
 #[inline(always)]
 pub fn count_n(c: Counter, n: u64) {
+    if c.is_tally() && is_self(current().tgid) {
+        return;
+    }
     if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
         // A per-CPU slot, but a kprobe can interrupt a tracepoint program on the same CPU:
         // the atomic add keeps both increments.
@@ -86,14 +92,27 @@ pub fn current() -> Current {
     }
 }
 
-/// Whether events about thread group `tgid` are counted.
+/// Whether events about thread group `tgid` are counted. numatrace's own are, always: the
+/// kernel's counters include them, and userspace reports them apart.
 #[inline(always)]
 pub fn wanted(tgid: u32) -> bool {
     let c = CONFIG.load();
-    if tgid == c.self_tgid {
-        return false;
+    tgid == c.self_tgid || c.filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
+}
+
+/// Whether `tgid` is numatrace itself: left out of the system-wide histograms and arrays.
+#[inline(always)]
+pub fn is_self(tgid: u32) -> bool {
+    tgid == CONFIG.load().self_tgid
+}
+
+/// Records the running task's cgroup v2 id and the node of its CPU in its entry.
+#[inline(always)]
+pub fn note_current(t: *mut TaskStats) {
+    unsafe {
+        (*t).cgroup_id = bpf_get_current_cgroup_id();
+        (*t).last_nid = bpf_get_numa_node_id() as u32 + 1;
     }
-    c.filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
 }
 
 #[inline(always)]
@@ -135,8 +154,11 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
                 (*t).tgid = tgid;
                 (*t).first_ns = now;
                 (*t).last_ns = now;
-                if is_current && let Ok(comm) = bpf_get_current_comm() {
-                    (*t).comm = comm;
+                if is_current {
+                    if let Ok(comm) = bpf_get_current_comm() {
+                        (*t).comm = comm;
+                    }
+                    note_current(t);
                 }
             }
             Some(t)

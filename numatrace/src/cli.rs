@@ -3,7 +3,7 @@
 use std::{ffi::OsString, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
-use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES};
+use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -129,6 +129,12 @@ pub struct StatArgs {
     #[arg(long, value_name = "NAME")]
     pub comm: Option<String>,
 
+    /// Only tasks in this cgroup v2 directory or below it: a path under the cgroup2 mount
+    /// (`/system.slice/foo.service`) or the full path (`/sys/fs/cgroup/system.slice/foo.service`).
+    /// Everything is still counted; the report shows that subtree (cgroup v2 only).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+
     /// Rows in the text table (the JSON always lists every task).
     #[arg(long, default_value_t = 25)]
     pub rows: usize,
@@ -137,6 +143,11 @@ pub struct StatArgs {
     /// updated ones (reported under "dropped").
     #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
     pub max_tasks: u32,
+
+    /// Capacity of the in-kernel per-VMA table of PTE updates; VMAs beyond it are counted
+    /// under "dropped" (their PTE updates still count per task).
+    #[arg(long, default_value_t = MAX_VMAS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_vmas: u32,
 
     /// Ring buffer size in bytes, rounded up to a power of two (at least 64 KiB).
     #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_parser = parse_ringbuf_size)]
@@ -160,8 +171,15 @@ pub struct StatArgs {
     pub quiet_command: bool,
 }
 
+/// A duration: a bare number of seconds (`16`, `0.5`, as `top -d` and `perf` take), or with
+/// units (`10s`, `2m`, `1h30m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 2m, 1h30m)"))?;
+    let d = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
+        Ok(_) => return Err("the duration must be a positive number of seconds".into()),
+        Err(_) => humantime::parse_duration(s)
+            .map_err(|e| format!("{e} (examples: 16 (seconds), 10s, 2m, 1h30m)"))?,
+    };
     if d.is_zero() {
         return Err("the duration must be longer than zero".into());
     }
@@ -218,6 +236,15 @@ mod tests {
         };
         assert_eq!(a.duration, Some(Duration::from_secs(90)));
         assert_eq!(a.pid, Some(42));
+        let Command::Stat(a) = parse(&["stat", "-d", "16", "--cgroup", "/system.slice"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(a.duration, Some(Duration::from_secs(16)), "bare seconds");
+        assert_eq!(a.cgroup.as_deref(), Some("/system.slice"));
+        assert_eq!(a.max_vmas, MAX_VMAS);
     }
 
     #[test]
@@ -227,6 +254,8 @@ mod tests {
         assert!(parse(&["stat", "-d", "0s"]).is_err());
         assert!(parse(&["stat", "-d", "soon"]).is_err());
         assert!(parse(&["stat", "--max-tasks", "3"]).is_err());
+        assert!(parse(&["stat", "-d", "-1"]).is_err());
+        assert!(parse(&["stat", "-d", "0"]).is_err());
     }
 
     #[test]

@@ -20,6 +20,8 @@ fn main() -> ExitCode {
     // The trampoline of `stat -- COMMAND` must not start a runtime: it only waits and execs.
     let args: Vec<_> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == GATE_ARG) {
+        // Forked from numatrace: drop its memory policy before becoming the user's command.
+        kernel::mempolicy::reset_for_child();
         let fd = args
             .get(2)
             .and_then(|s| s.to_str())
@@ -28,6 +30,8 @@ fn main() -> ExitCode {
         exec_gated(fd, args.get(4..).unwrap_or_default());
     }
 
+    // Before any thread exists, so that every thread of numatrace inherits it.
+    let policy = kernel::mempolicy::keep_out_of_numa_balancing();
     let cli = Cli::parse();
     // The kernel programs' aya-log records (--bpf-log) have targets under `numatrace::` too.
     let filter = EnvFilter::try_from_env("NUMATRACE_LOG")
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    tracing::debug!(policy, "numatrace's own memory policy");
 
     if let Err(why) = kernel::caps::check_tracing_allowed() {
         eprintln!("numatrace: {why}");

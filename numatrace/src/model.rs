@@ -1,147 +1,292 @@
-//! Aggregation: per task, per process (thread group) and in total. Plain data in, plain data
-//! out: no aya types, so it is tested on its own and shared by every frontend.
+//! What numatrace counts, as plain data: the counters of one task, process, cgroup or window
+//! ([`Counts`]) and the records that carry them. No aya types, serde both ways (a capture file
+//! and an offline report read them back), shared by every frontend.
+//!
+//! Every counter struct is declared once with [`counter_struct!`], which also derives how two
+//! values add up (tasks into a process) and how a later value differs from an earlier one
+//! (two snapshots): the field list is written in one place.
 
 use std::collections::BTreeMap;
 
-use numatrace_common::{
-    EventKind, SKIP_REASON_NAMES, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, TaskStats,
-};
-use serde::Serialize;
+use numatrace_common::{SKIP_REASON_NAMES, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, TaskStats};
+use serde::{Deserialize, Serialize};
 
-use crate::sources::ringbuf::Event;
+/// Declares a counter struct; each field has a kind that says how it combines:
+/// - `sum`: a count; added, and differenced between snapshots;
+/// - `max`: a high-water mark or a level (longest call, scan sequence): the larger is kept when
+///   adding, the later value in a difference;
+/// - `level`: an `Option<f64>` measured on one task: the later value in a difference, left alone
+///   when adding (it does not add up);
+/// - `ratio`: an `Option<f64>` derived from sums: recomputed by `finished()`;
+/// - `nested`: another such struct.
+macro_rules! counter_struct {
+    (
+        $(#[$sm:meta])*
+        pub struct $name:ident {
+            $( $(#[$fm:meta])* $kind:ident $f:ident : $t:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$sm])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        pub struct $name { $( $(#[$fm])* pub $f: $t ),* }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Placement {
-    /// Moved to its preferred node (sched_move_numa).
-    pub moves: u64,
-    /// Swapped with a task on another node, as the initiator / as the other task.
-    pub swaps_out: u64,
-    pub swaps_in: u64,
-    /// Placement attempts that changed nothing (sched_stick_numa), of which with no target CPU.
-    pub sticks: u64,
-    pub stick_no_target: u64,
+        impl $name {
+            /// Adds `o` into `self` (ratios are left to `finished()`).
+            pub fn add(&mut self, o: &Self) {
+                $( counter_struct!(@add $kind self.$f, o.$f); )*
+            }
+
+            /// What was counted between `earlier` and `self` (ratios: see `finished()`).
+            pub fn delta(&self, earlier: &Self) -> Self {
+                Self { $( $f: counter_struct!(@sub $kind self.$f, earlier.$f) ),* }
+            }
+
+            /// Names of the counters that are lower in `self` than in `earlier`: counters only
+            /// grow, so any name here is a bug or a lost update.
+            pub fn decreased(&self, earlier: &Self, prefix: &str, out: &mut Vec<String>) {
+                $( counter_struct!(@dec $kind self.$f, earlier.$f, prefix, stringify!($f), out); )*
+            }
+        }
+    };
+    (@add sum $a:expr, $b:expr) => { $a += $b };
+    (@add max $a:expr, $b:expr) => { $a = $a.max($b) };
+    (@add level $a:expr, $b:expr) => { let _ = (&$a, &$b); };
+    (@add ratio $a:expr, $b:expr) => { let _ = (&$a, &$b); };
+    (@add nested $a:expr, $b:expr) => { $a.add(&$b) };
+    (@sub sum $a:expr, $b:expr) => { $a.saturating_sub($b) };
+    (@sub max $a:expr, $b:expr) => { $a };
+    (@sub level $a:expr, $b:expr) => { $a };
+    (@sub ratio $a:expr, $b:expr) => { None };
+    (@sub nested $a:expr, $b:expr) => { $a.delta(&$b) };
+    (@dec sum $a:expr, $b:expr, $p:expr, $n:expr, $out:expr) => {
+        if $a < $b {
+            $out.push(format!("{}{}", $p, $n));
+        }
+    };
+    (@dec nested $a:expr, $b:expr, $p:expr, $n:expr, $out:expr) => {
+        $a.decreased(&$b, &format!("{}{}.", $p, $n), $out)
+    };
+    (@dec $other:ident $a:expr, $b:expr, $p:expr, $n:expr, $out:expr) => {};
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Migrations {
-    /// migrate_pages() calls with reason numa_misplaced (tracepoint).
-    pub calls: u64,
-    /// Pages (any size) migrated / not migrated; of which THPs.
-    pub pages_ok: u64,
-    pub pages_failed: u64,
-    pub thp_ok: u64,
-    pub thp_failed: u64,
-    /// migrate_misplaced_folio/_page calls (function hook): migrated, not migrated, and the
-    /// mean latency in nanoseconds.
-    pub attempts: u64,
-    pub succeeded: u64,
-    pub not_migrated: u64,
-    pub latency_ns_total: u64,
-    pub latency_ns_mean: Option<f64>,
-    /// migration_entry_wait: stalls on a page under migration, and time stalled.
-    pub stalls: u64,
-    pub stall_ns: u64,
+/// Skipped VMAs by reason, indexed like the kernel's `enum numa_vmaskip_reason` (last slot: a
+/// reason newer than this build). In JSON, a map of the reasons that occurred.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkipCounts(pub [u64; SKIP_REASON_SLOTS]);
+
+pub fn skip_reason_name(slot: usize) -> &'static str {
+    if slot >= SKIP_REASON_OTHER {
+        return "other";
+    }
+    SKIP_REASON_NAMES.get(slot).copied().unwrap_or("other")
 }
 
-/// task_numa_work, change_prot_numa and the sampled fallback.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Scan {
-    /// task_numa_work calls, time inside, longest call.
-    pub calls: u64,
-    pub time_ns: u64,
-    pub max_ns: u64,
-    /// Σ Δse.sum_exec_runtime and Σ Δnode_stamp across the calls (seed 003: node_stamp should
-    /// advance 32× the runtime spent scanning).
-    pub runtime_in_scan_ns: u64,
-    pub node_stamp_advance_ns: u64,
-    /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0).
-    pub stamp_violations: u64,
-    /// Calls during which runtime advanced, and those after which node_stamp had advanced less
-    /// than 32x that runtime (seed 003's cap; expected 0).
-    pub cap_calls: u64,
-    pub cap_violations: u64,
-    /// The task's run time over the window, from its sum_exec_runtime (first to last seen).
-    pub task_runtime_ns: u64,
-    /// runtime_in_scan_ns / task_runtime_ns: the share of the task's CPU time spent in
-    /// task_numa_work (what seed 003 caps near 3%; tick-granular, like sum_exec_runtime).
-    pub share: Option<f64>,
-    /// time_ns / task_runtime_ns: wall-clock time inside task_numa_work per CPU time; larger
-    /// than `share` when the task is preempted while scanning.
-    pub wall_share: Option<f64>,
-    /// The CPU share up to the start of the latest call: what seed 003's cap bounds (the
-    /// latest call has not been followed by its 32x yet). Per task only.
-    pub share_between_calls: Option<f64>,
-    /// mm->numa_scan_seq after the last scan: full passes over the address space (the highest
-    /// across tasks when summed).
-    pub scan_seq: u64,
-    /// PTEs made PROT_NONE (change_prot_numa) and its calls.
-    pub pte_updates: u64,
-    pub prot_numa_calls: u64,
-    /// CPU-clock samples of the task, those inside task_numa_work, and their ratio.
-    pub samples: u64,
-    pub scan_samples: u64,
-    pub sampled_share: Option<f64>,
+impl SkipCounts {
+    pub fn from_slots(slots: &[u64]) -> Self {
+        let mut s = Self::default();
+        for (i, n) in slots.iter().enumerate() {
+            s.0[i.min(SKIP_REASON_OTHER)] += n;
+        }
+        s
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// (reason, count) of the reasons that occurred, in the kernel's order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| (skip_reason_name(i), *n))
+    }
+
+    pub fn get(&self, reason: &str) -> u64 {
+        self.iter()
+            .find(|(r, _)| *r == reason)
+            .map_or(0, |(_, n)| n)
+    }
+
+    /// The most frequent reason.
+    pub fn top(&self) -> Option<&'static str> {
+        self.iter().max_by_key(|(_, n)| *n).map(|(r, _)| r)
+    }
+
+    pub fn add(&mut self, o: &Self) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
+
+    pub fn delta(&self, earlier: &Self) -> Self {
+        let mut d = *self;
+        for (a, b) in d.0.iter_mut().zip(earlier.0) {
+            *a = a.saturating_sub(b);
+        }
+        d
+    }
+
+    pub fn decreased(&self, earlier: &Self, prefix: &str, out: &mut Vec<String>) {
+        for (i, (a, b)) in self.0.iter().zip(earlier.0).enumerate() {
+            if *a < b {
+                out.push(format!("{prefix}{}", skip_reason_name(i)));
+            }
+        }
+    }
 }
 
-/// task_numa_fault and the fault entry points.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct HintFaults {
-    pub faults: u64,
-    pub local: u64,
-    pub remote: u64,
-    pub pages: u64,
-    /// By pages per fault: 1 (4K), 512 (PMD THP), other (mTHP / large folio).
-    pub faults_4k: u64,
-    pub faults_thp: u64,
-    pub faults_large: u64,
-    /// Pages whose fault migrated them (TNF_MIGRATED), faults whose migration failed.
-    pub migrated_pages: u64,
-    pub migrate_failed: u64,
-    pub numa_page_entries: u64,
-    pub huge_pmd_numa_entries: u64,
-    /// Hint faults on COW-shared pages (mpol_misplaced: copy-on-write mapping, mapcount > 1),
-    /// and how many of those pages were migrated. Seed 000 expects ~0 (4K pages).
-    pub cow_shared: u64,
-    pub cow_shared_migrated: u64,
-    /// Of `cow_shared`, faults on large folios (THP), which the kernel's skip does not cover.
-    pub cow_shared_large: u64,
+impl Serialize for SkipCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
 }
 
-/// The counters of one task, process or the whole window.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Counts {
-    /// Skipped VMAs by reason name (only reasons that occurred).
-    pub skipped_vmas: BTreeMap<String, u64>,
-    pub skipped_vmas_total: u64,
-    pub placement: Placement,
-    pub migrations: Migrations,
-    pub scan: Scan,
-    pub hint_faults: HintFaults,
+impl<'de> Deserialize<'de> for SkipCounts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = BTreeMap::<String, u64>::deserialize(d)?;
+        let mut s = Self::default();
+        for (k, v) in m {
+            let slot = SKIP_REASON_NAMES
+                .iter()
+                .position(|n| *n == k)
+                .unwrap_or(SKIP_REASON_OTHER);
+            s.0[slot] += v;
+        }
+        Ok(s)
+    }
+}
+
+counter_struct! {
+    pub struct Placement {
+        /// Moved to its preferred node (sched_move_numa).
+        sum moves: u64,
+        /// Swapped with a task on another node, as the initiator / as the other task.
+        sum swaps_out: u64,
+        sum swaps_in: u64,
+        /// Placement attempts that changed nothing (sched_stick_numa), of which with no target CPU.
+        sum sticks: u64,
+        sum stick_no_target: u64,
+    }
+}
+
+counter_struct! {
+    pub struct Migrations {
+        /// migrate_pages() calls with reason numa_misplaced (tracepoint).
+        sum calls: u64,
+        /// Pages (any size) migrated / not migrated; of which THPs.
+        sum pages_ok: u64,
+        sum pages_failed: u64,
+        sum thp_ok: u64,
+        sum thp_failed: u64,
+        /// migrate_misplaced_folio/_page calls (function hook): migrated, not migrated, and the
+        /// mean latency in nanoseconds.
+        sum attempts: u64,
+        sum succeeded: u64,
+        sum not_migrated: u64,
+        sum latency_ns_total: u64,
+        ratio latency_ns_mean: Option<f64>,
+        /// migration_entry_wait: stalls on a page under migration, and time stalled.
+        sum stalls: u64,
+        sum stall_ns: u64,
+    }
+}
+
+counter_struct! {
+    /// task_numa_work, change_prot_numa and the sampled fallback.
+    pub struct Scan {
+        /// task_numa_work calls, time inside, longest call (since first seen).
+        sum calls: u64,
+        sum time_ns: u64,
+        max max_ns: u64,
+        /// Σ Δse.sum_exec_runtime and Σ Δnode_stamp across the calls (seed 003: node_stamp
+        /// should advance 32× the runtime spent scanning).
+        sum runtime_in_scan_ns: u64,
+        sum node_stamp_advance_ns: u64,
+        /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0).
+        sum stamp_violations: u64,
+        /// Calls during which runtime advanced, and those after which node_stamp had advanced
+        /// less than 32x that runtime (seed 003's cap; expected 0).
+        sum cap_calls: u64,
+        sum cap_violations: u64,
+        /// The task's run time over the window, from its sum_exec_runtime (first to last seen).
+        sum task_runtime_ns: u64,
+        /// runtime_in_scan_ns / task_runtime_ns: the share of the task's CPU time spent in
+        /// task_numa_work (what seed 003 caps near 3%; tick-granular, like sum_exec_runtime).
+        ratio share: Option<f64>,
+        /// time_ns / task_runtime_ns: wall-clock time inside task_numa_work per CPU time; larger
+        /// than `share` when the task is preempted while scanning.
+        ratio wall_share: Option<f64>,
+        /// The CPU share up to the start of the latest call, since the task was first seen:
+        /// what seed 003's cap bounds (the latest call has not been followed by its 32x yet).
+        /// Per task only.
+        level share_between_calls: Option<f64>,
+        /// mm->numa_scan_seq after the last scan: full passes over the address space (the
+        /// highest across tasks when summed).
+        max scan_seq: u64,
+        /// PTEs made PROT_NONE (change_prot_numa) and its calls.
+        sum pte_updates: u64,
+        sum prot_numa_calls: u64,
+        /// CPU-clock samples of the task, those inside task_numa_work, and their ratio.
+        sum samples: u64,
+        sum scan_samples: u64,
+        ratio sampled_share: Option<f64>,
+    }
+}
+
+counter_struct! {
+    /// task_numa_fault and the fault entry points.
+    pub struct HintFaults {
+        sum faults: u64,
+        sum local: u64,
+        sum remote: u64,
+        sum pages: u64,
+        /// By pages per fault: 1 (4K), 512 (PMD THP), other (mTHP / large folio).
+        sum faults_4k: u64,
+        sum faults_thp: u64,
+        sum faults_large: u64,
+        /// Pages whose fault migrated them (TNF_MIGRATED), faults whose migration failed.
+        sum migrated_pages: u64,
+        sum migrate_failed: u64,
+        sum numa_page_entries: u64,
+        sum huge_pmd_numa_entries: u64,
+        /// Hint faults on COW-shared pages (mpol_misplaced: copy-on-write mapping, mapcount > 1),
+        /// and how many of those pages were migrated. Seed 000 expects ~0 (4K pages).
+        sum cow_shared: u64,
+        sum cow_shared_migrated: u64,
+        /// Of `cow_shared`, faults on large folios (THP), which the kernel's skip does not cover.
+        sum cow_shared_large: u64,
+    }
+}
+
+counter_struct! {
+    /// The counters of one task, process, cgroup or the whole window.
+    pub struct Counts {
+        /// Skipped VMAs by reason name (only reasons that occurred).
+        nested skipped_vmas: SkipCounts,
+        sum skipped_vmas_total: u64,
+        nested placement: Placement,
+        nested migrations: Migrations,
+        nested scan: Scan,
+        nested hint_faults: HintFaults,
+    }
 }
 
 fn ratio(num: u64, den: u64) -> Option<f64> {
     (den > 0).then(|| num as f64 / den as f64)
 }
 
-pub fn skip_reason_name(slot: usize) -> &'static str {
-    SKIP_REASON_NAMES.get(slot).copied().unwrap_or("other")
-}
-
 impl Counts {
+    /// The one mapping from the kernel's per-task entry to counts.
     pub fn from_stats(s: &TaskStats) -> Self {
-        let mut skipped_vmas = BTreeMap::new();
-        for (slot, &n) in s.skip_vma.iter().enumerate() {
-            if n > 0 {
-                let name = if slot >= SKIP_REASON_OTHER {
-                    "other"
-                } else {
-                    skip_reason_name(slot)
-                };
-                *skipped_vmas.entry(name.to_owned()).or_insert(0) += n;
-            }
-        }
+        let skipped_vmas = SkipCounts::from_slots(&s.skip_vma);
         Self {
-            skipped_vmas_total: skipped_vmas.values().sum(),
+            skipped_vmas_total: skipped_vmas.total(),
             skipped_vmas,
             placement: Placement {
                 moves: s.numa_moves,
@@ -208,7 +353,7 @@ impl Counts {
         .finished()
     }
 
-    /// Computes the ratios, which are not additive: call after summing.
+    /// Computes the ratios, which are not additive: call after summing or differencing.
     pub fn finished(mut self) -> Self {
         let sc = &mut self.scan;
         sc.share = ratio(sc.runtime_in_scan_ns, sc.task_runtime_ns);
@@ -219,66 +364,13 @@ impl Counts {
         self
     }
 
-    pub fn add(&mut self, o: &Counts) {
-        for (k, v) in &o.skipped_vmas {
-            *self.skipped_vmas.entry(k.clone()).or_insert(0) += v;
-        }
-        self.skipped_vmas_total += o.skipped_vmas_total;
-        let (p, q) = (&mut self.placement, &o.placement);
-        p.moves += q.moves;
-        p.swaps_out += q.swaps_out;
-        p.swaps_in += q.swaps_in;
-        p.sticks += q.sticks;
-        p.stick_no_target += q.stick_no_target;
-        let (m, n) = (&mut self.migrations, &o.migrations);
-        m.calls += n.calls;
-        m.pages_ok += n.pages_ok;
-        m.pages_failed += n.pages_failed;
-        m.thp_ok += n.thp_ok;
-        m.thp_failed += n.thp_failed;
-        m.attempts += n.attempts;
-        m.succeeded += n.succeeded;
-        m.not_migrated += n.not_migrated;
-        m.latency_ns_total += n.latency_ns_total;
-        m.stalls += n.stalls;
-        m.stall_ns += n.stall_ns;
-        let (a, b) = (&mut self.scan, &o.scan);
-        a.calls += b.calls;
-        a.time_ns += b.time_ns;
-        a.max_ns = a.max_ns.max(b.max_ns);
-        a.scan_seq = a.scan_seq.max(b.scan_seq);
-        a.runtime_in_scan_ns += b.runtime_in_scan_ns;
-        a.node_stamp_advance_ns += b.node_stamp_advance_ns;
-        a.stamp_violations += b.stamp_violations;
-        a.cap_calls += b.cap_calls;
-        a.cap_violations += b.cap_violations;
-        a.task_runtime_ns += b.task_runtime_ns;
-        a.pte_updates += b.pte_updates;
-        a.prot_numa_calls += b.prot_numa_calls;
-        a.samples += b.samples;
-        a.scan_samples += b.scan_samples;
-        let (f, g) = (&mut self.hint_faults, &o.hint_faults);
-        f.faults += g.faults;
-        f.local += g.local;
-        f.remote += g.remote;
-        f.pages += g.pages;
-        f.faults_4k += g.faults_4k;
-        f.faults_thp += g.faults_thp;
-        f.faults_large += g.faults_large;
-        f.migrated_pages += g.migrated_pages;
-        f.migrate_failed += g.migrate_failed;
-        f.numa_page_entries += g.numa_page_entries;
-        f.huge_pmd_numa_entries += g.huge_pmd_numa_entries;
-        f.cow_shared += g.cow_shared;
-        f.cow_shared_migrated += g.cow_shared_migrated;
-        f.cow_shared_large += g.cow_shared_large;
-    }
-
-    /// Nothing NUMA-balancing related happened (samples alone do not count).
+    /// Nothing NUMA-balancing related happened (samples and run time alone do not count).
     pub fn is_empty(&self) -> bool {
         let mut c = self.clone();
         c.scan.samples = 0;
         c.scan.task_runtime_ns = 0;
+        c.scan.max_ns = 0;
+        c.scan.scan_seq = 0;
         c.scan.share = None;
         c.scan.wall_share = None;
         c.scan.share_between_calls = None;
@@ -292,18 +384,57 @@ pub fn comm_str(comm: &[u8; 16]) -> String {
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
     pub pid: u32,
     pub tgid: u32,
     pub comm: String,
-    /// The task exited during the window.
+    /// The task has exited.
     pub exited: bool,
+    /// cgroup v2 id (0: never seen running) and its path under the cgroup2 mount (`None`:
+    /// the cgroup was removed before numatrace resolved it, or no cgroup2 is mounted).
+    #[serde(default)]
+    pub cgroup_id: u64,
+    #[serde(default)]
+    pub cgroup: Option<String>,
+    /// `numa_preferred_nid` at the last scan or hint fault (`None`: no preference or unknown),
+    /// and the node of the CPU it last ran a counted event on.
+    #[serde(default)]
+    pub preferred_node: Option<u32>,
+    #[serde(default)]
+    pub last_node: Option<u32>,
+    /// `bpf_ktime_get_ns` when its kernel entry was created: with `pid`, what tells a reused
+    /// pid apart.
+    #[serde(default)]
+    pub first_ns: u64,
     #[serde(flatten)]
     pub counts: Counts,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+impl TaskRecord {
+    pub fn from_stats(s: &TaskStats, exited: bool) -> Self {
+        let nid = |v: u32| v.checked_sub(1);
+        Self {
+            pid: s.pid,
+            tgid: s.tgid,
+            comm: comm_str(&s.comm),
+            exited,
+            cgroup_id: s.cgroup_id,
+            cgroup: None,
+            preferred_node: nid(s.preferred_nid),
+            last_node: nid(s.last_nid),
+            first_ns: s.first_ns,
+            counts: Counts::from_stats(s),
+        }
+    }
+
+    /// Key of a task across snapshots: a pid reused later is another task.
+    pub fn key(&self) -> (u32, u64) {
+        (self.pid, self.first_ns)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessRecord {
     pub tgid: u32,
     /// comm of the thread-group leader if seen, else of its first thread.
@@ -315,35 +446,115 @@ pub struct ProcessRecord {
     pub vmas: Vec<VmaRecord>,
 }
 
+/// The tasks of one cgroup v2 directory (not its descendants).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CgroupRecord {
+    pub id: u64,
+    /// Path under the cgroup2 mount (`/` is the root); `None` if it could not be resolved.
+    pub path: Option<String>,
+    pub tasks: u32,
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// One NUMA node: what sysfs says of it, and what happened there over the window.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub node: u32,
+    /// CPUs, as in sysfs `cpulist`.
+    pub cpus: String,
+    /// Memory in bytes (sysfs `meminfo` when the snapshot was taken).
+    pub mem_total_bytes: Option<u64>,
+    pub mem_free_bytes: Option<u64>,
+    /// SLIT distances to nodes 0, 1, ...
+    pub distances: Vec<u32>,
+    /// Hint faults taken by traced tasks running on this node's CPUs: local / remote to it,
+    /// and the pages they covered.
+    pub hint_faults: u64,
+    pub hint_faults_local: u64,
+    pub hint_faults_remote: u64,
+    pub hint_pages: u64,
+    /// Pages migrated by hint faults into / out of this node (out: where the source node was
+    /// known), and migrate_misplaced calls that succeeded into / out of it (folios).
+    pub pages_migrated_in: u64,
+    pub pages_migrated_out: u64,
+    pub migrations_in: u64,
+    pub migrations_out: u64,
+    /// Traced tasks whose preferred node this is, and that last ran here.
+    pub tasks_preferring: u32,
+    pub tasks_last_ran: u32,
+}
+
 /// One VMA's share of the scanning (change_prot_numa calls on it), and how long the scanner
 /// left it alone (pid_inactive skips).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VmaRecord {
-    /// Hex start and end addresses.
+    /// Hex start and end addresses, and the same as numbers.
     pub start: String,
     pub end: String,
+    pub start_addr: u64,
+    pub end_addr: u64,
     pub pte_updates: u64,
     pub calls: u64,
     /// From /proc/PID/maps while the process lives; `None` once it has exited.
     pub mapping: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_inactive: Option<GapRecord>,
     /// sched_skip_vma_numa events on it, by reason (from the ring buffer).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub skips: BTreeMap<&'static str, u64>,
-    #[serde(skip)]
-    pub start_addr: u64,
+    #[serde(default, skip_serializing_if = "SkipCounts::is_empty")]
+    pub skips: SkipCounts,
     /// CLOCK_MONOTONIC times of its change_prot_numa calls, oldest first (at most
-    /// [`MAX_SCAN_TIMES`]).
-    #[serde(skip)]
+    /// [`MAX_SCAN_TIMES`]; fexit only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scan_times_ns: Vec<u64>,
+}
+
+impl VmaRecord {
+    pub fn new(start: u64, end: u64) -> Self {
+        Self {
+            start: format!("{start:#x}"),
+            end: format!("{end:#x}"),
+            start_addr: start,
+            end_addr: end,
+            pte_updates: 0,
+            calls: 0,
+            mapping: None,
+            pid_inactive: None,
+            skips: SkipCounts::default(),
+            scan_times_ns: Vec::new(),
+        }
+    }
+
+    /// What happened to this VMA since `earlier` (gaps: the later, cumulative values).
+    pub fn delta(&self, earlier: &Self) -> Self {
+        let since = earlier.scan_times_ns.last().copied().unwrap_or(0);
+        Self {
+            pte_updates: self.pte_updates.saturating_sub(earlier.pte_updates),
+            calls: self.calls.saturating_sub(earlier.calls),
+            skips: self.skips.delta(&earlier.skips),
+            scan_times_ns: self
+                .scan_times_ns
+                .iter()
+                .copied()
+                .filter(|&t| t > since)
+                .collect(),
+            ..self.clone()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pte_updates == 0
+            && self.calls == 0
+            && self.skips.is_empty()
+            && self.pid_inactive.is_none_or(|g| g.skips == 0)
+    }
 }
 
 /// Kept per VMA: enough for minutes of scanning at the fastest scan period.
 pub const MAX_SCAN_TIMES: usize = 65536;
 
 /// pid_inactive skips of one VMA and the scan-sequence gap at each (seed 002, tp_btf).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GapRecord {
     pub skips: u64,
     /// Skips with gap > the task's thread count: a patched kernel scans instead.
@@ -354,204 +565,21 @@ pub struct GapRecord {
     pub max_gap_threads: u64,
 }
 
-/// One row of per-VMA data from the kernel maps.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VmaRow {
-    pub tgid: u32,
-    pub start: u64,
-    pub end: u64,
-    pub pte_updates: u64,
-    pub calls: u64,
-    pub mapping: Option<String>,
-    pub gap: Option<GapRecord>,
-}
-
-/// Ring buffer records received, by kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct EventTally {
-    pub skip_vma: u64,
-    pub numa_move: u64,
-    pub numa_swap: u64,
-    pub numa_stick: u64,
-    pub migrate_pages: u64,
-    pub task_exit: u64,
-    pub vma_scan: u64,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct Model {
-    /// Keyed by (pid, creation time): a pid reused within the window is another task.
-    tasks: BTreeMap<(u32, u64), TaskRecord>,
-    pub events: EventTally,
-    vmas: BTreeMap<u32, Vec<VmaRecord>>,
-    /// (tgid, vm_start) -> change_prot_numa times.
-    scan_times: BTreeMap<(u32, u64), Vec<u64>>,
-    /// (tgid, vm_start) -> skip events by reason slot.
-    vma_skips: BTreeMap<(u32, u64), [u64; SKIP_REASON_SLOTS]>,
-}
-
-impl Model {
-    fn put(&mut self, s: &TaskStats, exited: bool) {
-        self.tasks.insert(
-            (s.pid, s.first_ns),
-            TaskRecord {
-                pid: s.pid,
-                tgid: s.tgid,
-                comm: comm_str(&s.comm),
-                exited,
-                counts: Counts::from_stats(s),
-            },
-        );
-    }
-
-    pub fn apply(&mut self, ev: &Event) {
-        let t = &mut self.events;
-        match ev {
-            Event::SkipVma(e) => {
-                t.skip_vma += 1;
-                let slot = (e.reason as usize).min(SKIP_REASON_OTHER);
-                self.vma_skips
-                    .entry((e.hdr.tgid, e.vm_start))
-                    .or_insert([0; SKIP_REASON_SLOTS])[slot] += 1;
-            }
-            Event::Placement(EventKind::NumaMove, _) => t.numa_move += 1,
-            Event::Placement(EventKind::NumaSwap, _) => t.numa_swap += 1,
-            Event::Placement(_, _) => t.numa_stick += 1,
-            Event::MigratePages(_) => t.migrate_pages += 1,
-            Event::TaskExit(e) => {
-                t.task_exit += 1;
-                self.put(&e.stats, true);
-            }
-            Event::VmaScan(e) => {
-                t.vma_scan += 1;
-                let v = self.scan_times.entry((e.hdr.tgid, e.vm_start)).or_default();
-                if v.len() < MAX_SCAN_TIMES {
-                    v.push(e.hdr.ts_ns);
-                }
-            }
-        }
-    }
-
-    /// Adds the live entries of the task map, read after the ring buffer was drained.
-    pub fn merge_live(&mut self, live: &[TaskStats]) {
-        for s in live {
-            // An entry whose task exited while the ring buffer was full is marked in the map.
-            self.put(s, s.exited != 0);
-        }
-    }
-
-    /// Adds the per-VMA rows of the kernel maps, with the scan times the ring buffer gave.
-    pub fn merge_vmas(&mut self, vmas: impl IntoIterator<Item = VmaRow>) {
-        for r in vmas {
-            // Moved, not copied: each VMA row is merged once.
-            let mut scan_times_ns = self
-                .scan_times
-                .remove(&(r.tgid, r.start))
-                .unwrap_or_default();
-            scan_times_ns.sort_unstable();
-            let skips = self
-                .vma_skips
-                .get(&(r.tgid, r.start))
-                .map(|c| {
-                    c.iter()
-                        .enumerate()
-                        .filter(|(_, n)| **n > 0)
-                        .map(|(i, n)| (skip_reason_name(i), *n))
-                        .collect()
-                })
-                .unwrap_or_default();
-            self.vmas.entry(r.tgid).or_default().push(VmaRecord {
-                start: format!("{:#x}", r.start),
-                end: format!("{:#x}", r.end),
-                pte_updates: r.pte_updates,
-                calls: r.calls,
-                mapping: r.mapping,
-                pid_inactive: r.gap,
-                skips,
-                start_addr: r.start,
-                scan_times_ns,
-            });
-        }
-        for v in self.vmas.values_mut() {
-            v.sort_by(|a, b| {
-                b.pte_updates
-                    .cmp(&a.pte_updates)
-                    .then(a.start.cmp(&b.start))
-            });
-        }
-    }
-
-    /// Keeps only tasks whose comm is `comm` (as the kernel truncates it: 15 bytes).
-    pub fn retain_comm(&mut self, comm: &str) {
-        let want: String = comm.chars().take(15).collect();
-        self.tasks.retain(|_, t| t.comm == want);
-    }
-
-    pub fn task_count(&self) -> usize {
-        self.tasks.len()
-    }
-
-    /// Tasks with anything counted, most skipped VMAs first, then by pid.
-    pub fn tasks(&self) -> Vec<&TaskRecord> {
-        let mut v: Vec<_> = self
-            .tasks
-            .values()
-            .filter(|t| !t.counts.is_empty())
-            .collect();
-        v.sort_by(|a, b| {
-            b.counts
-                .skipped_vmas_total
-                .cmp(&a.counts.skipped_vmas_total)
-                .then(a.pid.cmp(&b.pid))
-        });
-        v
-    }
-
-    pub fn processes(&self) -> Vec<ProcessRecord> {
-        let mut by_tgid: BTreeMap<u32, ProcessRecord> = BTreeMap::new();
-        for t in self.tasks.values().filter(|t| !t.counts.is_empty()) {
-            let p = by_tgid.entry(t.tgid).or_insert_with(|| ProcessRecord {
-                tgid: t.tgid,
-                comm: t.comm.clone(),
-                threads: 0,
-                counts: Counts::default(),
-                vmas: self.vmas.get(&t.tgid).cloned().unwrap_or_default(),
-            });
-            if t.pid == t.tgid {
-                p.comm = t.comm.clone();
-            }
-            p.threads += 1;
-            p.counts.add(&t.counts);
-        }
-        let mut v: Vec<_> = by_tgid
-            .into_values()
-            .map(|mut p| {
-                p.counts = p.counts.finished();
-                p
-            })
-            .collect();
-        v.sort_by(|a, b| {
-            b.counts
-                .skipped_vmas_total
-                .cmp(&a.counts.skipped_vmas_total)
-                .then(a.tgid.cmp(&b.tgid))
-        });
-        v
-    }
-
-    pub fn totals(&self) -> Counts {
-        let mut c = Counts::default();
-        for t in self.tasks.values() {
-            c.add(&t.counts);
-        }
-        c.finished()
+counter_struct! {
+    /// Ring buffer records received, by kind.
+    pub struct EventTally {
+        sum skip_vma: u64,
+        sum numa_move: u64,
+        sum numa_swap: u64,
+        sum numa_stick: u64,
+        sum migrate_pages: u64,
+        sum task_exit: u64,
+        sum vma_scan: u64,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use numatrace_common::{EventHeader, TaskExitEvent};
-
     use super::*;
 
     fn stats(pid: u32, tgid: u32, first_ns: u64) -> TaskStats {
@@ -559,19 +587,6 @@ mod tests {
         s.first_ns = first_ns;
         s.comm[..4].copy_from_slice(b"work");
         s
-    }
-
-    fn exit(s: TaskStats) -> Event {
-        Event::TaskExit(Box::new(TaskExitEvent {
-            hdr: EventHeader {
-                kind: EventKind::TaskExit as u32,
-                pid: s.pid,
-                tgid: s.tgid,
-                cpu: 0,
-                ts_ns: 0,
-            },
-            stats: s,
-        }))
     }
 
     #[test]
@@ -582,47 +597,21 @@ mod tests {
         s.skip_vma[7] = 1; // a reason newer than this build
         s.migrate_ok = 10;
         let c = Counts::from_stats(&s);
-        assert_eq!(c.skipped_vmas["shared_ro"], 3);
-        assert_eq!(c.skipped_vmas["pid_inactive"], 2);
-        assert_eq!(c.skipped_vmas["other"], 1);
+        assert_eq!(c.skipped_vmas.get("shared_ro"), 3);
+        assert_eq!(c.skipped_vmas.get("pid_inactive"), 2);
+        assert_eq!(c.skipped_vmas.get("other"), 1);
         assert_eq!(c.skipped_vmas_total, 6);
         assert_eq!(c.migrations.pages_ok, 10);
-        assert!(!c.skipped_vmas.contains_key("unsuitable"));
-    }
-
-    #[test]
-    fn exit_snapshots_and_live_entries_add_up() {
-        let mut m = Model::default();
-        let mut a = stats(10, 10, 1);
-        a.skip_vma[1] = 4;
-        let mut b = stats(11, 10, 2);
-        b.skip_vma[1] = 1;
-        b.skip_vma[2] = 2;
-        b.numa_moves = 1;
-        let mut c = stats(20, 20, 3);
-        c.numa_swaps_in = 5;
-        m.apply(&exit(a));
-        m.merge_live(&[b, c]);
-        assert_eq!(m.events.task_exit, 1);
-        let t = m.totals();
-        assert_eq!(t.skipped_vmas["shared_ro"], 5);
-        assert_eq!(t.skipped_vmas["inaccessible"], 2);
-        assert_eq!(t.skipped_vmas_total, 7);
-        assert_eq!(t.placement.moves, 1);
-        assert_eq!(t.placement.swaps_in, 5);
-        let procs = m.processes();
-        assert_eq!(procs[0].tgid, 10);
-        assert_eq!(procs[0].threads, 2);
-        assert_eq!(procs[0].counts.skipped_vmas_total, 7);
-        let tasks = m.tasks();
-        assert_eq!(tasks[0].pid, 10, "most skipped first");
-        assert!(tasks[0].exited);
-        assert!(!tasks[1].exited);
+        assert_eq!(c.skipped_vmas.get("unsuitable"), 0);
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            v["skipped_vmas"],
+            serde_json::json!({"shared_ro": 3, "pid_inactive": 2, "other": 1})
+        );
     }
 
     #[test]
     fn shares_are_computed_on_sums_not_summed() {
-        let mut m = Model::default();
         let mut a = stats(1, 1, 0);
         a.scan_calls = 1;
         a.scan_ns = 20;
@@ -643,52 +632,81 @@ mod tests {
         b.hint_faults_local = 1;
         b.migrate_attempts = 2;
         b.migrate_ns = 300;
-        m.merge_live(&[a, b]);
-        let t = m.totals();
+        let mut t = Counts::from_stats(&a);
+        t.add(&Counts::from_stats(&b));
+        let t = t.finished();
         assert_eq!(t.scan.share, Some(40.0 / 2000.0));
         assert_eq!(t.scan.wall_share, Some(80.0 / 2000.0));
         assert_eq!(t.scan.sampled_share, Some(4.0 / 200.0));
         assert_eq!(t.hint_faults.remote, 3);
         assert_eq!(t.migrations.latency_ns_mean, Some(150.0));
-        let task2 = m.tasks().into_iter().find(|t| t.pid == 2).unwrap();
-        assert_eq!(task2.counts.scan.share, Some(0.03));
+        assert_eq!(Counts::from_stats(&b).scan.share, Some(0.03));
+    }
+
+    #[test]
+    fn delta_differences_sums_keeps_levels_and_recomputes_ratios() {
+        let mut a = stats(1, 1, 0);
+        a.scan_calls = 2;
+        a.scan_max_ns = 50;
+        a.scan_runtime_ns = 10;
+        a.runtime_first_ns = 100;
+        a.runtime_last_ns = 1100;
+        a.skip_vma[3] = 4;
+        a.scan_seq = 3;
+        let mut b = a;
+        b.scan_calls = 5;
+        b.scan_max_ns = 40; // cannot shrink in the kernel; the later value is kept anyway
+        b.scan_runtime_ns = 40;
+        b.runtime_last_ns = 2100;
+        b.skip_vma[3] = 9;
+        b.scan_seq = 7;
+        let d = Counts::from_stats(&b)
+            .delta(&Counts::from_stats(&a))
+            .finished();
+        assert_eq!(d.scan.calls, 3);
+        assert_eq!(d.scan.max_ns, 40);
+        assert_eq!(d.scan.scan_seq, 7);
+        assert_eq!(d.scan.task_runtime_ns, 1000);
+        assert_eq!(d.scan.share, Some(30.0 / 1000.0));
+        assert_eq!(d.skipped_vmas.get("scan_delay"), 5);
+        assert_eq!(d.skipped_vmas_total, 5);
+        let mut dec = Vec::new();
+        Counts::from_stats(&a).decreased(&Counts::from_stats(&b), "", &mut dec);
+        assert!(dec.contains(&"scan.calls".to_owned()), "{dec:?}");
+        assert!(
+            dec.contains(&"skipped_vmas.scan_delay".to_owned()),
+            "{dec:?}"
+        );
+        assert!(!dec.iter().any(|d| d.contains("max_ns")), "{dec:?}");
     }
 
     #[test]
     fn samples_alone_are_not_activity() {
-        let mut m = Model::default();
         let mut a = stats(1, 1, 0);
         a.samples = 5;
         a.runtime_last_ns = 10;
-        m.merge_live(&[a]);
-        assert!(m.tasks().is_empty());
-    }
-
-    #[test]
-    fn reused_pid_is_another_task() {
-        let mut m = Model::default();
-        let mut a = stats(7, 7, 100);
-        a.numa_sticks = 1;
-        let mut b = stats(7, 7, 200);
-        b.numa_sticks = 2;
-        m.apply(&exit(a));
-        m.merge_live(&[b]);
-        assert_eq!(m.task_count(), 2);
-        assert_eq!(m.totals().placement.sticks, 3);
-    }
-
-    #[test]
-    fn comm_filter_truncates_like_the_kernel() {
-        let mut m = Model::default();
-        let mut a = stats(1, 1, 0);
-        a.comm = *b"averyveryverylon";
-        a.comm[15] = 0;
+        assert!(Counts::from_stats(&a).is_empty());
         a.numa_moves = 1;
-        let mut b = stats(2, 2, 0);
-        b.numa_moves = 1;
-        m.merge_live(&[a, b]);
-        m.retain_comm("averyveryverylongname");
-        assert_eq!(m.task_count(), 1);
-        assert_eq!(m.tasks()[0].pid, 1);
+        assert!(!Counts::from_stats(&a).is_empty());
+    }
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let mut s = stats(7, 5, 99);
+        s.skip_vma[2] = 1;
+        s.hint_faults = 3;
+        s.cgroup_id = 42;
+        s.preferred_nid = 2;
+        let mut t = TaskRecord::from_stats(&s, true);
+        t.cgroup = Some("/system.slice/x.service".into());
+        assert_eq!(t.preferred_node, Some(1));
+        assert_eq!(t.last_node, None);
+        let back: TaskRecord = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+        let mut v = VmaRecord::new(0x1000, 0x3000);
+        v.skips.0[4] = 2;
+        v.scan_times_ns = vec![1, 2];
+        let back: VmaRecord = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+        assert_eq!(back, v);
     }
 }

@@ -1,7 +1,7 @@
 //! The one place that knows about kernel differences: a catalogue of every hook of the product
 //! and a pure `plan(facts)` that decides, hook by hook, how (or why not) to attach it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::kernel::{
     facts::{FentryTest, KernelFacts, KernelVersion},
@@ -245,7 +245,7 @@ pub const GAP_FIELDS: &[&str] = &[
 ];
 
 /// How a hook is (or would be) attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mechanism {
     Tracepoint,
@@ -570,6 +570,7 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         node_stamp: field(facts, "task_struct.node_stamp"),
         mm: field(facts, "task_struct.mm"),
         mm_numa_scan_seq: field(facts, "mm_struct.numa_scan_seq"),
+        numa_preferred_nid: field(facts, "task_struct.numa_preferred_nid"),
     };
     let params = facts.migrate_params.unwrap_or(3);
     o.func = FuncConfig {

@@ -4,31 +4,13 @@
 
 mod common;
 
-use std::{
-    fs,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{fs, process::Command};
 
 use common::{Sysctl, numatrace, numatrace_bin, workload_bin};
 
-fn nodes() -> usize {
-    fs::read_dir("/sys/devices/system/node")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| {
-                    let n = e.file_name();
-                    let n = n.to_string_lossy();
-                    n.starts_with("node") && n[4..].bytes().all(|b| b.is_ascii_digit())
-                })
-                .count()
-        })
-        .unwrap_or(0)
-}
-
 /// Skips (loudly) unless this machine has the 2+ NUMA nodes the test needs.
 fn has_numa_nodes(test: &str) -> bool {
-    let ok = nodes() >= 2;
+    let ok = common::numa_nodes() >= 2;
     if !ok {
         common::skip(
             test,
@@ -39,84 +21,80 @@ fn has_numa_nodes(test: &str) -> bool {
 }
 
 /// Runs `numatrace [global...] stat` system-wide around the workload, so both count the same
-/// window: the workload starts once numatrace says it is counting (every hook attached, the
-/// vmstat baseline read), not merely once some of its programs are loaded.
+/// window: the workload starts once numatrace says it is counting.
 fn stat_around(global: &[&str], workload: &[&str]) -> serde_json::Value {
-    let report = std::env::temp_dir().join(format!("numatrace-guest-{}.json", std::process::id()));
-    let mut stat = Command::new(numatrace_bin())
-        .args(global)
-        .args(["stat", "--json", "--output"])
-        .arg(&report)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = stat.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if line.starts_with("numatrace: counting") {
-                let _ = tx.send(());
-            }
-            eprintln!("{line}");
-        }
-    });
-    assert!(
-        rx.recv_timeout(Duration::from_secs(120)).is_ok(),
-        "numatrace never said it was counting"
-    );
-    let out = Command::new(workload_bin())
-        .args(workload)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{}", String::from_utf8_lossy(&out.stdout).trim());
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(stat.id() as i32, libc::SIGINT) };
-    assert!(stat.wait().unwrap().success());
-    let v = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
-    let _ = fs::remove_file(&report);
-    v
+    common::stat_window(global, &[], || {
+        let out = Command::new(workload_bin())
+            .args(workload)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{}", String::from_utf8_lossy(&out.stdout).trim());
+    })
 }
 
 fn n(x: &serde_json::Value) -> u64 {
     x.as_u64().unwrap_or(0)
 }
 
-/// numatrace's totals against the kernel's counters over the same window.
+/// A counter of numatrace's traced totals plus its own (`self`) activity.
+fn ours(v: &serde_json::Value, path: &[&str]) -> u64 {
+    let get =
+        |root: &serde_json::Value| path.iter().fold(root, |x, k| &x[*k]).as_u64().unwrap_or(0);
+    get(&v["totals"]) + get(&v["self"])
+}
+
+/// numatrace's totals plus its own activity against the kernel's counters over the same window.
 fn agrees_with_vmstat(how: &str, v: &serde_json::Value) {
-    let (t, vm) = (&v["totals"], &v["vmstat_delta"]);
+    let (t, seen) = (&v["totals"], &v["kernel_seen"]);
     assert_eq!(v["dropped"]["total"], 0, "{}", v["dropped"]);
+    // Per task (map) and per CPU (kernel counters) are two independent tallies of the same
+    // calls (both without numatrace itself): with nothing dropped they are equal.
+    let traced = |path: &[&str]| n(path.iter().fold(t, |x, k| &x[*k]));
+    for (path, counter) in [
+        (&["scan", "pte_updates"][..], "pte_updates"),
+        (&["hint_faults", "faults"][..], "hint_faults"),
+        (&["hint_faults", "local"][..], "hint_faults_local"),
+        (
+            &["hint_faults", "migrated_pages"][..],
+            "hint_migrated_pages",
+        ),
+        (&["migrations", "attempts"][..], "migrate_attempts"),
+    ] {
+        assert_eq!(
+            traced(path),
+            n(&seen[counter]),
+            "{how}: {path:?} vs kernel_seen.{counter}"
+        );
+    }
     // change_prot_numa's return value is exactly what it adds to numa_pte_updates.
-    close(
+    bracketed(
         &format!("PTE updates ({how})"),
-        n(&t["scan"]["pte_updates"]),
-        n(&vm["numa_pte_updates"]),
+        ours(v, &["scan", "pte_updates"]),
+        v,
+        "numa_pte_updates",
     );
-    // Hint faults: do_numa_page counts numa_hint_faults before it may return without calling
-    // task_numa_fault, hence the tolerance.
-    close(
+    bracketed(
         &format!("hint faults ({how})"),
-        n(&t["hint_faults"]["faults"]),
-        n(&vm["numa_hint_faults"]),
+        ours(v, &["hint_faults", "faults"]),
+        v,
+        "numa_hint_faults",
     );
-    close(
+    bracketed(
         &format!("local hint faults ({how})"),
-        n(&t["hint_faults"]["local"]),
-        n(&vm["numa_hint_faults_local"]),
+        ours(v, &["hint_faults", "local"]),
+        v,
+        "numa_hint_faults_local",
     );
-    close(
+    bracketed(
         &format!("pages migrated ({how})"),
-        n(&t["hint_faults"]["migrated_pages"]),
-        n(&vm["numa_pages_migrated"]),
+        ours(v, &["hint_faults", "migrated_pages"]),
+        v,
+        "numa_pages_migrated",
     );
     assert!(
         n(&t["scan"]["calls"]) > 0,
@@ -126,20 +104,50 @@ fn agrees_with_vmstat(how: &str, v: &serde_json::Value) {
         n(&t["migrations"]["attempts"]) > 0,
         "migrate_misplaced never called ({how})"
     );
+    // Per node: the hint faults of the traced tasks, and the pages they migrated.
+    let nodes = v["nodes"].as_array().unwrap();
+    assert!(nodes.len() >= 2, "{how}: nodes {nodes:?}");
+    let sum = |k: &str| nodes.iter().map(|x| n(&x[k])).sum::<u64>();
+    assert_eq!(
+        sum("hint_faults"),
+        n(&t["hint_faults"]["faults"]),
+        "{how}: per-node hint faults"
+    );
+    assert_eq!(
+        sum("hint_faults_local"),
+        n(&t["hint_faults"]["local"]),
+        "{how}: per-node local"
+    );
+    let migrated = n(&t["hint_faults"]["migrated_pages"]);
+    assert_eq!(
+        sum("pages_migrated_in"),
+        migrated,
+        "{how}: pages migrated into nodes"
+    );
+    let matrix_pages: u64 = v["node_matrix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| n(&f["pages"]))
+        .sum();
+    assert_eq!(matrix_pages, migrated, "{how}: node matrix pages");
 }
 
-/// numatrace leaves out its own scans and faults (a few, while it handles the workload's
-/// events); the kernel's system-wide counters include them.
-const OWN_EVENTS: u64 = 32;
-
-/// `ours` equals `kernel`, or is within 2% where the kernel counts at a different point, or
-/// falls short by at most numatrace's own events. Never above the kernel's count.
-fn close(what: &str, ours: u64, kernel: u64) {
-    let diff = ours.abs_diff(kernel);
-    println!("{what}: numatrace {ours}, /proc/vmstat {kernel}");
+/// The kernel's own count over the window lies in [vmstat_delta_min, vmstat_delta] (each end
+/// of the window reads /proc/vmstat just before and just after the kernel maps), and so must
+/// numatrace's, numatrace itself included: exact, no tolerance.
+fn bracketed(what: &str, ours: u64, v: &serde_json::Value, counter: &str) {
+    let (lo, hi) = (
+        n(&v["vmstat_delta_min"][counter]),
+        n(&v["vmstat_delta"][counter]),
+    );
+    println!(
+        "{what}: numatrace {ours} (self {}), /proc/vmstat in [{lo}, {hi}]",
+        v["self"]["hint_faults"]["faults"]
+    );
     assert!(
-        diff == 0 || (diff as f64) <= 0.02 * kernel as f64 || (ours < kernel && diff <= OWN_EVENTS),
-        "{what}: numatrace {ours} vs /proc/vmstat {kernel}"
+        (lo..=hi).contains(&ours),
+        "{what}: numatrace {ours} outside the kernel's [{lo}, {hi}]"
     );
 }
 
@@ -197,9 +205,22 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
     assert!(
         flows
             .iter()
-            .any(|f| f["src"] == 1 && f["dst"] == 0 && n(&f["migrated"]) > 0),
-        "no 1->0 migrations in the node matrix: {flows:?}"
+            .any(|f| f["src"] == 1 && f["dst"] == 0 && n(&f["migrated"]) > 0 && n(&f["pages"]) > 0),
+        "no 1->0 migrations (calls and pages) in the node matrix: {flows:?}"
     );
+    let nodes = v["nodes"].as_array().unwrap();
+    assert!(
+        n(&nodes[0]["pages_migrated_in"]) > 0 && n(&nodes[1]["pages_migrated_out"]) > 0,
+        "{nodes:?}"
+    );
+    // The workload's thread ran on node 0 last and was followed there.
+    let task = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["comm"] == "numatrace-workl")
+        .expect("the workload's task is listed");
+    assert_eq!(task["last_node"], 0, "{task}");
     // Per-VMA PTE updates add up to the process's total.
     let proc = v["processes"]
         .as_array()

@@ -11,7 +11,7 @@ use aya::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::{
@@ -40,6 +40,8 @@ pub enum LoadError {
 #[derive(Clone, Copy, Debug)]
 pub struct LoadOptions {
     pub max_tasks: u32,
+    /// Capacity of the per-VMA map (`--max-vmas`).
+    pub max_vmas: u32,
     pub ringbuf_bytes: u32,
     pub filter_tgids: bool,
     pub emit_events: bool,
@@ -51,17 +53,17 @@ pub struct LoadOptions {
 }
 
 /// What happened to one hook.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookReport {
-    pub name: &'static str,
-    pub kind: &'static str,
+    pub name: String,
+    pub kind: String,
     /// The best mechanism this kernel allows for it (`none`: nothing).
     pub mechanism: Mechanism,
     pub symbol: Option<String>,
     pub attached: bool,
     /// Why it is not attached, or why a better mechanism was not possible.
     pub reasons: Vec<String>,
-    pub what: &'static str,
+    pub what: String,
 }
 
 /// A loaded, attached object and the report of what it covers. Dropping it detaches everything.
@@ -95,6 +97,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(numatrace_common::GLOBAL_NODE_MAP, &o.node_map, true)
         .override_global(numatrace_common::GLOBAL_GAP_OFFSETS, &o.gap, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
+        .map_max_entries(numatrace_common::MAP_VMA_STATS, opts.max_vmas)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
         .load(super::OBJECT)
 }
@@ -255,18 +258,19 @@ fn report(h: &HookPlan, attached: Result<(), String>) -> HookReport {
         }
     };
     HookReport {
-        name: h.spec.name,
+        name: h.spec.name.to_owned(),
         kind: match h.spec.kind {
             HookKind::Tracepoint { .. } => "tracepoint",
             HookKind::Function { .. } => "function",
             HookKind::BtfTracepoint { .. } => "tp_btf",
             HookKind::Sampling => "sampling",
-        },
+        }
+        .to_owned(),
         mechanism: h.mechanism,
         symbol: h.symbol.clone(),
         attached,
         reasons,
-        what: h.spec.what,
+        what: h.spec.what.to_owned(),
     }
 }
 
@@ -301,9 +305,9 @@ impl Session {
             .collect();
         for h in &hooks {
             if h.attached {
-                tracing::debug!(hook = h.name, mechanism = %h.mechanism, "attached");
+                tracing::debug!(hook = %h.name, mechanism = %h.mechanism, "attached");
             } else {
-                tracing::debug!(hook = h.name, reasons = ?h.reasons, "not attached");
+                tracing::debug!(hook = %h.name, reasons = ?h.reasons, "not attached");
             }
         }
         if !hooks.iter().any(|h| h.attached) {

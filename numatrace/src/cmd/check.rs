@@ -17,13 +17,12 @@ use crate::{
         TaskScan, Verdict, VmaGaps, first_after_ms, parse_idle_vma_state, parse_thp_states,
         verdict_000, verdict_001, verdict_002, verdict_003, verdict_004,
     },
-    cli::{CheckArgs, StatArgs},
-    cmd::stat::{Signals, collect},
+    cli::CheckArgs,
+    cmd::stat::{CollectOptions, Signals, collect},
     kernel::tunables::Tunables,
     report::stat::StatReport,
     spawn::resolve,
 };
-use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES};
 
 pub const SCHEMA: &str = "numatrace.check/1";
 
@@ -47,23 +46,6 @@ fn workload_binary() -> Result<PathBuf> {
             "numatrace-workload (the reproducers) is neither next to numatrace nor on PATH: \
              `cargo xtask build` builds it beside numatrace",
         )
-}
-
-fn stat_args(command: Vec<OsString>) -> StatArgs {
-    StatArgs {
-        duration: None,
-        json: true,
-        output: None,
-        pid: None,
-        comm: None,
-        rows: 0,
-        max_tasks: DEFAULT_MAX_TASKS,
-        ringbuf_size: DEFAULT_RINGBUF_BYTES,
-        sample_hz: 99,
-        bpf_log: false,
-        command,
-        quiet_command: true,
-    }
 }
 
 fn hook<'a>(r: &'a StatReport, name: &str) -> Option<&'a crate::bpf::loader::HookReport> {
@@ -149,7 +131,11 @@ async fn check_000(
 ) -> Result<CheckResult> {
     const NEEDS: [&str; 2] = ["mpol_misplaced", "task_numa_fault"];
     if !args.command.is_empty() {
-        let (r, _) = collect(&stat_args(args.command.clone()), no_fentry, signals).await?;
+        let (r, _) = collect(
+            &CollectOptions::for_command(args.command.clone(), no_fentry),
+            signals,
+        )
+        .await?;
         let facts = match require(&r, &NEEDS) {
             Ok(f) => f,
             Err(why) => return Ok(unsupported("000", TITLE_000, why)),
@@ -206,12 +192,20 @@ async fn check_000(
         .map(OsString::from)
         .collect()
     };
-    let (shared, _) = collect(&stat_args(run("shared")), no_fentry, signals).await?;
+    let (shared, _) = collect(
+        &CollectOptions::for_command(run("shared"), no_fentry),
+        signals,
+    )
+    .await?;
     let facts = match require(&shared, &NEEDS) {
         Ok(f) => f,
         Err(why) => return Ok(unsupported("000", TITLE_000, why)),
     };
-    let (control, _) = collect(&stat_args(run("private")), no_fentry, signals).await?;
+    let (control, _) = collect(
+        &CollectOptions::for_command(run("private"), no_fentry),
+        signals,
+    )
+    .await?;
     let array_pages = (args.mem_mib as u64) << 8;
     let (verdict, mut sentence) = verdict_000(&shared.totals, &control.totals, array_pages);
     if let Some(off) = balancing_off(verdict, &shared) {
@@ -281,7 +275,7 @@ async fn check_002(
     };
     // Restored when the guard drops, whatever happens in between.
     let (_tunables, applied) = Tunables::set_if(reproduce, &TUNABLES_002);
-    let collected = collect(&stat_args(command), no_fentry, signals).await;
+    let collected = collect(&CollectOptions::for_command(command, no_fentry), signals).await;
     let state_text = std::fs::read_to_string(&state).unwrap_or_default();
     let _ = std::fs::remove_file(&state);
     let (r, _) = collected?;
@@ -344,7 +338,7 @@ async fn check_002(
         evidence.insert("reproducer.a_max_gap".into(), json!(a_gaps.max_gap));
         evidence.insert(
             "reproducer.a_skips_by_reason".into(),
-            json!(a.map(|v| v.skips.clone()).unwrap_or_default()),
+            json!(a.map(|v| v.skips).unwrap_or_default()),
         );
         if scan_times {
             evidence.insert(
@@ -414,7 +408,7 @@ async fn check_003(
         args.command.clone()
     };
     let (_tunables, applied) = Tunables::set_if(reproduce, &TUNABLES_003);
-    let (r, _) = collect(&stat_args(command), no_fentry, signals).await?;
+    let (r, _) = collect(&CollectOptions::for_command(command, no_fentry), signals).await?;
     let mut facts = match require(&r, &["task_numa_work"]) {
         Ok(f) => f,
         Err(why) => return Ok(unsupported("003", TITLE_003, why)),
@@ -474,7 +468,7 @@ async fn check_001(
         } else {
             args.command.clone()
         };
-        let (r, _) = collect(&stat_args(command), no_fentry, signals).await?;
+        let (r, _) = collect(&CollectOptions::for_command(command, no_fentry), signals).await?;
         runs.push(r);
     }
     let facts = match require(&runs[0], &["mpol_misplaced", "task_numa_fault"]) {
@@ -558,7 +552,7 @@ async fn check_004(
         c.push(duration_arg(args.duration).into());
         c.push("--state-file".into());
         c.push(state.clone().into_os_string());
-        let (r, _) = collect(&stat_args(c), no_fentry, signals).await?;
+        let (r, _) = collect(&CollectOptions::for_command(c, no_fentry), signals).await?;
         let states = parse_thp_states(&std::fs::read_to_string(&state).unwrap_or_default());
         runs.push((r, states));
     }

@@ -13,6 +13,7 @@ use numatrace_common::DEFAULT_MAX_TASKS;
 pub fn run(json: bool, no_fentry: bool) -> Result<i32> {
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let opts = LoadOptions {
+        max_vmas: numatrace_common::MAX_VMAS,
         max_tasks: DEFAULT_MAX_TASKS,
         ringbuf_bytes: 64 << 10,
         // Attach for real but count nothing: the followed set stays empty.

@@ -1,45 +1,20 @@
 //! `numatrace stat`: count for a window, then print per-task and total aggregates.
 
-use std::{
-    collections::BTreeMap,
-    path::Path,
-    process::ExitStatus,
-    time::{Duration, Instant},
-};
+use std::{path::Path, process::ExitStatus, time::Duration};
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use aya::{
-    Ebpf,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
-};
-use tokio::{
-    signal::unix::{Signal, SignalKind, signal},
-    sync::{mpsc, watch},
-};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::{
-    bpf::loader::{LoadOptions, Session},
+    bpf::loader::LoadOptions,
     cli::StatArgs,
-    kernel::{facts::KernelFacts, vmstat::Vmstat},
-    model::{GapRecord, Model, VmaRow},
-    report::stat::{Dropped, Histograms, KernelSummary, Scope, StatReport, Window},
-    sources::{maps::Maps, ringbuf},
+    engine::{Detail, Engine, Filter},
+    kernel::facts::KernelFacts,
+    report::stat::{KernelSummary, Scope, StatReport, Window},
+    sources::cgroups::relative_path,
     spawn::{GatedChild, resolve},
 };
-use numatrace_common::{
-    MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_TASK_STATS,
-    MAP_TRACKED_TGIDS,
-};
-
-fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
-where
-    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let map = ebpf
-        .take_map(name)
-        .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))?;
-    T::try_from(map).with_context(|| format!("map {name}"))
-}
+use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
 
 fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -109,15 +84,15 @@ async fn wait_window(duration: Option<Duration>, pid: Option<u32>, signals: &mut
 async fn run_command(
     command: &[std::ffi::OsString],
     quiet: bool,
-    tracked: &mut HashMap<MapData, u32, u8>,
+    engine: &mut Engine,
     signals: &mut Signals,
 ) -> Result<i32> {
     let gated = GatedChild::spawn(command, quiet).context("starting the command")?;
     let pid = gated
         .pid()
         .ok_or_else(|| anyhow!("the command exited before it started"))?;
-    tracked
-        .insert(&pid, &1u8, 0)
+    engine
+        .follow(pid)
         .context("registering the command with the kernel filter")?;
     let mut child = gated.release().context("releasing the command")?;
     loop {
@@ -131,12 +106,69 @@ async fn run_command(
     }
 }
 
+/// What one collection window is: its scope, its end, the view and the kernel side's sizes.
+/// `stat` fills it from its arguments, `check` for each reproducer it runs.
+#[derive(Clone, Debug)]
+pub struct CollectOptions {
+    pub duration: Option<Duration>,
+    pub pid: Option<u32>,
+    pub command: Vec<std::ffi::OsString>,
+    /// Keep the command's stdout and stderr to itself (check's reproducers are quiet).
+    pub quiet_command: bool,
+    pub comm: Option<String>,
+    pub cgroup: Option<String>,
+    pub max_tasks: u32,
+    pub max_vmas: u32,
+    pub ringbuf_size: u32,
+    pub sample_hz: u64,
+    pub bpf_log: bool,
+    pub no_fentry: bool,
+}
+
+impl CollectOptions {
+    pub fn from_args(a: &StatArgs, no_fentry: bool) -> Self {
+        Self {
+            duration: a.duration,
+            pid: a.pid,
+            command: a.command.clone(),
+            quiet_command: false,
+            comm: a.comm.clone(),
+            cgroup: a.cgroup.clone(),
+            max_tasks: a.max_tasks,
+            max_vmas: a.max_vmas,
+            ringbuf_size: a.ringbuf_size,
+            sample_hz: a.sample_hz,
+            bpf_log: a.bpf_log,
+            no_fentry,
+        }
+    }
+
+    /// Defaults around one quiet command (check's reproducers).
+    pub fn for_command(command: Vec<std::ffi::OsString>, no_fentry: bool) -> Self {
+        Self {
+            duration: None,
+            pid: None,
+            command,
+            quiet_command: true,
+            comm: None,
+            cgroup: None,
+            max_tasks: DEFAULT_MAX_TASKS,
+            max_vmas: MAX_VMAS,
+            ringbuf_size: DEFAULT_RINGBUF_BYTES,
+            sample_hz: 99,
+            bpf_log: false,
+            no_fentry,
+        }
+    }
+}
+
 /// Prints `stat`'s report; returns the exit code (the command's, with a command).
 pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
     // Handlers first: a Ctrl-C while the hooks are still attaching then ends the window as soon
     // as it opens (with a summary) instead of killing numatrace half-way.
     let mut signals = Signals::new()?;
-    let (report, exit) = collect(&args, no_fentry, &mut signals).await?;
+    let (report, exit) =
+        collect(&CollectOptions::from_args(&args, no_fentry), &mut signals).await?;
     let text = if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {
@@ -150,213 +182,113 @@ pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
     Ok(exit.unwrap_or(0))
 }
 
-/// Attaches, counts over the window `args` describes, detaches, and returns the report with
-/// the command's exit code (if a command ran). Shared by `stat` and `check`.
+/// Attaches, takes a snapshot, counts over the window `opts` describes, takes another, detaches,
+/// and returns the report of the difference with the command's exit code (if a command ran).
+/// Shared by `stat` and `check`.
 pub async fn collect(
-    args: &StatArgs,
-    no_fentry: bool,
+    opts: &CollectOptions,
     signals: &mut Signals,
 ) -> Result<(StatReport, Option<i32>)> {
-    if let Some(prog) = args.command.first()
+    if let Some(prog) = opts.command.first()
         && resolve(Path::new(prog)).is_none()
     {
         bail!("command not found: {}", prog.to_string_lossy());
     }
-    if let Some(pid) = args.pid
+    if let Some(pid) = opts.pid
         && !process_alive(pid)
     {
         bail!("no process with pid {pid}");
     }
-    let scope = if !args.command.is_empty() {
+    let scope = if !opts.command.is_empty() {
         Scope::Command
-    } else if args.pid.is_some() {
+    } else if opts.pid.is_some() {
         Scope::Pid
     } else {
         Scope::System
     };
 
     let facts = KernelFacts::gather().context("reading kernel facts")?;
-    let opts = LoadOptions {
-        max_tasks: args.max_tasks,
-        ringbuf_bytes: args.ringbuf_size,
+    let load = LoadOptions {
+        max_tasks: opts.max_tasks,
+        max_vmas: opts.max_vmas,
+        ringbuf_bytes: opts.ringbuf_size,
         filter_tgids: scope != Scope::System,
         emit_events: true,
-        bpf_log: args.bpf_log,
-        sample_hz: args.sample_hz,
-        no_fentry,
+        bpf_log: opts.bpf_log,
+        sample_hz: opts.sample_hz,
+        no_fentry: opts.no_fentry,
     };
-    let Session {
-        mut ebpf,
-        facts,
-        hooks,
-        ..
-    } = Session::start(facts, &opts)?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let bpf_logger = if args.bpf_log {
-        Some(spawn_bpf_logger(&mut ebpf, stop_rx.clone())?)
-    } else {
-        None
+    let mut engine = Engine::start(facts, &load)?;
+    let cgroup_filter = match &opts.cgroup {
+        Some(arg) => {
+            let Some(mount) = engine.cgroup_mount() else {
+                bail!("--cgroup: no cgroup v2 hierarchy is mounted (see /proc/self/mountinfo)");
+            };
+            let rel = relative_path(Some(mount), arg);
+            let dir = mount.join(rel.trim_start_matches('/'));
+            if !dir.is_dir() {
+                bail!(
+                    "--cgroup: {} is not a cgroup (no directory {})",
+                    arg,
+                    dir.display()
+                );
+            }
+            Some(rel)
+        }
+        None => None,
     };
-    let ring: RingBuf<MapData> = take(&mut ebpf, MAP_EVENTS)?;
-    let maps = Maps {
-        tasks: take(&mut ebpf, MAP_TASK_STATS)?,
-        counters: take::<PerCpuArray<MapData, u64>>(&mut ebpf, MAP_COUNTERS)?,
-        migrate_latency: take(&mut ebpf, MAP_MIGRATE_LATENCY)?,
-        fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
-        migrate_matrix: take(&mut ebpf, numatrace_common::MAP_MIGRATE_MATRIX)?,
-        vmas: take(&mut ebpf, numatrace_common::MAP_VMA_STATS)?,
-        gaps: take(&mut ebpf, numatrace_common::MAP_VMA_GAPS)?,
-        region_faults: take(&mut ebpf, numatrace_common::MAP_REGION_FAULTS)?,
-    };
-    let mut tracked: HashMap<MapData, u32, u8> = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
-    if let Some(pid) = args.pid {
-        tracked.insert(&pid, &1u8, 0).context("registering --pid")?;
+    if let Some(pid) = opts.pid {
+        engine.follow(pid).context("following --pid")?;
     }
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let reader = tokio::spawn(ringbuf::run(ring, tx, stop_rx));
-    let aggregator = tokio::spawn(async move {
-        let mut model = Model::default();
-        while let Some(ev) = rx.recv().await {
-            model.apply(&ev);
-        }
-        model
-    });
-
-    let vm_before = Vmstat::read().unwrap_or_default();
-    let started = Instant::now();
+    let first = engine.snapshot(Detail::Full)?;
     let exit = match scope {
         Scope::Command => {
-            Some(run_command(&args.command, args.quiet_command, &mut tracked, signals).await?)
+            Some(run_command(&opts.command, opts.quiet_command, &mut engine, signals).await?)
         }
         Scope::Pid | Scope::System => {
-            // Every hook is attached and the vmstat baseline read: from here on both count.
-            // Said on stderr whatever the output format, so a caller can start its workload.
-            match args.duration {
+            // Every hook is attached and the first snapshot (with its vmstat bracket) taken:
+            // from here on both count. Said on stderr whatever the output format, so that a
+            // caller can start its workload.
+            match opts.duration {
                 None => {
                     eprintln!("numatrace: counting; press Ctrl-C to stop and print the summary")
                 }
                 Some(d) => eprintln!("numatrace: counting for {}", humantime::format_duration(d)),
             }
-            wait_window(args.duration, args.pid, signals).await;
+            wait_window(opts.duration, opts.pid, signals).await;
             None
         }
     };
-    let elapsed = started.elapsed();
-    // Before detaching, which is slow and busy: numatrace does not count itself, but the
-    // kernel's counters would.
-    let vm_after = Vmstat::read().unwrap_or_default();
-
-    // Detach first, so that the drained ring buffer and the map read afterwards are one
-    // consistent final state (a task exiting in between would otherwise be in neither).
-    drop(ebpf);
-    let _ = stop_tx.send(true);
-    let undecodable = reader.await.context("ring buffer reader")??;
-    if let Some(logger) = bpf_logger {
-        // Its last messages are flushed when it sees the stop.
-        let _ = logger.await;
-    }
-    let mut model = aggregator.await.context("aggregator")?;
-    let live = maps.tasks().context("reading the task map")?;
-    let counters = maps.counters().context("reading counters")?;
-    let (latency, pages) = maps.histograms().context("reading histograms")?;
-    let node_matrix = maps.node_flows().context("reading the migration matrix")?;
-    let mut names = BTreeMap::new();
-    let mut rows: BTreeMap<(u32, u64), VmaRow> = BTreeMap::new();
-    for (tgid, start, v) in maps.vmas().context("reading per-VMA counts")? {
-        let r = rows.entry((tgid, start)).or_default();
-        (r.end, r.pte_updates, r.calls) = (v.vm_end, v.pte_updates, v.calls);
-    }
-    for (tgid, start, g) in maps.gaps().context("reading per-VMA scan gaps")? {
-        let r = rows.entry((tgid, start)).or_default();
-        r.end = r.end.max(g.vm_end);
-        r.gap = Some(GapRecord {
-            skips: g.skips,
-            over_threads: g.over_threads,
-            at_threshold: g.at_threshold,
-            max_gap: g.max_gap,
-            max_gap_threads: g.max_gap_threads,
-        });
-    }
-    model.merge_vmas(rows.into_iter().map(|((tgid, start), mut r)| {
-        r.mapping = names
-            .entry(tgid)
-            .or_insert_with(|| crate::sources::procfs::process_mapping_names(tgid))
-            .get(&start)
-            .cloned();
-        (r.tgid, r.start) = (tgid, start);
-        r
-    }));
-    model.merge_live(&live);
-    let dropped = Dropped::compute(
-        &counters,
-        live.len() as u64,
-        model.events.task_exit,
-        undecodable,
-    );
-    if let Some(c) = &args.comm {
-        model.retain_comm(c);
-    }
-
-    let mut report = StatReport::new(
+    // The window closes at this snapshot, before detaching (which is slow and busy).
+    let last = engine.snapshot(Detail::Full)?;
+    let (facts, hooks) = (engine.facts.clone(), engine.hooks.clone());
+    engine.stop().await?;
+    let delta = last.delta(&first);
+    let filter = Filter {
+        comm: opts.comm.clone(),
+        tgid: None,
+        cgroup: cgroup_filter.clone(),
+    };
+    let report = StatReport::new(
         KernelSummary::from(&facts),
         Window {
-            duration_s: elapsed.as_secs_f64(),
+            duration_s: delta.span_ns as f64 / 1e9,
             scope,
-            pid: args.pid,
-            command: (!args.command.is_empty()).then(|| {
-                args.command
+            pid: opts.pid,
+            command: (!opts.command.is_empty()).then(|| {
+                opts.command
                     .iter()
                     .map(|a| a.to_string_lossy().into_owned())
                     .collect()
             }),
             exit_code: exit,
-            comm_filter: args.comm.clone(),
+            comm_filter: opts.comm.clone(),
+            cgroup_filter,
         },
         hooks,
-        &model,
-        vm_after.delta(&vm_before),
-        &counters,
-        dropped,
+        &delta,
+        &filter,
     );
-    report.node_matrix = node_matrix;
-    report.histograms = Histograms {
-        migrate_latency_ns: latency,
-        pages_per_hint_fault: pages,
-        ..Histograms::default()
-    };
-    report
-        .histograms
-        .set_region_faults(&maps.region_faults().context("reading per-region faults")?);
     Ok((report, exit))
-}
-
-/// Forwards aya-log records until `stop`, then flushes what is left.
-fn spawn_bpf_logger(
-    ebpf: &mut Ebpf,
-    mut stop: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>> {
-    let logger = aya_log::EbpfLogger::init(ebpf).context("initialising aya-log")?;
-    // SAFETY: the logger owns its map descriptor; flushing neither closes nor replaces it.
-    let mut logger = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
-    }
-    .context("polling aya-log")?;
-    Ok(tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                guard = logger.readable_mut() => {
-                    let Ok(mut guard) = guard else { break };
-                    guard.get_inner_mut().flush();
-                    guard.clear_ready();
-                }
-                changed = stop.changed() => {
-                    if changed.is_err() || *stop.borrow() {
-                        logger.get_mut().flush();
-                        break;
-                    }
-                }
-            }
-        }
-    }))
 }

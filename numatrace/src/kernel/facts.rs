@@ -181,6 +181,7 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("vma_numab_state", "prev_scan_seq"),
     ("task_struct", "signal"),
     ("signal_struct", "nr_threads"),
+    ("task_struct", "numa_preferred_nid"),
 ];
 
 /// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists

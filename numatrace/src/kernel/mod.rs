@@ -2,6 +2,8 @@
 pub mod btf;
 pub mod caps;
 pub mod facts;
+pub mod mempolicy;
+pub mod nodes;
 pub mod tracefs;
 pub mod tunables;
 pub mod vmstat;

@@ -3,11 +3,14 @@
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use numatrace_common::{
     COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
-    RegionKey, TaskStats, VmaGap, VmaKey, VmaStats,
+    MIGRATED_PAGES_SLOTS, NODE_FAULT_SLOTS, RegionKey, TaskStats, VmaGap, VmaKey, VmaStats,
 };
+use serde::{Deserialize, Serialize};
+
+use crate::engine::snapshot::RegionCount;
 
 /// Per-CPU counters summed over CPUs, indexed by [`Counter`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters(pub Vec<u64>);
 
 impl Counters {
@@ -22,22 +25,37 @@ pub struct Maps {
     pub migrate_latency: PerCpuArray<MapData, u64>,
     pub fault_pages: PerCpuArray<MapData, u64>,
     pub migrate_matrix: PerCpuArray<MapData, u64>,
+    pub migrated_pages: PerCpuArray<MapData, u64>,
+    pub node_faults: PerCpuArray<MapData, u64>,
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
     pub gaps: HashMap<MapData, VmaKey, VmaGap>,
     pub region_faults: HashMap<MapData, RegionKey, u64>,
 }
 
+/// Raw per-node arrays (layouts in numatrace-common).
+pub struct NodeArrays {
+    pub migrate_matrix: Vec<u64>,
+    pub migrated_pages: Vec<u64>,
+    pub node_faults: Vec<u64>,
+}
+
 /// Migrations between two nodes (`src` None: the source node could not be resolved).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeFlow {
     pub src: Option<u32>,
     pub dst: u32,
+    /// migrate_misplaced_* calls that migrated / did not migrate (folios).
     pub migrated: u64,
     pub not_migrated: u64,
+    /// Pages hint faults migrated (task_numa_fault with TNF_MIGRATED): what reconciles with
+    /// `numa_pages_migrated`.
+    #[serde(default)]
+    pub pages: u64,
 }
 
-/// Non-zero cells of the `[ok | failed][src 0..=MAX_NODES][dst]` matrix.
-pub fn node_flows(cells: &[u64]) -> Vec<NodeFlow> {
+/// Non-zero cells of the `[ok | failed][src 0..=MAX_NODES][dst]` call matrix and the
+/// `[src 0..=MAX_NODES][dst]` pages matrix.
+pub fn node_flows(cells: &[u64], pages: &[u64]) -> Vec<NodeFlow> {
     let n = MAX_NODES as usize;
     let half = (n + 1) * n;
     let mut out = Vec::new();
@@ -45,12 +63,14 @@ pub fn node_flows(cells: &[u64]) -> Vec<NodeFlow> {
         for dst in 0..n {
             let ok = cells.get(src * n + dst).copied().unwrap_or(0);
             let failed = cells.get(half + src * n + dst).copied().unwrap_or(0);
-            if ok + failed > 0 {
+            let pages = pages.get(src * n + dst).copied().unwrap_or(0);
+            if ok + failed + pages > 0 {
                 out.push(NodeFlow {
                     src: (src < n).then_some(src as u32),
                     dst: dst as u32,
                     migrated: ok,
                     not_migrated: failed,
+                    pages,
                 });
             }
         }
@@ -59,7 +79,7 @@ pub fn node_flows(cells: &[u64]) -> Vec<NodeFlow> {
 }
 
 /// A log2 histogram: bucket `b` holds values in [2^(b-1), 2^b) (bucket 0: the value 0).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Log2Bucket {
     /// Exclusive upper bound of the bucket.
     pub lt: u64,
@@ -95,16 +115,27 @@ impl Maps {
         sum_array(&self.counters, COUNTER_SLOTS).map(Counters)
     }
 
-    pub fn node_flows(&self) -> Result<Vec<NodeFlow>, MapError> {
-        Ok(node_flows(&sum_array(&self.migrate_matrix, MATRIX_SLOTS)?))
+    /// The per-node arrays, summed over CPUs.
+    pub fn node_arrays(&self) -> Result<NodeArrays, MapError> {
+        Ok(NodeArrays {
+            migrate_matrix: sum_array(&self.migrate_matrix, MATRIX_SLOTS)?,
+            migrated_pages: sum_array(&self.migrated_pages, MIGRATED_PAGES_SLOTS)?,
+            node_faults: sum_array(&self.node_faults, NODE_FAULT_SLOTS)?,
+        })
     }
 
-    /// Hint faults of each (2 MiB region, scan pass): the counts only.
-    pub fn region_faults(&self) -> Result<Vec<u64>, MapError> {
-        self.region_faults
-            .iter()
-            .map(|kv| kv.map(|(_, v)| v))
-            .collect()
+    /// Hint faults of each (2 MiB region, scan pass).
+    pub fn region_faults(&self) -> Result<Vec<RegionCount>, MapError> {
+        let mut out = Vec::new();
+        for kv in self.region_faults.iter() {
+            match kv {
+                Ok((k, v)) => out.push(RegionCount::from_key(&k, v)),
+                // Evicted (LRU) between listing and lookup.
+                Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// PTE updates per VMA: (tgid, vm_start, stats).
@@ -117,11 +148,11 @@ impl Maps {
         per_vma(&self.gaps)
     }
 
-    /// (migrate_misplaced latency in ns, pages per hint fault) histograms.
-    pub fn histograms(&self) -> Result<(Vec<Log2Bucket>, Vec<Log2Bucket>), MapError> {
+    /// Raw (migrate_misplaced latency in ns, pages per hint fault) log2 histograms.
+    pub fn histograms(&self) -> Result<(Vec<u64>, Vec<u64>), MapError> {
         Ok((
-            log2_buckets(&sum_array(&self.migrate_latency, LATENCY_BUCKETS)?),
-            log2_buckets(&sum_array(&self.fault_pages, FAULT_PAGE_BUCKETS)?),
+            sum_array(&self.migrate_latency, LATENCY_BUCKETS)?,
+            sum_array(&self.fault_pages, FAULT_PAGE_BUCKETS)?,
         ))
     }
 
@@ -152,15 +183,19 @@ mod tests {
         cells[n] = 7; // ok, src 1 -> dst 0
         cells[(n + 1) * n + 1] = 2; // failed, src 0 -> dst 1
         cells[n * n + 1] = 3; // ok, src unknown -> dst 1
-        let f = node_flows(&cells);
+        let mut pages = vec![0; (n + 1) * n];
+        pages[n] = 7 * 512;
+        let f = node_flows(&cells, &pages);
         assert_eq!(f.len(), 3);
+        assert_eq!(f[1].pages, 7 * 512);
         assert_eq!(
             f[0],
             NodeFlow {
                 src: Some(0),
                 dst: 1,
                 migrated: 0,
-                not_migrated: 2
+                not_migrated: 2,
+                pages: 0,
             }
         );
         assert_eq!(
@@ -169,7 +204,8 @@ mod tests {
                 src: Some(1),
                 dst: 0,
                 migrated: 7,
-                not_migrated: 0
+                not_migrated: 0,
+                pages: 7 * 512,
             }
         );
         assert_eq!(f[2].src, None);

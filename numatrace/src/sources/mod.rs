@@ -1,5 +1,6 @@
 //! Where data comes from: the kernel programs' ring buffer and maps. Each source turns raw
 //! bytes into the plain types of [`crate::model`]; none of them aggregates.
+pub mod cgroups;
 pub mod maps;
 pub mod procfs;
 pub mod ringbuf;

@@ -1,17 +1,12 @@
-//! The ring buffer: decoding records, and the tokio task that reads them.
+//! The ring buffer's records, decoded (the engine reads them).
 
 use std::mem::size_of;
 
-use aya::maps::{MapData, RingBuf};
 use numatrace_common::{
     EventHeader, EventKind, MigratePagesEvent, PlacementEvent, SkipVmaEvent, TaskExitEvent,
     VmaScanEvent,
 };
 use thiserror::Error;
-use tokio::{
-    io::unix::AsyncFd,
-    sync::{mpsc, watch},
-};
 
 /// One decoded ring buffer record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,49 +61,6 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
         EventKind::TaskExit => Event::TaskExit(Box::new(read(b, kind)?)),
         EventKind::VmaScan => Event::VmaScan(read(b, kind)?),
     })
-}
-
-/// Reads records until `stop` turns true, then drains what is left, so that nothing the kernel
-/// delivered before the stop is lost. Undecodable records are counted, not fatal.
-pub async fn run(
-    ring: RingBuf<MapData>,
-    tx: mpsc::UnboundedSender<Event>,
-    mut stop: watch::Receiver<bool>,
-) -> std::io::Result<u64> {
-    // SAFETY: the ring buffer owns its map descriptor and nothing closes or replaces it while
-    // the AsyncFd holds it.
-    let mut fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }?;
-    let mut undecodable = 0u64;
-    let mut drain = |ring: &mut RingBuf<MapData>| {
-        while let Some(item) = ring.next() {
-            match decode(&item) {
-                Ok(ev) => {
-                    // The receiver lives as long as the session; a send error means shutdown.
-                    let _ = tx.send(ev);
-                }
-                Err(e) => {
-                    undecodable += 1;
-                    tracing::warn!("ring buffer: {e}");
-                }
-            }
-        }
-    };
-    loop {
-        tokio::select! {
-            guard = fd.readable_mut() => {
-                let mut guard = guard?;
-                drain(guard.get_inner_mut());
-                guard.clear_ready();
-            }
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    drain(fd.get_mut());
-                    break;
-                }
-            }
-        }
-    }
-    Ok(undecodable)
 }
 
 #[cfg(test)]

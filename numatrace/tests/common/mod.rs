@@ -185,3 +185,68 @@ pub fn numatrace_programs_loaded() -> Vec<String> {
         })
         .collect()
 }
+
+/// Runs `numatrace [global...] stat [stat_args...] --json` system-wide around `during`: `during`
+/// starts once numatrace says it is counting (every hook attached, the first snapshot taken),
+/// and numatrace is stopped with SIGINT when it returns. Returns the report.
+pub fn stat_window(
+    global: &[&str],
+    stat_args: &[&str],
+    during: impl FnOnce(),
+) -> serde_json::Value {
+    use std::{io::BufRead, process::Stdio};
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let report = std::env::temp_dir().join(format!(
+        "numatrace-window-{}-{}.json",
+        std::process::id(),
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let mut stat = Command::new(numatrace_bin())
+        .args(global)
+        .args(["stat", "--json", "--output"])
+        .arg(&report)
+        .args(stat_args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = stat.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("numatrace: counting") {
+                let _ = tx.send(());
+            }
+            eprintln!("{line}");
+        }
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(120)).is_ok(),
+        "numatrace never said it was counting"
+    );
+    during();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(stat.id() as i32, libc::SIGINT) };
+    assert!(stat.wait().unwrap().success(), "numatrace stat failed");
+    let v = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    let _ = fs::remove_file(&report);
+    v
+}
+
+/// The number of NUMA nodes sysfs lists.
+pub fn numa_nodes() -> usize {
+    fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with("node") && n[4..].bytes().all(|b| b.is_ascii_digit())
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,355 @@
+//! The live engine: attaches the kernel side, keeps reading its ring buffer, and takes
+//! [`Snapshot`]s of everything counted so far — any number of times while attached, without
+//! disturbing counting. Every frontend (stat, check, and those to come) only reads snapshots.
+//!
+//! Consistency: a snapshot reads the kernel maps first and drains the ring buffer after. A
+//! task's exit snapshot is submitted before its map entry is deleted, so a task missing from
+//! the map read has its exit record in the drain; one present in both is taken from the exit
+//! record, which is later and only larger. `/proc/vmstat` is read before and after the maps.
+
+pub mod accum;
+pub mod snapshot;
+
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsFd as _, OwnedFd},
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use anyhow::{Context as _, Result, anyhow};
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+};
+use numatrace_common::{
+    Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_MIGRATE_MATRIX,
+    MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS, MAP_TRACKED_TGIDS,
+    MAP_VMA_GAPS, MAP_VMA_STATS,
+};
+use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
+
+use crate::{
+    bpf::loader::{HookReport, LoadOptions, Session},
+    kernel::{
+        facts::KernelFacts,
+        nodes::{NodeInfo, system_nodes},
+        vmstat::Vmstat,
+    },
+    model::{GapRecord, SkipCounts, VmaRecord},
+    sources::{cgroups::CgroupResolver, maps::Maps, procfs, ringbuf},
+};
+use accum::Accum;
+pub use snapshot::{Filter, Snapshot};
+
+/// How much a snapshot reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Tasks, counters, histograms, node arrays, vmstat: cheap enough for every refresh.
+    Summary,
+    /// Also every VMA the scanner touched or skipped, with mapping names from /proc and scan
+    /// times: for reports.
+    Full,
+}
+
+struct Shared {
+    ring: RingBuf<MapData>,
+    acc: Accum,
+}
+
+impl Shared {
+    fn drain(&mut self) {
+        let Self { ring, acc } = self;
+        while let Some(item) = ring.next() {
+            match ringbuf::decode(&item) {
+                Ok(ev) => acc.apply(&ev),
+                Err(e) => {
+                    acc.undecodable += 1;
+                    tracing::warn!("ring buffer: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// An attached kernel side. Dropping it (or [`Engine::stop`]) detaches everything.
+pub struct Engine {
+    ebpf: Ebpf,
+    pub facts: KernelFacts,
+    pub hooks: Vec<HookReport>,
+    maps: Maps,
+    tracked: HashMap<MapData, u32, u8>,
+    shared: Arc<Mutex<Shared>>,
+    stop_tx: watch::Sender<bool>,
+    reader: JoinHandle<()>,
+    logger: Option<JoinHandle<()>>,
+    cgroups: CgroupResolver,
+    nodes: Vec<NodeInfo>,
+    self_tgid: u32,
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))?;
+    T::try_from(map).with_context(|| format!("map {name}"))
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Engine {
+    /// Loads and attaches; must run inside a tokio runtime (the ring buffer is read on it).
+    pub fn start(facts: KernelFacts, opts: &LoadOptions) -> Result<Self> {
+        let Session {
+            mut ebpf,
+            facts,
+            hooks,
+            ..
+        } = Session::start(facts, opts)?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let logger = if opts.bpf_log {
+            Some(spawn_bpf_logger(&mut ebpf, stop_rx.clone())?)
+        } else {
+            None
+        };
+        let ring: RingBuf<MapData> = take(&mut ebpf, MAP_EVENTS)?;
+        let ring_fd: OwnedFd = ring
+            .as_fd()
+            .try_clone_to_owned()
+            .context("duplicating the ring buffer descriptor")?;
+        let maps = Maps {
+            tasks: take(&mut ebpf, MAP_TASK_STATS)?,
+            counters: take::<PerCpuArray<MapData, u64>>(&mut ebpf, MAP_COUNTERS)?,
+            migrate_latency: take(&mut ebpf, MAP_MIGRATE_LATENCY)?,
+            fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
+            migrate_matrix: take(&mut ebpf, MAP_MIGRATE_MATRIX)?,
+            migrated_pages: take(&mut ebpf, MAP_MIGRATED_PAGES)?,
+            node_faults: take(&mut ebpf, MAP_NODE_FAULTS)?,
+            vmas: take(&mut ebpf, MAP_VMA_STATS)?,
+            gaps: take(&mut ebpf, MAP_VMA_GAPS)?,
+            region_faults: take(&mut ebpf, MAP_REGION_FAULTS)?,
+        };
+        let tracked = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
+        let shared = Arc::new(Mutex::new(Shared {
+            ring,
+            acc: Accum::default(),
+        }));
+        // SAFETY: the duplicated descriptor is owned by the AsyncFd alone and closed with it.
+        let fd = unsafe { AsyncFd::register_with_interest(ring_fd, tokio::io::Interest::READABLE) }
+            .context("polling the ring buffer")?;
+        let reader = tokio::spawn(read_ring(fd, Arc::clone(&shared), stop_rx));
+        Ok(Self {
+            ebpf,
+            facts,
+            hooks,
+            maps,
+            tracked,
+            shared,
+            stop_tx,
+            reader,
+            logger,
+            cgroups: CgroupResolver::new(),
+            nodes: system_nodes(),
+            self_tgid: std::process::id(),
+        })
+    }
+
+    /// Follows process `tgid` (and what it forks from now on) when the engine filters.
+    pub fn follow(&mut self, tgid: u32) -> Result<()> {
+        self.tracked
+            .insert(&tgid, &1u8, 0)
+            .with_context(|| format!("registering pid {tgid} with the kernel filter"))
+    }
+
+    pub fn cgroup_mount(&self) -> Option<&std::path::Path> {
+        self.cgroups.mount()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // A panic while holding the lock leaves plain counters behind: still readable.
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Everything counted since attach, now.
+    pub fn snapshot(&mut self, detail: Detail) -> Result<Snapshot> {
+        let vmstat_lo = Vmstat::read().unwrap_or_default().0;
+        // Counters before the task map: a task created in between is in the map and not yet
+        // in `TasksCreated`, so evictions are never over-estimated.
+        let counters = self.maps.counters().context("reading counters")?;
+        let live = self.maps.tasks().context("reading the task map")?;
+        let (migrate_latency, fault_pages) =
+            self.maps.histograms().context("reading histograms")?;
+        let nodes = self.maps.node_arrays().context("reading the node arrays")?;
+        let region_faults = self
+            .maps
+            .region_faults()
+            .context("reading per-region faults")?;
+        let rows = match detail {
+            Detail::Full => Some(self.vma_rows()?),
+            Detail::Summary => None,
+        };
+        let mono_ns = monotonic_ns();
+        let (mut tasks, events, undecodable, vmas) = {
+            let mut sh = self.lock();
+            sh.drain();
+            let acc = &sh.acc;
+            let tasks = Snapshot::tasks_from(&live, &acc.exited);
+            let vmas = rows.map(|rows| merge_vmas(rows, acc));
+            (tasks, acc.events.clone(), acc.undecodable, vmas)
+        };
+        let vmstat_hi = Vmstat::read().unwrap_or_default().0;
+        for t in &mut tasks {
+            t.cgroup = self.cgroups.path(t.cgroup_id);
+        }
+        let created = counters.get(Counter::TasksCreated);
+        let evicted = created.saturating_sub(live.len() as u64 + events.task_exit);
+        let detail = vmas.is_some();
+        Ok(Snapshot {
+            mono_ns,
+            span_ns: 0,
+            self_tgid: self.self_tgid,
+            tasks,
+            detail,
+            vmas: vmas.unwrap_or_default(),
+            counters,
+            migrate_latency,
+            fault_pages,
+            migrate_matrix: nodes.migrate_matrix,
+            migrated_pages: nodes.migrated_pages,
+            node_faults: nodes.node_faults,
+            region_faults,
+            vmstat_lo,
+            vmstat_hi,
+            events,
+            undecodable,
+            evicted,
+            nodes: self.nodes.clone(),
+        })
+    }
+
+    /// Per-VMA rows of the kernel maps: PTE updates and pid_inactive gaps by (tgid, start).
+    fn vma_rows(&self) -> Result<BTreeMap<(u32, u64), VmaRecord>> {
+        let mut rows: BTreeMap<(u32, u64), VmaRecord> = BTreeMap::new();
+        for (tgid, start, v) in self.maps.vmas().context("reading per-VMA counts")? {
+            let r = rows
+                .entry((tgid, start))
+                .or_insert_with(|| VmaRecord::new(start, v.vm_end));
+            (r.pte_updates, r.calls) = (v.pte_updates, v.calls);
+        }
+        for (tgid, start, g) in self.maps.gaps().context("reading per-VMA scan gaps")? {
+            let r = rows
+                .entry((tgid, start))
+                .or_insert_with(|| VmaRecord::new(start, g.vm_end));
+            r.pid_inactive = Some(GapRecord {
+                skips: g.skips,
+                over_threads: g.over_threads,
+                at_threshold: g.at_threshold,
+                max_gap: g.max_gap,
+                max_gap_threads: g.max_gap_threads,
+            });
+        }
+        let mut names = BTreeMap::new();
+        for ((tgid, start), r) in &mut rows {
+            r.mapping = names
+                .entry(*tgid)
+                .or_insert_with(|| procfs::process_mapping_names(*tgid))
+                .get(start)
+                .cloned();
+        }
+        Ok(rows)
+    }
+
+    /// Detaches everything and waits for the readers to finish.
+    pub async fn stop(self) -> Result<()> {
+        let Self {
+            ebpf,
+            stop_tx,
+            reader,
+            logger,
+            ..
+        } = self;
+        drop(ebpf);
+        let _ = stop_tx.send(true);
+        reader.await.context("ring buffer reader")?;
+        if let Some(logger) = logger {
+            // Its last messages are flushed when it sees the stop.
+            let _ = logger.await;
+        }
+        Ok(())
+    }
+}
+
+/// Joins the kernel's per-VMA rows with what the ring buffer said of each VMA.
+fn merge_vmas(rows: BTreeMap<(u32, u64), VmaRecord>, acc: &Accum) -> BTreeMap<u32, Vec<VmaRecord>> {
+    let mut out: BTreeMap<u32, Vec<VmaRecord>> = BTreeMap::new();
+    for ((tgid, start), mut r) in rows {
+        if let Some(times) = acc.scan_times.get(&(tgid, start)) {
+            r.scan_times_ns = times.clone();
+            r.scan_times_ns.sort_unstable();
+        }
+        if let Some(slots) = acc.vma_skips.get(&(tgid, start)) {
+            r.skips = SkipCounts::from_slots(slots);
+        }
+        out.entry(tgid).or_default().push(r);
+    }
+    out
+}
+
+/// Drains the ring buffer into the accumulator whenever the kernel signals records.
+async fn read_ring(
+    fd: AsyncFd<OwnedFd>,
+    shared: Arc<Mutex<Shared>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            guard = fd.readable() => {
+                let Ok(mut guard) = guard else { break };
+                shared.lock().unwrap_or_else(|p| p.into_inner()).drain();
+                guard.clear_ready();
+            }
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Forwards aya-log records until `stop`, then flushes what is left.
+fn spawn_bpf_logger(ebpf: &mut Ebpf, mut stop: watch::Receiver<bool>) -> Result<JoinHandle<()>> {
+    let logger = aya_log::EbpfLogger::init(ebpf).context("initialising aya-log")?;
+    // SAFETY: the logger owns its map descriptor; flushing neither closes nor replaces it.
+    let mut logger = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
+    }
+    .context("polling aya-log")?;
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                guard = logger.readable_mut() => {
+                    let Ok(mut guard) = guard else { break };
+                    guard.get_inner_mut().flush();
+                    guard.clear_ready();
+                }
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        logger.get_mut().flush();
+                        break;
+                    }
+                }
+            }
+        }
+    }))
+}

@@ -1,0 +1,409 @@
+//! `numatrace stat` report: schema `numatrace.stat/1` (documented in the README), built from
+//! the delta of two snapshots. Owned types, serde both ways: a capture file and an offline
+//! report read it back. Text rendering lives in [`text`].
+
+mod text;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    bpf::loader::HookReport,
+    engine::{Filter, Snapshot},
+    kernel::facts::KernelFacts,
+    model::{CgroupRecord, Counts, EventTally, NodeRecord, ProcessRecord, TaskRecord},
+    sources::maps::{Counters, Log2Bucket, NodeFlow, log2_buckets},
+};
+use numatrace_common::Counter;
+
+pub const SCHEMA: &str = "numatrace.stat/1";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelSummary {
+    pub release: String,
+    pub numa_nodes: u32,
+    pub numa_balancing: Option<u32>,
+}
+
+impl From<&KernelFacts> for KernelSummary {
+    fn from(f: &KernelFacts) -> Self {
+        Self {
+            release: f.release.clone(),
+            numa_nodes: f.numa_nodes,
+            numa_balancing: f.numa_balancing,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Every task on the system.
+    System,
+    /// One process (`--pid`) and the processes it forks.
+    Pid,
+    /// A command started by numatrace and its descendants.
+    Command,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    pub duration_s: f64,
+    pub scope: Scope,
+    pub pid: Option<u32>,
+    pub command: Option<Vec<String>>,
+    /// The command's exit status (128 + signal number if a signal ended it).
+    pub exit_code: Option<i32>,
+    pub comm_filter: Option<String>,
+    /// `--cgroup`, as a path under the cgroup2 mount.
+    #[serde(default)]
+    pub cgroup_filter: Option<String>,
+}
+
+/// Everything that could not be counted or delivered. `total` = 0 means the report is complete.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Discrete events (or exit snapshots) the ring buffer had no room for.
+    pub ringbuf_full: u64,
+    /// Events not counted per task because the task map was full and could not take the task.
+    pub task_map_full: u64,
+    /// Task entries the LRU map evicted before they were read: their counts are lost.
+    pub task_entries_evicted: u64,
+    /// Children of a followed process that could not be followed.
+    pub tracked_map_full: u64,
+    /// Tracepoint fields that could not be read.
+    pub read_failed: u64,
+    /// Ring buffer records userspace could not decode.
+    pub undecodable: u64,
+    /// Function calls whose entry could not be recorded for their exit (in-flight map full):
+    /// their latency, scan time or migration result is missing.
+    #[serde(default)]
+    pub inflight_lost: u64,
+    /// change_prot_numa calls whose VMA found no room in the per-VMA map (`--max-vmas`).
+    #[serde(default)]
+    pub vma_map_full: u64,
+    /// pid_inactive skips whose scan-sequence gap could not be read or recorded (seed 002).
+    #[serde(default)]
+    pub skip_gap_lost: u64,
+    /// Hint faults or migrations on a NUMA node beyond the 16 the per-node arrays hold.
+    #[serde(default)]
+    pub node_out_of_range: u64,
+    pub total: u64,
+}
+
+impl Dropped {
+    /// From the kernel's loss counters of a window (a snapshot delta).
+    pub fn from_snapshot(s: &Snapshot) -> Self {
+        let c = |k| s.counter(k);
+        let mut d = Self {
+            ringbuf_full: c(Counter::RingbufFull),
+            task_map_full: c(Counter::TaskMapFull),
+            task_entries_evicted: s.evicted,
+            tracked_map_full: c(Counter::TrackedMapFull),
+            read_failed: c(Counter::ReadFailed),
+            undecodable: s.undecodable,
+            inflight_lost: c(Counter::InflightLost),
+            vma_map_full: c(Counter::VmaMapFull),
+            skip_gap_lost: c(Counter::SkipGapLost),
+            node_out_of_range: c(Counter::NodeOutOfRange),
+            total: 0,
+        };
+        d.total = d.ringbuf_full
+            + d.task_map_full
+            + d.task_entries_evicted
+            + d.tracked_map_full
+            + d.read_failed
+            + d.undecodable
+            + d.inflight_lost
+            + d.vma_map_full
+            + d.skip_gap_lost
+            + d.node_out_of_range;
+        d
+    }
+}
+
+/// Declares [`KernelSeen`] and its mapping from [`Counter`]s in one list.
+macro_rules! kernel_seen {
+    ($( $(#[$m:meta])* $f:ident = $c:ident ),* $(,)?) => {
+        /// What the kernel programs counted themselves, independently of the per-task map,
+        /// after the pid filter and without numatrace's own activity: with nothing dropped,
+        /// these equal the unfiltered `totals`.
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct KernelSeen { $( $(#[$m])* #[serde(default)] pub $f: u64 ),* }
+
+        impl From<&Counters> for KernelSeen {
+            fn from(c: &Counters) -> Self {
+                Self { $( $f: c.get(Counter::$c) ),* }
+            }
+        }
+    };
+}
+
+kernel_seen! {
+    skip_vma = SeenSkipVma,
+    /// The same events as seen by the tp_btf program (0 where it is not attached).
+    skip_vma_tp_btf = SeenSkipVmaBtf,
+    /// pid_inactive skips the tp_btf program examined (seed 002).
+    skip_gap = SeenSkipGap,
+    numa_move = SeenMove,
+    numa_swap = SeenSwap,
+    numa_stick = SeenStick,
+    migrate_numa = SeenMigrateNuma,
+    exit_snapshots = ExitSnapshots,
+    task_entries_created = TasksCreated,
+    /// Function-hook totals (per-CPU counters on the hot paths).
+    hint_faults = HintFaults,
+    hint_faults_local = HintFaultsLocal,
+    hint_pages = HintPages,
+    hint_migrated_pages = HintMigratedPages,
+    pte_updates = PteUpdates,
+    scan_calls = ScanCalls,
+    migrate_attempts = MigrateAttempts,
+    migrate_succeeded = MigrateSucceeded,
+    migration_waits = MigrationWaits,
+    cow_shared_faults = CowSharedFaults,
+    cow_shared_migrations = CowSharedMigrations,
+    samples = Samples,
+    scan_samples = ScanSamples,
+}
+
+/// System-wide histograms of the function hooks (empty where they are not attached).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histograms {
+    pub migrate_latency_ns: Vec<Log2Bucket>,
+    pub pages_per_hint_fault: Vec<Log2Bucket>,
+    /// Hint faults taken in one 2 MiB region during one scan pass (seed 001): ~1 when faults
+    /// are batched per PMD (THP), up to 512 when every 4K PTE faults on its own.
+    pub hint_faults_per_region_pass: Vec<Log2Bucket>,
+    pub region_passes: u64,
+    pub mean_hint_faults_per_region_pass: Option<f64>,
+}
+
+impl Histograms {
+    pub fn set_region_faults(&mut self, counts: &[u64]) {
+        let mut buckets = vec![0u64; 11];
+        for &c in counts {
+            let b = (64 - c.leading_zeros()) as usize;
+            buckets[b.min(10)] += 1;
+        }
+        self.hint_faults_per_region_pass = log2_buckets(&buckets);
+        self.region_passes = counts.len() as u64;
+        let total: u64 = counts.iter().sum();
+        self.mean_hint_faults_per_region_pass =
+            (!counts.is_empty()).then(|| total as f64 / counts.len() as f64);
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatReport {
+    pub schema: String,
+    pub numatrace_version: String,
+    pub kernel: KernelSummary,
+    pub window: Window,
+    pub hooks: Vec<HookReport>,
+    pub tasks: Vec<TaskRecord>,
+    pub processes: Vec<ProcessRecord>,
+    /// Per cgroup v2 directory (the tasks in it, not its descendants).
+    #[serde(default)]
+    pub cgroups: Vec<CgroupRecord>,
+    /// Per NUMA node.
+    #[serde(default)]
+    pub nodes: Vec<NodeRecord>,
+    pub totals: Counts,
+    /// numatrace's own activity (left out of tasks, processes, cgroups and totals; the kernel's
+    /// counters include it).
+    #[serde(rename = "self", default)]
+    pub self_counts: Counts,
+    /// /proc/vmstat numa_* and pgmigrate_* deltas over a window that contains numatrace's
+    /// (system-wide), and over one that lies within it: numatrace's counts (+ self) lie in
+    /// [vmstat_delta_min, vmstat_delta].
+    pub vmstat_delta: BTreeMap<String, u64>,
+    #[serde(default)]
+    pub vmstat_delta_min: BTreeMap<String, u64>,
+    /// Events the kernel programs saw / ring buffer records received.
+    pub kernel_seen: KernelSeen,
+    pub events_received: EventTally,
+    pub histograms: Histograms,
+    /// NUMA-misplaced migrations by source and destination node (function hooks).
+    pub node_matrix: Vec<NodeFlow>,
+    pub dropped: Dropped,
+}
+
+impl StatReport {
+    /// The report of one window: `delta` is the later snapshot minus the earlier.
+    pub fn new(
+        kernel: KernelSummary,
+        window: Window,
+        hooks: Vec<HookReport>,
+        delta: &Snapshot,
+        filter: &Filter,
+    ) -> Self {
+        let mut histograms = Histograms {
+            migrate_latency_ns: log2_buckets(&delta.migrate_latency),
+            pages_per_hint_fault: log2_buckets(&delta.fault_pages),
+            ..Histograms::default()
+        };
+        let regions: Vec<u64> = delta
+            .region_faults
+            .iter()
+            .filter(|r| r.tgid != delta.self_tgid)
+            .map(|r| r.faults)
+            .collect();
+        histograms.set_region_faults(&regions);
+        Self {
+            schema: SCHEMA.to_owned(),
+            numatrace_version: env!("CARGO_PKG_VERSION").to_owned(),
+            kernel,
+            window,
+            hooks,
+            tasks: delta.task_rows(filter),
+            processes: delta.processes(filter),
+            cgroups: delta.cgroups(filter),
+            nodes: delta.node_rows(filter),
+            totals: delta.totals(filter),
+            self_counts: delta.self_counts(),
+            vmstat_delta: delta.vmstat_hi.clone(),
+            vmstat_delta_min: delta.vmstat_lo.clone(),
+            kernel_seen: (&delta.counters).into(),
+            events_received: delta.events.clone(),
+            histograms,
+            node_matrix: delta.node_flows(),
+            dropped: Dropped::from_snapshot(delta),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use numatrace_common::{COUNTER_SLOTS, TaskStats};
+
+    use super::*;
+
+    fn counters(pairs: &[(Counter, u64)]) -> Counters {
+        let mut v = vec![0; COUNTER_SLOTS as usize];
+        for (c, n) in pairs {
+            v[*c as usize] = *n;
+        }
+        Counters(v)
+    }
+
+    #[test]
+    fn dropped_sums_every_loss_counter() {
+        let s = Snapshot {
+            counters: counters(&[
+                (Counter::RingbufFull, 2),
+                (Counter::InflightLost, 1),
+                (Counter::VmaMapFull, 4),
+                (Counter::SkipGapLost, 8),
+            ]),
+            evicted: 16,
+            ..Snapshot::default()
+        };
+        let d = Dropped::from_snapshot(&s);
+        assert_eq!(d.ringbuf_full, 2);
+        assert_eq!(d.vma_map_full, 4);
+        assert_eq!(d.task_entries_evicted, 16);
+        assert_eq!(d.total, 31);
+        assert_eq!(Dropped::from_snapshot(&Snapshot::default()).total, 0);
+    }
+
+    pub(super) fn sample() -> StatReport {
+        let mut s = TaskStats::new(100, 100);
+        s.comm[..3].copy_from_slice(b"app");
+        s.skip_vma[1] = 4;
+        s.skip_vma[2] = 2;
+        s.migrate_ok = 7;
+        s.cgroup_id = 9;
+        let mut me = TaskStats::new(5, 5);
+        me.hint_faults = 3;
+        let mut snap = Snapshot {
+            self_tgid: 5,
+            tasks: Snapshot::tasks_from(&[s, me], &BTreeMap::new()),
+            counters: counters(&[(Counter::TasksCreated, 2), (Counter::SeenSkipVma, 6)]),
+            vmstat_hi: BTreeMap::from([("numa_hint_faults".to_owned(), 3)]),
+            vmstat_lo: BTreeMap::from([("numa_hint_faults".to_owned(), 3)]),
+            ..Snapshot::default()
+        };
+        snap.tasks[1].cgroup = Some("/app.slice".into());
+        StatReport::new(
+            KernelSummary {
+                release: "6.18.0".into(),
+                numa_nodes: 1,
+                numa_balancing: Some(1),
+            },
+            Window {
+                duration_s: 1.5,
+                scope: Scope::Command,
+                pid: None,
+                command: Some(vec!["app".into(), "-x".into()]),
+                exit_code: Some(0),
+                comm_filter: None,
+                cgroup_filter: None,
+            },
+            vec![],
+            &snap,
+            &Filter::default(),
+        )
+    }
+
+    /// The JSON shape is the documented schema: these keys are a contract.
+    #[test]
+    fn json_schema_v1_shape() {
+        let v = serde_json::to_value(sample()).unwrap();
+        assert_eq!(v["schema"], "numatrace.stat/1");
+        for key in [
+            "numatrace_version",
+            "kernel",
+            "window",
+            "hooks",
+            "tasks",
+            "processes",
+            "cgroups",
+            "nodes",
+            "totals",
+            "self",
+            "vmstat_delta",
+            "vmstat_delta_min",
+            "kernel_seen",
+            "events_received",
+            "dropped",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        let t = &v["tasks"][0];
+        assert_eq!(t["pid"], 100);
+        assert_eq!(t["comm"], "app");
+        assert_eq!(t["exited"], false);
+        assert_eq!(t["cgroup_id"], 9);
+        assert_eq!(t["cgroup"], "/app.slice");
+        assert_eq!(t["skipped_vmas"]["shared_ro"], 4);
+        assert_eq!(t["skipped_vmas"]["inaccessible"], 2);
+        assert_eq!(t["skipped_vmas_total"], 6);
+        assert_eq!(t["migrations"]["pages_ok"], 7);
+        assert_eq!(t["placement"]["moves"], 0);
+        assert_eq!(
+            v["tasks"].as_array().unwrap().len(),
+            1,
+            "self is not a task row"
+        );
+        assert_eq!(v["self"]["hint_faults"]["faults"], 3);
+        assert_eq!(v["totals"]["hint_faults"]["faults"], 0);
+        assert_eq!(v["cgroups"][0]["path"], "/app.slice");
+        assert_eq!(v["cgroups"][0]["tasks"], 1);
+        assert_eq!(v["processes"][0]["threads"], 1);
+        assert_eq!(v["totals"]["skipped_vmas_total"], 6);
+        assert_eq!(v["window"]["scope"], "command");
+        assert_eq!(v["window"]["exit_code"], 0);
+        assert_eq!(v["kernel_seen"]["skip_vma"], 6);
+        assert_eq!(v["dropped"]["total"], 0);
+        assert_eq!(v["vmstat_delta"]["numa_hint_faults"], 3);
+    }
+
+    #[test]
+    fn report_round_trips_through_json() {
+        let r = sample();
+        let back: StatReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+}

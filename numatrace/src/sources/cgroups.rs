@@ -1,0 +1,198 @@
+//! cgroup v2: where the unified hierarchy is mounted, and the path of a cgroup id.
+//!
+//! On cgroup v2 a cgroup's id (what `bpf_get_current_cgroup_id` returns) is the inode number of
+//! its directory, so ids are resolved by walking the mount. Paths are cached for good: a task
+//! that outlives its cgroup's directory keeps the path it was seen with.
+
+use std::{
+    collections::HashMap,
+    fs,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+/// The cgroup2 mount point in `/proc/self/mountinfo` text (the unified layout mounts it at
+/// /sys/fs/cgroup, the hybrid one at /sys/fs/cgroup/unified).
+pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let fstype = right.split_whitespace().next()?;
+        let point = left.split_whitespace().nth(4)?;
+        (fstype == "cgroup2").then(|| PathBuf::from(unescape(point)))
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\\' {
+            let oct: String = it.clone().take(3).collect();
+            if let Ok(v) = u8::from_str_radix(&oct, 8)
+                && oct.len() == 3
+            {
+                out.push(v as char);
+                it.nth(2);
+                continue;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A user's `--cgroup` argument as a path under the mount: `/system.slice/x.service`, or
+/// the full filesystem path under the mount. Trailing slashes do not matter.
+pub fn relative_path(mount: Option<&Path>, arg: &str) -> String {
+    let arg = arg.trim_end_matches('/');
+    let rel = mount
+        .and_then(|m| Path::new(arg).strip_prefix(m).ok())
+        .map_or_else(|| arg.to_owned(), |r| format!("/{}", r.display()));
+    let rel = rel.trim_end_matches('/');
+    if rel.is_empty() {
+        "/".to_owned()
+    } else if rel.starts_with('/') {
+        rel.to_owned()
+    } else {
+        format!("/{rel}")
+    }
+}
+
+/// Whether cgroup `path` is `root` or below it.
+pub fn within(path: &str, root: &str) -> bool {
+    root == "/"
+        || path == root
+        || path
+            .strip_prefix(root)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+pub struct CgroupResolver {
+    mount: Option<PathBuf>,
+    paths: HashMap<u64, String>,
+    last_walk: Option<Instant>,
+}
+
+/// How often an unknown id may trigger a walk of the whole hierarchy.
+const WALK_EVERY: Duration = Duration::from_secs(1);
+
+impl CgroupResolver {
+    pub fn new() -> Self {
+        let mount = fs::read_to_string("/proc/self/mountinfo")
+            .ok()
+            .and_then(|t| cgroup2_mount(&t));
+        Self {
+            mount,
+            paths: HashMap::new(),
+            last_walk: None,
+        }
+    }
+
+    pub fn mount(&self) -> Option<&Path> {
+        self.mount.as_deref()
+    }
+
+    /// The path of cgroup `id`, walking the hierarchy (at most once a second) when unknown.
+    pub fn path(&mut self, id: u64) -> Option<String> {
+        if id == 0 {
+            return None;
+        }
+        if !self.paths.contains_key(&id) && self.last_walk.is_none_or(|t| t.elapsed() >= WALK_EVERY)
+        {
+            self.walk();
+        }
+        self.paths.get(&id).cloned()
+    }
+
+    fn walk(&mut self) {
+        self.last_walk = Some(Instant::now());
+        let Some(root) = self.mount.clone() else {
+            return;
+        };
+        let mut stack = vec![(root, "/".to_owned())];
+        while let Some((dir, rel)) = stack.pop() {
+            if let Ok(m) = fs::metadata(&dir) {
+                self.paths.insert(m.ino(), rel.clone());
+            }
+            for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let child = if rel == "/" {
+                        format!("/{name}")
+                    } else {
+                        format!("{rel}/{name}")
+                    };
+                    stack.push((e.path(), child));
+                }
+            }
+        }
+    }
+}
+
+impl Default for CgroupResolver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_unified_mount_in_both_layouts() {
+        let hybrid = "25 18 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+                      26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw\n\
+                      27 25 0:24 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+        assert_eq!(
+            cgroup2_mount(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let unified = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev shared:4 - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount(unified),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+        assert_eq!(cgroup2_mount("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"), None);
+        let spaced = "30 23 0:26 / /tmp/my\\040cg rw - cgroup2 none rw\n";
+        assert_eq!(cgroup2_mount(spaced), Some(PathBuf::from("/tmp/my cg")));
+    }
+
+    #[test]
+    fn user_paths_become_mount_relative() {
+        let m = Path::new("/sys/fs/cgroup/unified");
+        assert_eq!(
+            relative_path(Some(m), "/sys/fs/cgroup/unified/a/b/"),
+            "/a/b"
+        );
+        assert_eq!(
+            relative_path(Some(m), "/system.slice/x.service"),
+            "/system.slice/x.service"
+        );
+        assert_eq!(relative_path(Some(m), "system.slice"), "/system.slice");
+        assert_eq!(relative_path(Some(m), "/sys/fs/cgroup/unified"), "/");
+        assert_eq!(relative_path(None, "/"), "/");
+    }
+
+    #[test]
+    fn subtree_membership_is_by_component() {
+        assert!(within("/a/b", "/a"));
+        assert!(within("/a", "/a"));
+        assert!(!within("/ab", "/a"));
+        assert!(within("/anything", "/"));
+    }
+
+    #[test]
+    fn resolves_this_process_cgroup_when_mounted() {
+        let mut r = CgroupResolver::new();
+        let Some(mount) = r.mount().map(Path::to_path_buf) else {
+            eprintln!("SKIP resolves_this_process_cgroup_when_mounted: no cgroup2 mount here");
+            return;
+        };
+        let ino = fs::metadata(&mount).unwrap().ino();
+        assert_eq!(r.path(ino).as_deref(), Some("/"));
+        assert_eq!(r.path(0), None);
+    }
+}
