@@ -134,6 +134,21 @@ fn inflight_start(kind: u64, pid: u32, v: &Inflight) {
     }
 }
 
+/// Drops every in-flight entry of an exiting task (a call it never returned from, a fault
+/// whose task_numa_fault was not reached): the map is not LRU, so nothing may stay behind.
+#[inline(always)]
+pub fn forget_inflight(pid: u32) {
+    for kind in [
+        INFLIGHT_TASK_NUMA_WORK,
+        INFLIGHT_MIGRATE,
+        INFLIGHT_MIGRATION_WAIT,
+        INFLIGHT_COW_SHARED,
+        INFLIGHT_MIGRATE_SRC,
+    ] {
+        let _ = INFLIGHT.remove(&inflight_key(kind, pid));
+    }
+}
+
 #[inline(always)]
 fn inflight_take(kind: u64, pid: u32) -> Option<Inflight> {
     let key = inflight_key(kind, pid);
@@ -332,13 +347,14 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
-    let Some((t, pid)) = followed_current() else {
-        return;
-    };
     // The fault is over: forget whether it was on a COW-shared page, and where its migrated
-    // page came from.
+    // page came from (even when the task is not counted, so that no entry is left behind).
+    let pid = current().pid;
     let _ = inflight_take(INFLIGHT_COW_SHARED, pid);
     let src = inflight_take(INFLIGHT_MIGRATE_SRC, pid).map_or(u64::from(MAX_NODES), |i| i.arg);
+    let Some((t, _)) = followed_current() else {
+        return;
+    };
     let pages = pages.max(0) as u64;
     let flags = flags as u32;
     let local = flags & TNF_FAULT_LOCAL != 0;

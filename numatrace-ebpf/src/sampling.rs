@@ -10,7 +10,7 @@ use aya_ebpf::{
 };
 use numatrace_common::{Counter, ScanRanges};
 
-use crate::tasks::{add, count, current, task_entry, wanted};
+use crate::tasks::{add, count, current, note_current, task_entry, wanted};
 
 #[unsafe(no_mangle)]
 static SCAN_RANGES: Global<ScanRanges> = Global::new(ScanRanges {
@@ -39,6 +39,7 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     add(unsafe { &raw mut (*t).samples }, 1);
+    note_current(t);
     count(Counter::Samples);
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
         return 0;

@@ -106,10 +106,14 @@ pub fn is_self(tgid: u32) -> bool {
     tgid == CONFIG.load().self_tgid
 }
 
-/// Records the running task's cgroup v2 id and the node of its CPU in its entry.
+/// Records the running task's comm (it changes at exec), cgroup v2 id (it changes when the
+/// task is moved) and the node of its CPU in its entry.
 #[inline(always)]
 pub fn note_current(t: *mut TaskStats) {
     unsafe {
+        if let Ok(comm) = bpf_get_current_comm() {
+            (*t).comm = comm;
+        }
         (*t).cgroup_id = bpf_get_current_cgroup_id();
         (*t).last_nid = bpf_get_numa_node_id() as u32 + 1;
     }
@@ -140,7 +144,12 @@ pub fn follow_child(parent_tgid: u32, child_pid: u32) -> bool {
 #[inline(always)]
 pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStats> {
     if let Some(p) = TASK_STATS.get_ptr_mut(&pid) {
-        return Some(p);
+        // An entry left marked at exit (ring buffer full; its loss is counted) belongs to a
+        // task that is gone: a new task with the same pid starts its own.
+        if unsafe { (*p).exited } == 0 {
+            return Some(p);
+        }
+        let _ = TASK_STATS.remove(&pid);
     }
     // TaskStats is too big for the 512-byte stack: insert a zeroed map value, then fill it in.
     let zero = ZERO_STATS.get_ptr(0)?;
@@ -155,9 +164,6 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
                 (*t).first_ns = now;
                 (*t).last_ns = now;
                 if is_current {
-                    if let Ok(comm) = bpf_get_current_comm() {
-                        (*t).comm = comm;
-                    }
                     note_current(t);
                 }
             }

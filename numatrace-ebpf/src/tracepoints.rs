@@ -13,8 +13,8 @@ use numatrace_common::{
 };
 
 use crate::tasks::{
-    TASK_STATS, add, count, current, emit_events, follow_child, header, send, task_entry, touch,
-    wanted,
+    TASK_STATS, add, count, current, emit_events, follow_child, header, is_self, note_current,
+    send, task_entry, touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -65,9 +65,11 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
         if slot < SKIP_REASON_SLOTS {
             add(unsafe { &raw mut (*t).skip_vma[slot] }, 1);
         }
+        note_current(t);
         touch(t);
     }
-    if emit_events() {
+    // numatrace's own skips are counted in its entry; their records would only be noise.
+    if emit_events() && !is_self(cur.tgid) {
         send(SkipVmaEvent {
             hdr: header(EventKind::SkipVma as u32, cur.pid, cur.tgid),
             numa_scan_offset: field(&ctx, o.numa_scan_offset, 0u64),
@@ -212,6 +214,7 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
             add(&raw mut (*t).migrate_thp_ok, ev.thp_succeeded);
             add(&raw mut (*t).migrate_thp_failed, ev.thp_failed);
         }
+        note_current(t);
         touch(t);
     }
     if emit_events() {
@@ -236,6 +239,7 @@ pub fn tp_sched_process_exit(ctx: TracePointContext) -> u32 {
     // Fires once per exiting thread, in its own context. Hand the final aggregates over and free
     // the entry; if the ring buffer is full, keep the entry (marked) for userspace's final read.
     let cur = current();
+    crate::functions::forget_inflight(cur.pid);
     let Some(t) = TASK_STATS.get_ptr_mut(&cur.pid) else {
         return 0;
     };

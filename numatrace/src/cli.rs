@@ -175,8 +175,8 @@ pub struct StatArgs {
 /// units (`10s`, `2m`, `1h30m`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = match s.trim().parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
-        Ok(_) => return Err("the duration must be a positive number of seconds".into()),
+        Ok(secs) => Duration::try_from_secs_f64(secs)
+            .map_err(|_| "the duration must be a positive number of seconds".to_owned())?,
         Err(_) => humantime::parse_duration(s)
             .map_err(|e| format!("{e} (examples: 16 (seconds), 10s, 2m, 1h30m)"))?,
     };
@@ -256,6 +256,8 @@ mod tests {
         assert!(parse(&["stat", "--max-tasks", "3"]).is_err());
         assert!(parse(&["stat", "-d", "-1"]).is_err());
         assert!(parse(&["stat", "-d", "0"]).is_err());
+        assert!(parse(&["stat", "-d", "1e30"]).is_err());
+        assert!(parse(&["stat", "-d", "nan"]).is_err());
     }
 
     #[test]

@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 /// - `level`: an `Option<f64>` measured on one task: the later value in a difference, left alone
 ///   when adding (it does not add up);
 /// - `ratio`: an `Option<f64>` derived from sums: recomputed by `finished()`;
+/// - `derived`: a count derived from others (remote = faults − local): recomputed by
+///   `finished()`, never compared (the kernel updates its parts one after the other, so a
+///   copy taken in between may be one off);
 /// - `nested`: another such struct.
 macro_rules! counter_struct {
     (
@@ -52,11 +55,13 @@ macro_rules! counter_struct {
     (@add max $a:expr, $b:expr) => { $a = $a.max($b) };
     (@add level $a:expr, $b:expr) => { let _ = (&$a, &$b); };
     (@add ratio $a:expr, $b:expr) => { let _ = (&$a, &$b); };
+    (@add derived $a:expr, $b:expr) => { let _ = (&$a, &$b); };
     (@add nested $a:expr, $b:expr) => { $a.add(&$b) };
     (@sub sum $a:expr, $b:expr) => { $a.saturating_sub($b) };
     (@sub max $a:expr, $b:expr) => { $a };
     (@sub level $a:expr, $b:expr) => { $a };
     (@sub ratio $a:expr, $b:expr) => { None };
+    (@sub derived $a:expr, $b:expr) => { 0 };
     (@sub nested $a:expr, $b:expr) => { $a.delta(&$b) };
     (@dec sum $a:expr, $b:expr, $p:expr, $n:expr, $out:expr) => {
         if $a < $b {
@@ -244,7 +249,7 @@ counter_struct! {
     pub struct HintFaults {
         sum faults: u64,
         sum local: u64,
-        sum remote: u64,
+        derived remote: u64,
         sum pages: u64,
         /// By pages per fault: 1 (4K), 512 (PMD THP), other (mTHP / large folio).
         sum faults_4k: u64,
@@ -361,6 +366,8 @@ impl Counts {
         sc.sampled_share = ratio(sc.scan_samples, sc.samples);
         let m = &mut self.migrations;
         m.latency_ns_mean = ratio(m.latency_ns_total, m.attempts);
+        let h = &mut self.hint_faults;
+        h.remote = h.faults.saturating_sub(h.local);
         self
     }
 
@@ -528,10 +535,21 @@ impl VmaRecord {
     /// What happened to this VMA since `earlier` (gaps: the later, cumulative values).
     pub fn delta(&self, earlier: &Self) -> Self {
         let since = earlier.scan_times_ns.last().copied().unwrap_or(0);
+        let pid_inactive = match (self.pid_inactive, earlier.pid_inactive) {
+            (Some(g), Some(e)) => Some(GapRecord {
+                skips: g.skips.saturating_sub(e.skips),
+                over_threads: g.over_threads.saturating_sub(e.over_threads),
+                at_threshold: g.at_threshold.saturating_sub(e.at_threshold),
+                // The largest gap so far: a level, not a count.
+                ..g
+            }),
+            (g, _) => g,
+        };
         Self {
             pte_updates: self.pte_updates.saturating_sub(earlier.pte_updates),
             calls: self.calls.saturating_sub(earlier.calls),
             skips: self.skips.delta(&earlier.skips),
+            pid_inactive,
             scan_times_ns: self
                 .scan_times_ns
                 .iter()
@@ -673,6 +691,10 @@ mod tests {
         let mut dec = Vec::new();
         Counts::from_stats(&a).decreased(&Counts::from_stats(&b), "", &mut dec);
         assert!(dec.contains(&"scan.calls".to_owned()), "{dec:?}");
+        assert!(
+            !dec.iter().any(|d| d.contains("remote")),
+            "derived: {dec:?}"
+        );
         assert!(
             dec.contains(&"skipped_vmas.scan_delay".to_owned()),
             "{dec:?}"

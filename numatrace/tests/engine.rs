@@ -86,6 +86,12 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
         own.add(&d.self_counts());
     }
     let (first, last) = (&snaps[0], snaps.last().unwrap());
+    // Both ends are quiet (the workload starts after the first and ends before the last), so
+    // the kernel side's counters did not move while they were read.
+    assert!(
+        first.consistent && last.consistent,
+        "a quiet snapshot was read mid-update"
+    );
     let whole = last.delta(first);
     let dropped = Dropped::from_snapshot(&whole);
     assert_eq!(dropped.total, 0, "{dropped:?}");

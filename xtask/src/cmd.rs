@@ -1,32 +1,13 @@
-//! Running commands, and the build/run steps.
+//! The build and run steps.
 
 use std::process::Command;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
-use crate::setup::{Tools, workspace_root};
-
-/// Runs `cmd`, inheriting stdio; fails with the command line when it fails.
-pub fn check(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
-    if !status.success() {
-        bail!("{cmd:?} failed: {status}");
-    }
-    Ok(())
-}
-
-/// Runs `cmd` and returns its stdout.
-pub fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8(out.stdout)?)
-}
+use crate::{
+    process::{check, is_root},
+    setup::{Tools, workspace_root},
+};
 
 pub fn build(tools: &Tools) -> Result<()> {
     check(tools.cargo(&tools.pins.stable).args([
@@ -41,17 +22,6 @@ pub fn build(tools: &Tools) -> Result<()> {
         workspace_root().join("target/release/numatrace").display()
     );
     Ok(())
-}
-
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|v| v.split_whitespace().nth(1).map(|e| e == "0"))
-        })
-        .unwrap_or(false)
 }
 
 /// Runs the built binary; only this command runs as root, never the build.

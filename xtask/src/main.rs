@@ -2,6 +2,7 @@
 //! first (idempotently), so a fresh machine needs nothing but this repository and rustup.
 
 mod cmd;
+mod process;
 mod setup;
 mod test;
 mod vm;

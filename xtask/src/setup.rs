@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::cmd::{check, output};
+use crate::process::{check, output};
 
 /// The pins of `[workspace.metadata.numatrace]` in the root Cargo.toml.
 pub struct Pins {

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use crate::{cmd::check, setup::Tools};
+use crate::{process::check, setup::Tools};
 
 pub fn run(tools: &Tools, lint: bool) -> Result<()> {
     let stable = &tools.pins.stable;

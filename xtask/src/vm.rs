@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    cmd::{check, output},
+    process::{check, output},
     setup::{Tools, cache_dir, workspace_root},
 };
 
@@ -503,7 +503,7 @@ fn boot(vmlinuz: &Path, initrd: &Path, skip: &[&str], log_path: &Path) -> Result
 }
 
 pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
-    if !crate::cmd::is_root() {
+    if !crate::process::is_root() {
         eprintln!(
             "SKIPPED vm-test: needs root (apt-get install of qemu-system-x86, busybox-static, cpio, \
              curl; download of the guest kernels); CI runs it as root"

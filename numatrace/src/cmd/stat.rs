@@ -285,6 +285,7 @@ pub async fn collect(
             exit_code: exit,
             comm_filter: opts.comm.clone(),
             cgroup_filter,
+            consistent: delta.consistent,
         },
         hooks,
         &delta,

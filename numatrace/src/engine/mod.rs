@@ -30,12 +30,8 @@ use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
 use crate::{
     bpf::loader::{HookReport, LoadOptions, Session},
-    kernel::{
-        facts::KernelFacts,
-        nodes::{NodeInfo, system_nodes},
-        vmstat::Vmstat,
-    },
-    model::{GapRecord, SkipCounts, VmaRecord},
+    kernel::{facts::KernelFacts, nodes::system_nodes, vmstat::Vmstat},
+    model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
     sources::{cgroups::CgroupResolver, maps::Maps, procfs, ringbuf},
 };
 use accum::Accum;
@@ -83,8 +79,18 @@ pub struct Engine {
     reader: JoinHandle<()>,
     logger: Option<JoinHandle<()>>,
     cgroups: CgroupResolver,
-    nodes: Vec<NodeInfo>,
     self_tgid: u32,
+    /// The tasks of the previous snapshot, to carry forward those that went missing.
+    previous: BTreeMap<(u32, u64), TaskRecord>,
+}
+
+/// Reads of one snapshot before it is taken as it is (see [`Engine::snapshot`]).
+const SNAPSHOT_ATTEMPTS: u32 = 3;
+
+/// Counters whose change during a read means the read saw the kernel mid-update: every tally,
+/// and created entries (the eviction estimate rests on them).
+fn watched(c: Counter) -> bool {
+    c.is_tally() || c == Counter::TasksCreated
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
@@ -159,8 +165,8 @@ impl Engine {
             reader,
             logger,
             cgroups: CgroupResolver::new(),
-            nodes: system_nodes(),
             self_tgid: std::process::id(),
+            previous: BTreeMap::new(),
         })
     }
 
@@ -181,11 +187,27 @@ impl Engine {
     }
 
     /// Everything counted since attach, now.
+    ///
+    /// The kernel maps cannot be read atomically, so the kernel side's own counters are read
+    /// before and after everything else; when they differ (something was counted meanwhile)
+    /// the read is repeated, a few times at most. `consistent` says whether they matched.
     pub fn snapshot(&mut self, detail: Detail) -> Result<Snapshot> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (snap, consistent) = self.read_once(detail)?;
+            if consistent || attempt >= SNAPSHOT_ATTEMPTS {
+                return Ok(Snapshot { consistent, ..snap });
+            }
+        }
+    }
+
+    fn read_once(&mut self, detail: Detail) -> Result<(Snapshot, bool)> {
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
         // Counters before the task map: a task created in between is in the map and not yet
         // in `TasksCreated`, so evictions are never over-estimated.
         let counters = self.maps.counters().context("reading counters")?;
+        let created_by = monotonic_ns();
         let live = self.maps.tasks().context("reading the task map")?;
         let (migrate_latency, fault_pages) =
             self.maps.histograms().context("reading histograms")?;
@@ -199,24 +221,33 @@ impl Engine {
             Detail::Summary => None,
         };
         let mono_ns = monotonic_ns();
-        let (mut tasks, events, undecodable, vmas) = {
+        let (tasks, events, undecodable, vmas, evicted) = {
             let mut sh = self.lock();
             sh.drain();
             let acc = &sh.acc;
             let tasks = Snapshot::tasks_from(&live, &acc.exited);
+            // Distinct entries that existed when `created` was read (a map walk can meet a
+            // key twice; an exit can be both live and drained).
+            let seen = tasks.iter().filter(|t| t.first_ns <= created_by).count() as u64;
+            let evicted = counters.get(Counter::TasksCreated).saturating_sub(seen);
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
-            (tasks, acc.events.clone(), acc.undecodable, vmas)
+            (tasks, acc.events.clone(), acc.undecodable, vmas, evicted)
         };
+        let after = self.maps.counters().context("reading counters")?;
         let vmstat_hi = Vmstat::read().unwrap_or_default().0;
+        let consistent = Counter::ALL
+            .iter()
+            .filter(|c| watched(**c))
+            .all(|c| counters.get(*c) == after.get(*c));
+        let mut tasks = self.carry_forward(tasks);
         for t in &mut tasks {
             t.cgroup = self.cgroups.path(t.cgroup_id);
         }
-        let created = counters.get(Counter::TasksCreated);
-        let evicted = created.saturating_sub(live.len() as u64 + events.task_exit);
         let detail = vmas.is_some();
-        Ok(Snapshot {
+        let snap = Snapshot {
             mono_ns,
             span_ns: 0,
+            consistent,
             self_tgid: self.self_tgid,
             tasks,
             detail,
@@ -233,8 +264,24 @@ impl Engine {
             events,
             undecodable,
             evicted,
-            nodes: self.nodes.clone(),
-        })
+            nodes: system_nodes(),
+        };
+        Ok((snap, consistent))
+    }
+
+    /// Tasks seen before and missing now stay, with the counts they had: an entry the LRU
+    /// map evicted (counted under `evicted`), or an exit record not yet readable (behind a
+    /// record another CPU has reserved but not committed). Without this, the next snapshot
+    /// would count such a task's whole history again.
+    fn carry_forward(&mut self, tasks: Vec<TaskRecord>) -> Vec<TaskRecord> {
+        let mut by_key: BTreeMap<(u32, u64), TaskRecord> =
+            tasks.into_iter().map(|t| (t.key(), t)).collect();
+        for (k, t) in &self.previous {
+            by_key.entry(*k).or_insert_with(|| t.clone());
+        }
+        let tasks: Vec<TaskRecord> = by_key.into_values().collect();
+        self.previous = tasks.iter().map(|t| (t.key(), t.clone())).collect();
+        tasks
     }
 
     /// Per-VMA rows of the kernel maps: PTE updates and pid_inactive gaps by (tgid, start).

@@ -6,4 +6,5 @@ pub mod mempolicy;
 pub mod nodes;
 pub mod tracefs;
 pub mod tunables;
+pub mod version;
 pub mod vmstat;

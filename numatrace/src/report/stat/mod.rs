@@ -59,6 +59,11 @@ pub struct Window {
     /// `--cgroup`, as a path under the cgroup2 mount.
     #[serde(default)]
     pub cgroup_filter: Option<String>,
+    /// Both snapshots were read while the kernel side counted nothing (its counters matched
+    /// before and after the read). When false, `kernel_seen` and `nodes` may differ from the
+    /// totals by the events counted during a read.
+    #[serde(default)]
+    pub consistent: bool,
 }
 
 /// Everything that could not be counted or delivered. `total` = 0 means the report is complete.
@@ -340,6 +345,7 @@ mod tests {
                 exit_code: Some(0),
                 comm_filter: None,
                 cgroup_filter: None,
+                consistent: true,
             },
             vec![],
             &snap,

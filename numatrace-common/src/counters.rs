@@ -1,0 +1,112 @@
+//! The kernel side's own counters (losses, tallies).
+
+#[allow(unused_imports)]
+use crate::*;
+
+/// Indices into [`MAP_COUNTERS`]: the kernel side's own accounting. Values are never reused.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// A ring buffer reservation failed: a discrete event was not delivered.
+    RingbufFull = 0,
+    /// A [`TaskStats`] entry could not be created: that event was not counted per task.
+    TaskMapFull = 1,
+    /// [`TaskStats`] entries created (userspace derives LRU evictions from it).
+    TasksCreated = 2,
+    /// A forked child of a followed process could not be followed.
+    TrackedMapFull = 3,
+    /// A tracepoint field could not be read.
+    ReadFailed = 4,
+    /// Events seen (after filtering), per tracepoint.
+    SeenSkipVma = 5,
+    SeenMove = 6,
+    SeenSwap = 7,
+    SeenStick = 8,
+    /// `mm_migrate_pages` events with reason MR_NUMA_MISPLACED.
+    SeenMigrateNuma = 9,
+    /// Task exit snapshots handed to userspace.
+    ExitSnapshots = 10,
+    /// Function-hook totals over every followed task (per-CPU: they are on the fault path).
+    HintFaults = 11,
+    HintFaultsLocal = 12,
+    HintPages = 13,
+    HintMigratedPages = 14,
+    PteUpdates = 15,
+    /// An entry/exit pair could not be matched (in-flight map full or entry missed).
+    InflightLost = 16,
+    ScanCalls = 17,
+    MigrateAttempts = 18,
+    MigrateSucceeded = 19,
+    MigrationWaits = 20,
+    Samples = 21,
+    ScanSamples = 22,
+    CowSharedFaults = 23,
+    CowSharedMigrations = 24,
+    /// A VMA's PTE updates could not be recorded (per-VMA map full).
+    VmaMapFull = 25,
+    /// pid_inactive skips the gap program saw, and those it could not read or record.
+    SeenSkipGap = 26,
+    SkipGapLost = 27,
+    /// sched_skip_vma_numa events (any reason) the tp_btf program saw: a second, independent
+    /// count of what the classic tracepoint program counts as [`Counter::SeenSkipVma`].
+    SeenSkipVmaBtf = 28,
+    /// A CPU or page on a NUMA node beyond [`MAX_NODES`]: left out of the per-node arrays.
+    NodeOutOfRange = 29,
+}
+
+impl Counter {
+    /// Every counter, in slot order.
+    pub const ALL: [Counter; 30] = [
+        Self::RingbufFull,
+        Self::TaskMapFull,
+        Self::TasksCreated,
+        Self::TrackedMapFull,
+        Self::ReadFailed,
+        Self::SeenSkipVma,
+        Self::SeenMove,
+        Self::SeenSwap,
+        Self::SeenStick,
+        Self::SeenMigrateNuma,
+        Self::ExitSnapshots,
+        Self::HintFaults,
+        Self::HintFaultsLocal,
+        Self::HintPages,
+        Self::HintMigratedPages,
+        Self::PteUpdates,
+        Self::InflightLost,
+        Self::ScanCalls,
+        Self::MigrateAttempts,
+        Self::MigrateSucceeded,
+        Self::MigrationWaits,
+        Self::Samples,
+        Self::ScanSamples,
+        Self::CowSharedFaults,
+        Self::CowSharedMigrations,
+        Self::VmaMapFull,
+        Self::SeenSkipGap,
+        Self::SkipGapLost,
+        Self::SeenSkipVmaBtf,
+        Self::NodeOutOfRange,
+    ];
+
+    /// Tallies of what the traced tasks did (not losses or bookkeeping): numatrace's own
+    /// activity is left out of them, so that they equal the traced tasks' totals.
+    pub const fn is_tally(self) -> bool {
+        !matches!(
+            self,
+            Self::RingbufFull
+                | Self::TaskMapFull
+                | Self::TasksCreated
+                | Self::TrackedMapFull
+                | Self::ReadFailed
+                | Self::ExitSnapshots
+                | Self::InflightLost
+                | Self::VmaMapFull
+                | Self::SkipGapLost
+                | Self::NodeOutOfRange
+        )
+    }
+}
+
+/// Length of [`MAP_COUNTERS`].
+pub const COUNTER_SLOTS: u32 = 32;

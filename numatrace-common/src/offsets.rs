@@ -1,0 +1,291 @@
+//! What userspace tells the programs at load time: switches, kernel field offsets (from BTF
+//! and tracefs), per-version conventions, and the in-flight call state they keep.
+
+#[allow(unused_imports)]
+use crate::*;
+
+/// Where mpol_misplaced finds what makes a page "COW-shared" (seed 000): mapped by more than
+/// one process in a copy-on-write mapping. Offsets from BTF; [`FIELD_ABSENT`] when missing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageOffsets {
+    /// page.flags, and the PG_head bit in it (a large folio's head page).
+    pub flags: u32,
+    pub head_bit: u32,
+    /// page._mapcount (atomic_t; mapcount - 1) of a small page.
+    pub mapcount: u32,
+    /// From a head page: the large folio's mapcount - 1 (folio._large_mapcount on 6.11+,
+    /// else the entire/compound mapcount: PMD mappings).
+    pub large_mapcount: u32,
+    /// vm_fault.vma when mpol_misplaced's second argument is a vm_fault (6.11+); absent when it
+    /// is the vma itself.
+    pub vmf_vma: u32,
+    /// vm_area_struct.vm_flags, vm_start, vm_end
+    pub vm_flags: u32,
+    pub vm_start: u32,
+    pub vm_end: u32,
+    pub _pad: u32,
+}
+
+impl PageOffsets {
+    pub const ABSENT: Self = Self {
+        flags: FIELD_ABSENT,
+        head_bit: FIELD_ABSENT,
+        mapcount: FIELD_ABSENT,
+        large_mapcount: FIELD_ABSENT,
+        vmf_vma: FIELD_ABSENT,
+        vm_flags: FIELD_ABSENT,
+        vm_start: FIELD_ABSENT,
+        vm_end: FIELD_ABSENT,
+        _pad: 0,
+    };
+}
+
+/// Tolerance of the seed-003 cap check: the programs read sum_exec_runtime just outside the
+/// kernel's own reads in task_numa_work, so a tick landing in between (at each end) makes the
+/// measured runtime up to two ticks longer than the kernel's (10 ms each at HZ=100).
+pub const CAP_TOLERANCE_NS: u64 = 20_000_000;
+
+/// How to find the NUMA node of a `struct page` (the source of a migration): its PFN is
+/// `(page - vmemmap) / page_size` (x86-64 SPARSEMEM_VMEMMAP), and sysfs says which node owns
+/// which PFNs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeMap {
+    /// Address of the kernel variable `vmemmap_base` (randomized layouts), or 0.
+    pub vmemmap_base_sym: u64,
+    /// vmemmap start when there is no such variable; 0 when unknown.
+    pub vmemmap_const: u64,
+    /// sizeof(struct page); 0: source nodes are not resolved.
+    pub page_size: u64,
+    pub nranges: u64,
+    /// [start_pfn, end_pfn, node], end exclusive.
+    pub ranges: [[u64; 3]; NODE_RANGES],
+}
+
+impl NodeMap {
+    pub const EMPTY: Self = Self {
+        vmemmap_base_sym: 0,
+        vmemmap_const: 0,
+        page_size: 0,
+        nranges: 0,
+        ranges: [[0; 3]; NODE_RANGES],
+    };
+}
+
+/// vm_flags bits of `is_cow_mapping`.
+pub const VM_SHARED: u64 = 0x8;
+pub const VM_MAYWRITE: u64 = 0x20;
+
+/// Byte offsets of the kernel fields the function hooks read, from the running kernel's BTF.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskOffsets {
+    /// task_struct.se.sum_exec_runtime
+    pub sum_exec_runtime: u32,
+    /// task_struct.node_stamp
+    pub node_stamp: u32,
+    /// task_struct.mm
+    pub mm: u32,
+    /// mm_struct.numa_scan_seq
+    pub mm_numa_scan_seq: u32,
+    /// task_struct.numa_preferred_nid (int)
+    pub numa_preferred_nid: u32,
+}
+
+/// Per-kernel conventions of the function hooks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FuncConfig {
+    /// Index of migrate_misplaced_*'s `node` argument (2 before 6.14's `(folio, node)`).
+    pub migrate_node_arg: u32,
+    /// Parameter count of migrate_misplaced_*: fexit finds the return value after them.
+    pub migrate_params: u32,
+    /// Non-zero: 0 means migrated (6.10+); zero: 1 means migrated (older).
+    pub migrate_ok_is_zero: u32,
+    pub _pad: u32,
+}
+
+/// Kernel text ranges whose presence on a sampled kernel stack means "NUMA scanning".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanRanges {
+    pub task_numa_work: [u64; 2],
+    pub change_prot_numa: [u64; 2],
+}
+
+/// Kinds of in-flight calls (high half of the [`MAP_INFLIGHT`] key).
+pub const INFLIGHT_TASK_NUMA_WORK: u64 = 1;
+pub const INFLIGHT_MIGRATE: u64 = 2;
+pub const INFLIGHT_MIGRATION_WAIT: u64 = 3;
+/// The current hint fault is on a COW-shared page (set by mpol_misplaced, read when the
+/// fault's migration ends, cleared by task_numa_fault).
+pub const INFLIGHT_COW_SHARED: u64 = 4;
+/// The source node of the current hint fault's successful migration (set when
+/// migrate_misplaced_* returns, read by task_numa_fault for the pages matrix).
+pub const INFLIGHT_MIGRATE_SRC: u64 = 5;
+
+/// What the tp_btf `sched_skip_vma_numa` program reads, from the running kernel's BTF (seed 002:
+/// `vma->numab_state->prev_scan_seq` against `mm->numa_scan_seq` and the thread count).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GapOffsets {
+    /// vm_area_struct.numab_state (a pointer)
+    pub vma_numab_state: u32,
+    /// vma_numab_state.prev_scan_seq (int, 6.8+)
+    pub prev_scan_seq: u32,
+    /// mm_struct.numa_scan_seq (int)
+    pub mm_numa_scan_seq: u32,
+    /// task_struct.signal (a pointer)
+    pub task_signal: u32,
+    /// signal_struct.nr_threads (int)
+    pub nr_threads: u32,
+    pub vm_start: u32,
+    pub vm_end: u32,
+    /// NUMAB_SKIP_PID_INACTIVE's value in this kernel's `enum numa_vmaskip_reason`.
+    pub pid_inactive: u32,
+}
+
+/// A field offset that the running kernel's tracepoint does not have.
+pub const FIELD_ABSENT: u32 = u32::MAX;
+
+impl TaskOffsets {
+    pub const ABSENT: Self = Self {
+        sum_exec_runtime: FIELD_ABSENT,
+        node_stamp: FIELD_ABSENT,
+        mm: FIELD_ABSENT,
+        mm_numa_scan_seq: FIELD_ABSENT,
+        numa_preferred_nid: FIELD_ABSENT,
+    };
+}
+
+/// Runtime switches, set by the loader.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Non-zero: only tasks whose tgid is in [`MAP_TRACKED_TGIDS`] are counted; forks of a
+    /// followed process are followed too.
+    pub filter_tgids: u32,
+    /// Non-zero: emit discrete events on the ring buffer (task exit snapshots are always sent).
+    pub emit_events: u32,
+    /// Non-zero: send aya-log debug messages from cold paths (fork following, exit snapshots).
+    pub debug_log: u32,
+    /// numatrace's own tgid: always counted per task (userspace reports it apart, as `self`,
+    /// so that traced totals + self add up to the kernel's counters), never in the
+    /// system-wide histograms, matrices and per-node arrays.
+    pub self_tgid: u32,
+}
+
+/// `sched:sched_skip_vma_numa` (6.7+) field offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkipVmaOffsets {
+    pub numa_scan_offset: u32,
+    pub vm_start: u32,
+    pub vm_end: u32,
+    pub reason: u32,
+}
+
+/// `sched:sched_move_numa` field offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoveOffsets {
+    pub pid: u32,
+    pub tgid: u32,
+    pub src_cpu: u32,
+    pub src_nid: u32,
+    pub dst_cpu: u32,
+    pub dst_nid: u32,
+}
+
+/// `sched:sched_swap_numa` / `sched:sched_stick_numa` field offsets (src_*/dst_* since 5.10;
+/// on older kernels stick has no dst task and those offsets are [`FIELD_ABSENT`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PairOffsets {
+    pub src_pid: u32,
+    pub src_tgid: u32,
+    pub src_cpu: u32,
+    pub src_nid: u32,
+    pub dst_pid: u32,
+    pub dst_tgid: u32,
+    pub dst_cpu: u32,
+    pub dst_nid: u32,
+}
+
+/// `migrate:mm_migrate_pages` field offsets; `thp_*` are absent before 5.16.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrateOffsets {
+    pub succeeded: u32,
+    pub failed: u32,
+    pub thp_succeeded: u32,
+    pub thp_failed: u32,
+    pub mode: u32,
+    pub reason: u32,
+}
+
+/// `sched:sched_process_fork` field offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkOffsets {
+    pub parent_pid: u32,
+    pub child_pid: u32,
+}
+
+macro_rules! all_absent {
+    ($($t:ident { $($f:ident),* }),*) => {$(
+        impl $t {
+            /// Every field absent: the program then reads nothing.
+            pub const ABSENT: Self = Self { $($f: FIELD_ABSENT),* };
+        }
+    )*};
+}
+all_absent!(
+    SkipVmaOffsets {
+        numa_scan_offset,
+        vm_start,
+        vm_end,
+        reason
+    },
+    MoveOffsets {
+        pid,
+        tgid,
+        src_cpu,
+        src_nid,
+        dst_cpu,
+        dst_nid
+    },
+    PairOffsets {
+        src_pid,
+        src_tgid,
+        src_cpu,
+        src_nid,
+        dst_pid,
+        dst_tgid,
+        dst_cpu,
+        dst_nid
+    },
+    MigrateOffsets {
+        succeeded,
+        failed,
+        thp_succeeded,
+        thp_failed,
+        mode,
+        reason
+    },
+    ForkOffsets {
+        parent_pid,
+        child_pid
+    },
+    GapOffsets {
+        vma_numab_state,
+        prev_scan_seq,
+        mm_numa_scan_seq,
+        task_signal,
+        nr_threads,
+        vm_start,
+        vm_end,
+        pid_inactive
+    }
+);

@@ -1,0 +1,242 @@
+//! The catalogue: every hook of the product, what it needs from the kernel and which programs
+//! implement it. Plain constants, read by the kernel facts (what to look for) and by the plan
+//! (how to attach).
+
+use numatrace_common::*;
+
+use crate::kernel::version::KernelVersion;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookKind {
+    Tracepoint {
+        category: &'static str,
+        name: &'static str,
+        /// First mainline version that has it, when that is recent enough to matter.
+        since: Option<KernelVersion>,
+    },
+    Function {
+        /// Candidate symbols in order of preference (renames across versions).
+        symbols: &'static [&'static str],
+    },
+    /// A BTF-typed tracepoint (tp_btf): the tracepoint's raw arguments, which its tracefs
+    /// record does not carry. Needs the classic tracepoint too (its presence is the test).
+    BtfTracepoint {
+        /// `category:name` of the classic tracepoint.
+        tracepoint: &'static str,
+        /// The kernel struct fields (BTF `struct.field`) the program reads.
+        fields: &'static [&'static str],
+    },
+    /// CPU-clock sampling of kernel stacks: the scan-share fallback.
+    Sampling,
+}
+
+/// The eBPF programs that implement a hook, per mechanism.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Programs {
+    None,
+    Tracepoint(&'static str),
+    /// `fentry_*`/`fexit_*` and `kprobe_*`/`kretprobe_*` programs; the prefix says the type.
+    Function {
+        fentry: &'static [&'static str],
+        kprobe: &'static [&'static str],
+    },
+    PerfEvent(&'static str),
+    TpBtf(&'static str),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct HookSpec {
+    /// `category:name` for tracepoints, the function name (or `a|b`) for functions.
+    pub name: &'static str,
+    pub kind: HookKind,
+    /// The eBPF programs implementing it.
+    pub programs: Programs,
+    /// What it contributes, for `probes`.
+    pub what: &'static str,
+}
+
+const fn tp(
+    category: &'static str,
+    name: &'static str,
+    full: &'static str,
+    since: Option<KernelVersion>,
+    program: &'static str,
+    what: &'static str,
+) -> HookSpec {
+    HookSpec {
+        name: full,
+        kind: HookKind::Tracepoint {
+            category,
+            name,
+            since,
+        },
+        programs: Programs::Tracepoint(program),
+        what,
+    }
+}
+
+const fn func(
+    name: &'static str,
+    symbols: &'static [&'static str],
+    fentry: &'static [&'static str],
+    kprobe: &'static [&'static str],
+    what: &'static str,
+) -> HookSpec {
+    HookSpec {
+        name,
+        kind: HookKind::Function { symbols },
+        programs: Programs::Function { fentry, kprobe },
+        what,
+    }
+}
+
+/// Every hook of the product, in the order `probes` lists them.
+pub const HOOKS: &[HookSpec] = &[
+    tp(
+        "sched",
+        "sched_skip_vma_numa",
+        "sched:sched_skip_vma_numa",
+        Some(KernelVersion::new(6, 7, 0)),
+        PROG_SKIP_VMA,
+        "VMAs the NUMA scanner skipped, by reason",
+    ),
+    tp(
+        "sched",
+        "sched_move_numa",
+        "sched:sched_move_numa",
+        None,
+        PROG_MOVE,
+        "task moved to its preferred node",
+    ),
+    tp(
+        "sched",
+        "sched_swap_numa",
+        "sched:sched_swap_numa",
+        None,
+        PROG_SWAP,
+        "two tasks swapped across nodes",
+    ),
+    tp(
+        "sched",
+        "sched_stick_numa",
+        "sched:sched_stick_numa",
+        None,
+        PROG_STICK,
+        "placement attempt that left the task where it was",
+    ),
+    tp(
+        "migrate",
+        "mm_migrate_pages",
+        "migrate:mm_migrate_pages",
+        None,
+        PROG_MIGRATE,
+        "page migrations (reason numa_misplaced only)",
+    ),
+    tp(
+        "sched",
+        "sched_process_fork",
+        "sched:sched_process_fork",
+        None,
+        PROG_FORK,
+        "follows children of a traced command",
+    ),
+    tp(
+        "sched",
+        "sched_process_exit",
+        "sched:sched_process_exit",
+        None,
+        PROG_EXIT,
+        "hands over a task's final counts and frees its entry",
+    ),
+    HookSpec {
+        name: "tp_btf:sched_skip_vma_numa",
+        kind: HookKind::BtfTracepoint {
+            tracepoint: "sched:sched_skip_vma_numa",
+            fields: GAP_FIELDS,
+        },
+        programs: Programs::TpBtf(PROG_BTF_SKIP_VMA_GAP),
+        what: "scan-sequence gap of pid_inactive skips (seed 002)",
+    },
+    func(
+        "task_numa_work",
+        &["task_numa_work"],
+        &[PROG_FENTRY_TASK_NUMA_WORK, PROG_FEXIT_TASK_NUMA_WORK],
+        &[PROG_KPROBE_TASK_NUMA_WORK, PROG_KRETPROBE_TASK_NUMA_WORK],
+        "PTE scan calls, time and runtime share",
+    ),
+    func(
+        "change_prot_numa",
+        &["change_prot_numa"],
+        &[PROG_FEXIT_CHANGE_PROT_NUMA],
+        &[PROG_KRETPROBE_CHANGE_PROT_NUMA],
+        "PTEs made PROT_NONE per scan",
+    ),
+    func(
+        "task_numa_fault",
+        &["task_numa_fault"],
+        &[PROG_FENTRY_TASK_NUMA_FAULT],
+        &[PROG_KPROBE_TASK_NUMA_FAULT],
+        "every hint fault: node, pages, local/remote, migrated",
+    ),
+    func(
+        "do_numa_page",
+        &["do_numa_page"],
+        &[PROG_FENTRY_DO_NUMA_PAGE],
+        &[PROG_KPROBE_DO_NUMA_PAGE],
+        "4K/mTHP hint fault entry",
+    ),
+    func(
+        "do_huge_pmd_numa_page",
+        &["do_huge_pmd_numa_page"],
+        &[PROG_FENTRY_DO_HUGE_PMD_NUMA_PAGE],
+        &[PROG_KPROBE_DO_HUGE_PMD_NUMA_PAGE],
+        "THP hint fault entry",
+    ),
+    func(
+        "mpol_misplaced",
+        &["mpol_misplaced"],
+        &[PROG_FENTRY_MPOL_MISPLACED],
+        &[PROG_KPROBE_MPOL_MISPLACED],
+        "faulted page and VMA: COW-shared pages",
+    ),
+    func(
+        "migrate_misplaced_folio|_page",
+        &["migrate_misplaced_folio", "migrate_misplaced_page"],
+        &[PROG_FENTRY_MIGRATE_MISPLACED, PROG_FEXIT_MIGRATE_MISPLACED],
+        &[
+            PROG_KPROBE_MIGRATE_MISPLACED,
+            PROG_KRETPROBE_MIGRATE_MISPLACED,
+        ],
+        "migration attempts, outcome, latency",
+    ),
+    func(
+        "migration_entry_wait",
+        &["migration_entry_wait"],
+        &[
+            PROG_FENTRY_MIGRATION_ENTRY_WAIT,
+            PROG_FEXIT_MIGRATION_ENTRY_WAIT,
+        ],
+        &[
+            PROG_KPROBE_MIGRATION_ENTRY_WAIT,
+            PROG_KRETPROBE_MIGRATION_ENTRY_WAIT,
+        ],
+        "tasks stalled on a page under migration",
+    ),
+    HookSpec {
+        name: "sampling:cpu-clock",
+        kind: HookKind::Sampling,
+        programs: Programs::PerfEvent(PROG_SAMPLE),
+        what: "sampled scan share where task_numa_work cannot be hooked",
+    },
+];
+
+/// What the seed 002 gap program reads (`vma_numab_state.prev_scan_seq` exists from 6.8).
+pub const GAP_FIELDS: &[&str] = &[
+    "vm_area_struct.numab_state",
+    "vma_numab_state.prev_scan_seq",
+    "mm_struct.numa_scan_seq",
+    "task_struct.signal",
+    "signal_struct.nr_threads",
+    "vm_area_struct.vm_start",
+    "vm_area_struct.vm_end",
+];

@@ -1,0 +1,316 @@
+//! Seed 002 — "sched/numa: scan the vma if it has not been scanned for a while".
+
+use super::*;
+
+pub const SEED: Seed = Seed {
+    id: "002",
+    title: TITLE_002,
+    needs: &[GAP_HOOK],
+};
+
+pub const TITLE_002: &str = "sched/numa: scan the vma if it has not been scanned for a while";
+
+/// One VMA's pid_inactive skips, for seed 002.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VmaGaps {
+    /// `START-END` (hex) and the mapping's name when known.
+    pub vma: String,
+    pub gaps: GapRecord,
+}
+
+/// Seed 002 from every VMA's pid_inactive skips. At each skip the program read
+/// gap = `mm->numa_scan_seq - vma->numab_state->prev_scan_seq` and the task's thread count;
+/// the patched `vma_is_accessed` returns true once gap > threads, so a skip beyond that is
+/// the unpatched kernel. Skips *at* the threshold show the VMA got there, i.e. the situation
+/// the patch is about occurred.
+pub fn verdict_002(vmas: &[VmaGaps]) -> (Verdict, String, BTreeMap<String, serde_json::Value>) {
+    let sum = |f: fn(&GapRecord) -> u64| vmas.iter().map(|v| f(&v.gaps)).sum::<u64>();
+    let (skips, over, at) = (
+        sum(|g| g.skips),
+        sum(|g| g.over_threads),
+        sum(|g| g.at_threshold),
+    );
+    let mut ev = BTreeMap::new();
+    ev.insert("pid_inactive_skips".into(), skips.into());
+    ev.insert("skips_gap_over_threads".into(), over.into());
+    ev.insert("skips_gap_at_threads".into(), at.into());
+    // Largest gap per VMA, the ten largest.
+    let mut by_gap: Vec<&VmaGaps> = vmas.iter().filter(|v| v.gaps.skips > 0).collect();
+    by_gap.sort_by(|a, b| b.gaps.max_gap.cmp(&a.gaps.max_gap).then(a.vma.cmp(&b.vma)));
+    let largest: BTreeMap<String, serde_json::Value> = by_gap
+        .iter()
+        .take(10)
+        .map(|v| {
+            (
+                v.vma.clone(),
+                serde_json::json!({
+                    "max_gap": v.gaps.max_gap,
+                    "threads_then": v.gaps.max_gap_threads,
+                    "skips": v.gaps.skips,
+                    "over_threads": v.gaps.over_threads,
+                }),
+            )
+        })
+        .collect();
+    ev.insert("largest_gap_per_vma".into(), serde_json::json!(largest));
+    if over > 0 {
+        let worst = by_gap[0];
+        return (
+            Verdict::BehavesAsUnpatched,
+            format!(
+                "{over} of {skips} pid_inactive skips left a VMA unscanned for more scan sequences \
+                 than its process has threads (largest gap {} with {} thread(s), VMA {}): the \
+                 kernel does not scan VMAs that have not been scanned for a while.",
+                worst.gaps.max_gap, worst.gaps.max_gap_threads, worst.vma
+            ),
+            ev,
+        );
+    }
+    if at > 0 {
+        return (
+            Verdict::BehavesAsPatched,
+            format!(
+                "{at} pid_inactive skips reached the threshold (gap = thread count) and none went \
+                 beyond it: VMAs unscanned for longer than that were scanned, not skipped."
+            ),
+            ev,
+        );
+    }
+    let sentence = if skips == 0 {
+        "No VMA was skipped for lack of recent access (pid_inactive): the workload never left a \
+         VMA idle long enough."
+            .to_owned()
+    } else {
+        format!(
+            "{skips} pid_inactive skips, but no VMA went as many scan sequences unscanned as its \
+             process has threads, where the patch would act."
+        )
+    };
+    (Verdict::NotExercised, sentence, ev)
+}
+
+/// What `numatrace-workload idle-vma --state-file` wrote: VMA A's and B's ranges and the
+/// CLOCK_MONOTONIC start of each phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdleVmaState {
+    pub a: Option<(u64, u64)>,
+    pub b: Option<(u64, u64)>,
+    pub phases: BTreeMap<String, u64>,
+}
+
+pub fn parse_idle_vma_state(text: &str) -> IdleVmaState {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let mut st = IdleVmaState::default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["a", s, e] => st.a = hex(s).zip(hex(e)),
+            ["b", s, e] => st.b = hex(s).zip(hex(e)),
+            ["phase", name, ns] => {
+                if let Ok(ns) = ns.parse() {
+                    st.phases.insert((*name).to_owned(), ns);
+                }
+            }
+            _ => {}
+        }
+    }
+    st
+}
+
+/// The first of `times` (sorted) at or after `from`, as milliseconds after it.
+pub fn first_after_ms(times: &[u64], from: u64) -> Option<f64> {
+    let i = times.partition_point(|&t| t < from);
+    times.get(i).map(|&t| (t - from) as f64 / 1e6)
+}
+
+/// Seed 002's reproducer: fast scan sequences (short delay and period) and a scan size below
+/// VMA B's 256 MiB, so that scanning B uses up each call's budget: the kernel then never
+/// reaches the end of the address space in a call that skipped A, where it would force-scan A
+/// whatever its history.
+const TUNABLES_002: [(&str, &str); 4] = [
+    ("scan_delay_ms", "100"),
+    ("scan_period_min_ms", "100"),
+    ("scan_period_max_ms", "200"),
+    ("scan_size_mb", "16"),
+];
+
+const GAP_HOOK: &str = "tp_btf:sched_skip_vma_numa";
+const REPRODUCER_THREADS_002: u32 = 4;
+
+pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
+    let reproduce = args.command.is_empty();
+    let state = std::env::temp_dir().join(format!("numatrace-check-002-{}", std::process::id()));
+    let command: Vec<OsString> = if reproduce {
+        // Four threads (one touching, three asleep): on a patched kernel the gap climbs to
+        // exactly 4 and stops, which nothing but the patch's rule would do.
+        let mut c = vec![workload_binary()?.into_os_string(), "idle-vma".into()];
+        c.extend([
+            "--threads".into(),
+            REPRODUCER_THREADS_002.to_string().into(),
+        ]);
+        c.extend(["--duration".into(), duration_arg(args.duration).into()]);
+        c.extend(["--state-file".into(), state.clone().into_os_string()]);
+        c
+    } else {
+        args.command.clone()
+    };
+    // Restored when the guard drops, whatever happens in between.
+    let (_tunables, applied) = Tunables::set_if(reproduce, &TUNABLES_002);
+    let collected = collect(&CollectOptions::for_command(command, no_fentry), signals).await;
+    let state_text = std::fs::read_to_string(&state).unwrap_or_default();
+    let _ = std::fs::remove_file(&state);
+    let (r, _) = collected?;
+    let mut facts = match require(&r, &[GAP_HOOK]) {
+        Ok(f) => f,
+        Err(why) => return Ok(unsupported("002", TITLE_002, why)),
+    };
+    if !applied.is_empty() {
+        facts.insert("tunables".into(), applied.join(", "));
+    }
+    let label = |v: &crate::model::VmaRecord| match &v.mapping {
+        Some(m) => format!("{}-{} {m}", v.start, v.end),
+        None => format!("{}-{}", v.start, v.end),
+    };
+    let all: Vec<&crate::model::VmaRecord> =
+        r.processes.iter().flat_map(|p| p.vmas.iter()).collect();
+    let gaps: Vec<VmaGaps> = all
+        .iter()
+        .filter_map(|v| {
+            v.pid_inactive.map(|g| VmaGaps {
+                vma: label(v),
+                gaps: g,
+            })
+        })
+        .collect();
+    let (mut verdict, mut sentence, mut evidence) = verdict_002(&gaps);
+    if reproduce {
+        let st = parse_idle_vma_state(&state_text);
+        let a = st.a.and_then(|(a0, _)| {
+            all.iter().copied().find(|v| {
+                let end = u64::from_str_radix(v.end.trim_start_matches("0x"), 16).unwrap_or(0);
+                v.start_addr <= a0 && a0 < end
+            })
+        });
+        let scan_times = match hook(&r, "change_prot_numa") {
+            Some(h) if h.attached && h.mechanism == crate::plan::Mechanism::Fentry => true,
+            _ => {
+                facts.insert(
+                    "scan_times".into(),
+                    "unknown: change_prot_numa is not hooked with fexit (it needs the VMA)".into(),
+                );
+                false
+            }
+        };
+        let phase = |n: &str| st.phases.get(n).copied();
+        let times = a.map(|v| v.scan_times_ns.as_slice()).unwrap_or_default();
+        let between = |from: Option<u64>, to: Option<u64>| match (from, to) {
+            (Some(f), Some(t)) => times.iter().filter(|&&x| x >= f && x < t).count() as u64,
+            _ => 0,
+        };
+        evidence.insert(
+            "reproducer.a_vma".into(),
+            json!(a.map(label).or(st.a.map(|(s, e)| format!("{s:#x}-{e:#x}")))),
+        );
+        let a_gaps = a.and_then(|v| v.pid_inactive).unwrap_or_default();
+        evidence.insert(
+            "reproducer.a_pid_inactive_skips".into(),
+            json!(a_gaps.skips),
+        );
+        evidence.insert("reproducer.a_max_gap".into(), json!(a_gaps.max_gap));
+        evidence.insert(
+            "reproducer.a_skips_by_reason".into(),
+            json!(a.map(|v| v.skips).unwrap_or_default()),
+        );
+        if scan_times {
+            evidence.insert(
+                "reproducer.a_scans_while_idle".into(),
+                json!(between(phase("b-only"), phase("a-only"))),
+            );
+            evidence.insert(
+                "reproducer.a_scans_after_renewed_access".into(),
+                json!(between(phase("a-only"), phase("end"))),
+            );
+            evidence.insert(
+                "reproducer.a_first_scan_after_renewed_access_ms".into(),
+                json!(phase("a-only").and_then(|t| first_after_ms(times, t))),
+            );
+        }
+        if verdict != Verdict::BehavesAsUnpatched && a_gaps.at_threshold == 0 {
+            verdict = Verdict::NotExercised;
+            sentence = format!(
+                "The reproducer's idle VMA A was skipped {} time(s) as pid_inactive but never \
+                 reached the patch's threshold (gap = thread count): scan sequences were too \
+                 slow for its run; try a longer --duration.",
+                a_gaps.skips
+            );
+        }
+    }
+    if let Some(off) = balancing_off(verdict, &r) {
+        sentence = off;
+    }
+    Ok(CheckResult {
+        patch: "002",
+        title: TITLE_002,
+        verdict,
+        sentence,
+        evidence,
+        kernel_facts: facts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gaps(vma: &str, skips: u64, over: u64, at: u64, max_gap: u64) -> VmaGaps {
+        VmaGaps {
+            vma: vma.into(),
+            gaps: GapRecord {
+                skips,
+                over_threads: over,
+                at_threshold: at,
+                max_gap,
+                max_gap_threads: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn seed_002_verdicts() {
+        // 6.8-6.11: the idle VMA's gap grows past the single thread.
+        let (v, s, ev) = verdict_002(&[gaps("a", 12, 9, 3, 11), gaps("b", 2, 0, 2, 1)]);
+        assert_eq!(v, Verdict::BehavesAsUnpatched, "{s}");
+        assert!(s.contains("largest gap 11"), "{s}");
+        assert_eq!(ev["skips_gap_over_threads"], 9);
+        assert_eq!(ev["largest_gap_per_vma"]["a"]["max_gap"], 11);
+        // 6.12: skipped at gap 1 = threads, then scanned.
+        let (v, s, _) = verdict_002(&[gaps("a", 7, 0, 7, 1)]);
+        assert_eq!(v, Verdict::BehavesAsPatched, "{s}");
+        // Never idle long enough, or never skipped.
+        assert_eq!(
+            verdict_002(&[gaps("a", 4, 0, 0, 0)]).0,
+            Verdict::NotExercised
+        );
+        assert_eq!(verdict_002(&[]).0, Verdict::NotExercised);
+    }
+
+    #[test]
+    fn first_scan_after_a_time() {
+        let t = [10_000_000, 25_000_000, 40_000_000];
+        assert_eq!(first_after_ms(&t, 20_000_000), Some(5.0));
+        assert_eq!(first_after_ms(&t, 10_000_000), Some(0.0));
+        assert_eq!(first_after_ms(&t, 41_000_000), None);
+    }
+
+    #[test]
+    fn idle_vma_state_file() {
+        let st = parse_idle_vma_state(
+            "a 0x7f0000000000 0x7f0004000000\nb 0x7f0004200000 0x7f0014200000\n\
+             phase both 100\nphase b-only 200\ngarbage\nphase a-only x\n",
+        );
+        assert_eq!(st.a, Some((0x7f00_0000_0000, 0x7f00_0400_0000)));
+        assert_eq!(st.b.map(|b| b.1), Some(0x7f00_1420_0000));
+        assert_eq!(st.phases.get("b-only"), Some(&200));
+        assert_eq!(st.phases.get("a-only"), None);
+    }
+}
