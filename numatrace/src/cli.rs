@@ -17,6 +17,7 @@ use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
         It needs root (CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN). Everything it attaches is released \
         when it exits, however it exits.",
     after_help = "Examples:\n  \
+        sudo numatrace top                     the live view (q quits, ? for keys)\n  \
         sudo numatrace probes                  what this kernel lets numatrace see\n  \
         sudo numatrace stat --duration 30s     system-wide summary over 30 seconds\n  \
         sudo numatrace stat -- ./my-benchmark  summary for a command and its children\n  \
@@ -60,6 +61,16 @@ pub enum Command {
     /// counts from just before it starts until it exits, for it and every process it forks, and
     /// exits with its exit status.
     Stat(StatArgs),
+    /// Live view of NUMA balancing per task, process, cgroup and node, refreshed every second.
+    ///
+    /// Rates are per second over the last refresh. A column this kernel cannot supply shows
+    /// `-` (press `i` for the hooks and why). Keys: `?` in the view.
+    #[command(after_help = "Examples:\n  \
+        sudo numatrace top                      live view, every second\n  \
+        sudo numatrace top -d 2 --cgroup /system.slice/db.service\n  \
+        sudo numatrace top -b -n 3              three plain-text frames (scripts, bug reports)\n  \
+        sudo numatrace top -b -n 5 --json       five JSON frames, one per line")]
+    Top(TopArgs),
     /// Judge whether this kernel behaves as a seed patch intends, with the evidence.
     ///
     /// 000 ("Do not trap faults on shared data section pages"): hint faults and migrations of
@@ -105,6 +116,50 @@ pub struct CheckArgs {
     /// Judge your own workload instead, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between refreshes (a bare number of seconds, or 500ms, 2s ...).
+    #[arg(long, short = 'd', default_value = "1", value_parser = parse_duration)]
+    pub delay: Duration,
+
+    /// Batch mode: plain-text frames on stdout (no terminal control), like `top -b`.
+    #[arg(long, short = 'b')]
+    pub batch: bool,
+
+    /// Number of frames in batch mode (default: until Ctrl-C).
+    #[arg(long, short = 'n', requires = "batch", value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: Option<u64>,
+
+    /// In batch mode, one JSON object per frame (JSON Lines): `stat --json`'s fields for the
+    /// interval, plus `frame`, `interval_s`, `rates`, `own` and `caps`.
+    #[arg(long, requires = "batch")]
+    pub json: bool,
+
+    /// Rows of a batch-mode text frame.
+    #[arg(long, default_value_t = 20)]
+    pub rows: usize,
+
+    /// Only this process (thread-group id) and the processes it forks from now on.
+    #[arg(long, short = 'p')]
+    pub pid: Option<u32>,
+
+    /// Only tasks whose name (comm, at most 15 characters) is NAME.
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+
+    /// Only tasks in this cgroup v2 directory or below it (see `stat --cgroup`).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+
+    /// Capacity of the in-kernel per-task table (see `stat --max-tasks`).
+    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_tasks: u32,
+
+    /// Sampling frequency of the scan-share fallback (see `stat --sample-hz`).
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub sample_hz: u64,
 }
 
 #[derive(Debug, Args)]
@@ -258,6 +313,25 @@ mod tests {
         assert!(parse(&["stat", "-d", "0"]).is_err());
         assert!(parse(&["stat", "-d", "1e30"]).is_err());
         assert!(parse(&["stat", "-d", "nan"]).is_err());
+    }
+
+    #[test]
+    fn top_options() {
+        let Command::Top(a) = parse(&["top", "-b", "-n", "3", "-d", "0.5", "--json"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert!(a.batch && a.json);
+        assert_eq!(a.iterations, Some(3));
+        assert_eq!(a.delay, Duration::from_millis(500));
+        let Command::Top(a) = parse(&["top"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.delay, Duration::from_secs(1));
+        assert!(parse(&["top", "-n", "3"]).is_err(), "-n needs -b");
+        assert!(parse(&["top", "--json"]).is_err(), "--json needs -b");
     }
 
     #[test]

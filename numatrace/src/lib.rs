@@ -17,3 +17,4 @@ pub mod plan;
 pub mod report;
 pub mod sources;
 pub mod spawn;
+pub mod top;

@@ -36,10 +36,24 @@ fn main() -> ExitCode {
     // The kernel programs' aya-log records (--bpf-log) have targets under `numatrace::` too.
     let filter = EnvFilter::try_from_env("NUMATRACE_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("numatrace={0},aya={0}", cli.log_level)));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    // The live view owns the screen: its logs go to NUMATRACE_LOG_FILE, or nowhere.
+    let tui = matches!(&cli.command, Command::Top(a) if !a.batch);
+    let log_file = std::env::var_os("NUMATRACE_LOG_FILE").and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
+    });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match (tui, log_file) {
+        (_, Some(f)) => builder
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(f))
+            .init(),
+        (true, None) => builder.with_writer(std::io::sink).init(),
+        (false, None) => builder.with_writer(std::io::stderr).init(),
+    }
     tracing::debug!(policy, "numatrace's own memory policy");
 
     if let Err(why) = kernel::caps::check_tracing_allowed() {
@@ -51,6 +65,9 @@ fn main() -> ExitCode {
         Command::Probes { json } => cmd::probes::run(json, cli.no_fentry),
         Command::Stat(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::stat::run(args, cli.no_fentry)))
+        }
+        Command::Top(args) => {
+            runtime().and_then(|rt| rt.block_on(numatrace::top::run(args, cli.no_fentry)))
         }
         Command::Check(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::check::run(args, cli.no_fentry)))

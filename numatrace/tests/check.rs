@@ -222,9 +222,18 @@ fn check_002_gives_the_documented_verdict() {
         .as_str()
         .is_some_and(|t| t.contains("scan_size_mb=16"));
     if release.starts_with("6.8.0-31-") && tuned {
-        // The control: the idle VMA's gap grows past the 4 threads.
+        // The control: the idle VMA's gap grows past the 4 threads — unless the kernel's own
+        // fallback force-scanned A (a scan call reached the end of the address space after
+        // skipping it; its `ignore_pid_inactive` skips say so, seen once in TCG), which resets
+        // A's gap. Other VMAs' gaps must then still pass the thread count.
         assert_eq!(c["verdict"], "behaves-as-unpatched", "{c}");
-        assert!(e["reproducer.a_max_gap"].as_u64().unwrap() > 4, "{e}");
+        let forced = e["reproducer.a_skips_by_reason"]["ignore_pid_inactive"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(
+            e["reproducer.a_max_gap"].as_u64().unwrap() > 4 || forced > 0,
+            "{e}"
+        );
         assert!(e["skips_gap_over_threads"].as_u64().unwrap() > 0, "{e}");
         return;
     }

@@ -40,6 +40,12 @@ pub fn run(tools: &Tools, lint: bool) -> Result<()> {
             "warnings",
         ]))?;
     }
+    // `top` is tested in a real terminal: tmux (and pgrep) from Debian, as root.
+    if crate::process::is_root() {
+        crate::vm::ensure_packages(&["tmux", "procps"])?;
+    } else {
+        eprintln!("xtask: not root: tmux is not installed, the terminal test of `top` will skip");
+    }
     // Real-kernel tests share kernel state (sysctls, tracefs, attached programs): one at a time.
     eprintln!("xtask: unit and real-kernel tests");
     check(tools.cargo(stable).args([

@@ -25,7 +25,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 /// The process exists and has not exited (a zombie waiting for its parent counts as exited).
-fn process_alive(pid: u32) -> bool {
+pub fn process_alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().next())
@@ -37,6 +37,7 @@ fn process_alive(pid: u32) -> bool {
 pub struct Signals {
     int: Signal,
     term: Signal,
+    hup: Signal,
 }
 
 impl Signals {
@@ -44,13 +45,16 @@ impl Signals {
         Ok(Self {
             int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
             term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
         })
     }
 
-    async fn any(&mut self) -> i32 {
+    /// The next SIGINT, SIGTERM or SIGHUP (a closed terminal ends the window too).
+    pub async fn any(&mut self) -> i32 {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
         }
     }
 }
@@ -162,6 +166,25 @@ impl CollectOptions {
     }
 }
 
+/// `--cgroup ARG` as a path under the cgroup2 mount, checked to be a cgroup.
+pub fn cgroup_filter(engine: &Engine, arg: Option<&str>) -> Result<Option<String>> {
+    let Some(arg) = arg else {
+        return Ok(None);
+    };
+    let Some(mount) = engine.cgroup_mount() else {
+        bail!("--cgroup: no cgroup v2 hierarchy is mounted (see /proc/self/mountinfo)");
+    };
+    let rel = relative_path(Some(mount), arg);
+    let dir = mount.join(rel.trim_start_matches('/'));
+    if !dir.is_dir() {
+        bail!(
+            "--cgroup: {arg} is not a cgroup (no directory {})",
+            dir.display()
+        );
+    }
+    Ok(Some(rel))
+}
+
 /// Prints `stat`'s report; returns the exit code (the command's, with a command).
 pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
     // Handlers first: a Ctrl-C while the hooks are still attaching then ends the window as soon
@@ -219,24 +242,7 @@ pub async fn collect(
         no_fentry: opts.no_fentry,
     };
     let mut engine = Engine::start(facts, &load)?;
-    let cgroup_filter = match &opts.cgroup {
-        Some(arg) => {
-            let Some(mount) = engine.cgroup_mount() else {
-                bail!("--cgroup: no cgroup v2 hierarchy is mounted (see /proc/self/mountinfo)");
-            };
-            let rel = relative_path(Some(mount), arg);
-            let dir = mount.join(rel.trim_start_matches('/'));
-            if !dir.is_dir() {
-                bail!(
-                    "--cgroup: {} is not a cgroup (no directory {})",
-                    arg,
-                    dir.display()
-                );
-            }
-            Some(rel)
-        }
-        None => None,
-    };
+    let cgroup_filter = cgroup_filter(&engine, opts.cgroup.as_deref())?;
     if let Some(pid) = opts.pid {
         engine.follow(pid).context("following --pid")?;
     }

@@ -82,6 +82,8 @@ pub struct Engine {
     self_tgid: u32,
     /// The tasks of the previous snapshot, to carry forward those that went missing.
     previous: BTreeMap<(u32, u64), TaskRecord>,
+    /// Holds the kernel's BPF run-time statistics on (`enable_bpf_stats`).
+    stats_fd: Option<OwnedFd>,
 }
 
 /// Reads of one snapshot before it is taken as it is (see [`Engine::snapshot`]).
@@ -167,6 +169,7 @@ impl Engine {
             cgroups: CgroupResolver::new(),
             self_tgid: std::process::id(),
             previous: BTreeMap::new(),
+            stats_fd: None,
         })
     }
 
@@ -316,6 +319,25 @@ impl Engine {
         Ok(rows)
     }
 
+    /// Switches the kernel's BPF run-time statistics on until the engine stops (they cost a
+    /// little on every program run, so only while someone looks). 5.8+.
+    pub fn enable_bpf_stats(&mut self) -> Result<()> {
+        let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .context("enabling BPF run-time statistics")?;
+        self.stats_fd = Some(fd);
+        Ok(())
+    }
+
+    /// Σ run time (ns) and Σ runs of numatrace's attached programs (0 while stats are off).
+    pub fn bpf_run_time(&self) -> (u64, u64) {
+        self.ebpf
+            .programs()
+            .filter_map(|(_, p)| p.info().ok())
+            .fold((0, 0), |(t, n), i| {
+                (t + i.run_time().as_nanos() as u64, n + i.run_count())
+            })
+    }
+
     /// Detaches everything and waits for the readers to finish.
     pub async fn stop(self) -> Result<()> {
         let Self {
@@ -323,9 +345,12 @@ impl Engine {
             stop_tx,
             reader,
             logger,
+            stats_fd,
             ..
         } = self;
         drop(ebpf);
+        // Statistics off again.
+        drop(stats_fd);
         let _ = stop_tx.send(true);
         reader.await.context("ring buffer reader")?;
         if let Some(logger) = logger {

@@ -1,0 +1,50 @@
+//! `top -b`: plain-text frames (no escape codes) and `--json` frames (JSON Lines).
+
+use serde::Serialize;
+
+use super::view::{self, COLUMNS, Caps, FrameView, OwnCost, SystemRates, sort_rows};
+use crate::report::{stat::StatReport, table};
+
+/// One frame of `top -b --json`: the `stat --json` fields of the interval, plus rates.
+#[derive(Serialize)]
+pub struct JsonFrame<'a> {
+    pub frame: u64,
+    pub interval_s: f64,
+    pub rates: &'a SystemRates,
+    pub own: &'a OwnCost,
+    /// Which columns this kernel can supply.
+    pub caps: &'a Caps,
+    #[serde(flatten)]
+    pub report: &'a StatReport,
+}
+
+/// A plain-text frame: the header, then the busiest tasks (most scan time first).
+pub fn text_frame(header: &[String], view: &FrameView, rows: usize) -> String {
+    let mut out = header.join("\n");
+    out.push_str("\n\n");
+    let mut tasks = view.tasks.clone();
+    sort_rows(&mut tasks, 2, true);
+    if tasks.is_empty() {
+        out.push_str("no NUMA balancing activity in this interval\n");
+    } else {
+        let mut t = vec![
+            COLUMNS
+                .iter()
+                .map(|c| c.title().to_owned())
+                .collect::<Vec<_>>(),
+        ];
+        t.extend(tasks.iter().take(rows).map(|r| r.cells.clone()));
+        out.push_str(&table(&t));
+        if tasks.len() > rows {
+            out.push_str(&format!("... {} more tasks\n", tasks.len() - rows));
+        }
+    }
+    if !view.flows.is_empty() {
+        out.push_str(&format!(
+            "migrations by node: {}\n",
+            view::flows_text(&view.flows)
+        ));
+    }
+    out.push('\n');
+    out
+}

@@ -1,0 +1,469 @@
+//! `numatrace top`: the live view. Takes a snapshot every `--delay`, shows the difference to
+//! the previous one as rates, in a terminal UI or (`-b`) as plain frames. It reads the engine
+//! and nothing else of it.
+
+pub mod app;
+pub mod batch;
+pub mod ui;
+pub mod view;
+
+use std::{io::Write as _, time::Instant};
+
+use anyhow::{Context as _, Result, bail};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use tokio::sync::mpsc;
+
+use crate::{
+    bpf::loader::LoadOptions,
+    cli::TopArgs,
+    cmd::stat::{Signals, cgroup_filter, process_alive},
+    engine::{Detail, Engine, Filter, Snapshot},
+    kernel::facts::KernelFacts,
+    report::stat::{KernelSummary, Scope, StatReport, Window},
+};
+use app::{App, Key, View};
+use view::{FrameView, History, OwnCost};
+
+/// numatrace's own CPU time so far, in nanoseconds (utime + stime of the whole process).
+fn own_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no side effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1_000_000_000 / hz)
+}
+
+/// Cost meters between two refreshes.
+struct Meter {
+    at: Instant,
+    cpu_ns: Option<u64>,
+    bpf: Option<(u64, u64)>,
+}
+
+impl Meter {
+    fn now(engine: &Engine, stats: bool) -> Self {
+        Self {
+            at: Instant::now(),
+            cpu_ns: own_cpu_ns(),
+            bpf: stats.then(|| engine.bpf_run_time()),
+        }
+    }
+
+    fn since(&self, earlier: &Meter) -> OwnCost {
+        let wall = self.at.duration_since(earlier.at).as_nanos().max(1) as f64;
+        OwnCost {
+            cpu_pct: self
+                .cpu_ns
+                .zip(earlier.cpu_ns)
+                .map(|(a, b)| 100.0 * a.saturating_sub(b) as f64 / wall),
+            bpf_pct: self
+                .bpf
+                .zip(earlier.bpf)
+                .map(|(a, b)| 100.0 * a.0.saturating_sub(b.0) as f64 / wall),
+            bpf_runs: self
+                .bpf
+                .zip(earlier.bpf)
+                .map(|(a, b)| a.1.saturating_sub(b.1)),
+        }
+    }
+}
+
+/// One refresh: the interval's report (stat's JSON, for `--json`) and its view.
+struct Refresh {
+    report: StatReport,
+    view: FrameView,
+    delta: Snapshot,
+}
+
+fn refresh(
+    engine: &Engine,
+    prev: &Snapshot,
+    cur: &Snapshot,
+    filter: &Filter,
+    window: Window,
+    own: OwnCost,
+) -> Refresh {
+    let delta = cur.delta(prev);
+    let view = FrameView::build(&delta, &engine.hooks, filter, own);
+    let report = StatReport::new(
+        KernelSummary::from(&engine.facts),
+        window,
+        engine.hooks.clone(),
+        &delta,
+        filter,
+    );
+    Refresh {
+        report,
+        view,
+        delta,
+    }
+}
+
+pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
+    let mut signals = Signals::new()?;
+    if let Some(pid) = args.pid
+        && !process_alive(pid)
+    {
+        bail!("no process with pid {pid}");
+    }
+    let facts = KernelFacts::gather().context("reading kernel facts")?;
+    let load = LoadOptions {
+        max_tasks: args.max_tasks,
+        max_vmas: numatrace_common::MAX_VMAS,
+        ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
+        filter_tgids: args.pid.is_some(),
+        emit_events: true,
+        bpf_log: false,
+        sample_hz: args.sample_hz,
+        no_fentry,
+    };
+    let mut engine = Engine::start(facts, &load)?;
+    if let Some(pid) = args.pid {
+        engine.follow(pid).context("following --pid")?;
+    }
+    let filter = Filter {
+        comm: args.comm.clone(),
+        tgid: None,
+        cgroup: cgroup_filter(&engine, args.cgroup.as_deref())?,
+    };
+    let stats = match engine.enable_bpf_stats() {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::info!("no BPF run-time statistics: {e:#}");
+            false
+        }
+    };
+    let result = if args.batch {
+        run_batch(&mut engine, &args, &filter, stats, &mut signals).await
+    } else {
+        run_tui(&mut engine, &args, &filter, stats, &mut signals).await
+    };
+    engine.stop().await?;
+    result.map(|()| 0)
+}
+
+fn window(args: &TopArgs, filter: &Filter, secs: f64, consistent: bool) -> Window {
+    Window {
+        duration_s: secs,
+        scope: if args.pid.is_some() {
+            Scope::Pid
+        } else {
+            Scope::System
+        },
+        pid: args.pid,
+        command: None,
+        exit_code: None,
+        comm_filter: filter.comm.clone(),
+        cgroup_filter: filter.cgroup.clone(),
+        consistent,
+    }
+}
+
+async fn run_batch(
+    engine: &mut Engine,
+    args: &TopArgs,
+    filter: &Filter,
+    stats: bool,
+    signals: &mut Signals,
+) -> Result<()> {
+    let mut prev = engine.snapshot(Detail::Summary)?;
+    let mut meter = Meter::now(engine, stats);
+    let nodes = engine.facts.numa_nodes as usize;
+    let mut out = std::io::stdout().lock();
+    for frame in 1..=args.iterations.unwrap_or(u64::MAX) {
+        tokio::select! {
+            _ = tokio::time::sleep(args.delay) => {}
+            _ = signals.any() => break,
+        }
+        let cur = engine.snapshot(Detail::Full)?;
+        let m = Meter::now(engine, stats);
+        let secs = cur.mono_ns.saturating_sub(prev.mono_ns) as f64 / 1e9;
+        let r = refresh(
+            engine,
+            &prev,
+            &cur,
+            filter,
+            window(args, filter, secs, cur.consistent && prev.consistent),
+            m.since(&meter),
+        );
+        let written = if args.json {
+            let f = batch::JsonFrame {
+                frame,
+                interval_s: r.view.interval_s,
+                rates: &r.view.system,
+                own: &r.view.own,
+                caps: &r.view.caps,
+                report: &r.report,
+            };
+            writeln!(out, "{}", serde_json::to_string(&f)?)
+        } else {
+            let header = r
+                .view
+                .header(&engine.facts.release, engine.facts.numa_balancing, nodes);
+            write!(out, "{}", batch::text_frame(&header, &r.view, args.rows))
+        };
+        // A closed pipe (`top -b | head`) ends the run quietly.
+        if written.and_then(|()| out.flush()).is_err() {
+            break;
+        }
+        prev = cur;
+        meter = m;
+    }
+    Ok(())
+}
+
+fn key_of(ev: &event::KeyEvent) -> Option<Key> {
+    if ev.kind == KeyEventKind::Release {
+        return None;
+    }
+    Some(match ev.code {
+        KeyCode::Char('c') if ev.modifiers.contains(KeyModifiers::CONTROL) => Key::CtrlC,
+        KeyCode::Char(c) => Key::Char(c),
+        KeyCode::Up => Key::Up,
+        KeyCode::Down => Key::Down,
+        KeyCode::Left => Key::Left,
+        KeyCode::Right => Key::Right,
+        KeyCode::Enter => Key::Enter,
+        KeyCode::Esc => Key::Esc,
+        KeyCode::Backspace => Key::Backspace,
+        KeyCode::PageUp => Key::PageUp,
+        KeyCode::PageDown => Key::PageDown,
+        _ => return None,
+    })
+}
+
+/// The detail of task or process `key`: what the latest full snapshot knows of it.
+fn detail_lines(
+    app: &App,
+    key: u64,
+    delta: &Snapshot,
+    full: &Snapshot,
+    filter: &Filter,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let tgid = match app.view {
+        View::Tasks => {
+            let Some(t) = delta
+                .tasks
+                .iter()
+                .find(|t| u64::from(t.pid) == key && !t.exited)
+            else {
+                return vec![format!("task {key} is gone")];
+            };
+            out.push(format!(
+                "task {} ({}) of process {}, cgroup {}, preferred node {}, last ran on node {}",
+                t.pid,
+                t.comm,
+                t.tgid,
+                t.cgroup.as_deref().unwrap_or("?"),
+                t.preferred_node.map_or("-".into(), |n| n.to_string()),
+                t.last_node.map_or("-".into(), |n| n.to_string()),
+            ));
+            counts_lines(&t.counts, &mut out);
+            t.tgid
+        }
+        _ => {
+            let Some(p) = delta
+                .processes(filter)
+                .into_iter()
+                .find(|p| u64::from(p.tgid) == key)
+            else {
+                return vec![format!("process {key} is gone")];
+            };
+            out.push(format!(
+                "process {} ({}), {} threads with activity",
+                p.tgid, p.comm, p.threads
+            ));
+            counts_lines(&p.counts, &mut out);
+            p.tgid
+        }
+    };
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{tgid}/status"))
+        && let Some(l) = status.lines().find(|l| l.starts_with("THP_enabled:"))
+    {
+        out.push(format!(
+            "THP: {} (0: PR_SET_THP_DISABLE in force, seed 004)",
+            l.trim()
+        ));
+    }
+    let mut vmas = full.vmas.get(&tgid).cloned().unwrap_or_default();
+    vmas.sort_by_key(|v| std::cmp::Reverse(v.pte_updates));
+    if !vmas.is_empty() {
+        out.push(
+            "VMAs since numatrace started (PTE updates, calls, skips, longest unscanned):".into(),
+        );
+        for v in vmas.iter().take(8) {
+            let gap = v.pid_inactive.map_or(String::new(), |g| {
+                format!(", gap {}/{} threads", g.max_gap, g.max_gap_threads)
+            });
+            let skips: Vec<String> = v.skips.iter().map(|(r, n)| format!("{r}={n}")).collect();
+            out.push(format!(
+                "  {}-{} {:<24} {} PTEs, {} calls{}{}",
+                v.start,
+                v.end,
+                v.mapping.as_deref().unwrap_or("?"),
+                v.pte_updates,
+                v.calls,
+                if skips.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {}", skips.join(" "))
+                },
+                gap
+            ));
+        }
+    }
+    let flows = delta.node_flows();
+    if !flows.is_empty() {
+        out.push(format!(
+            "migrations by node (all traced tasks): {}",
+            view::flows_text(&flows)
+        ));
+    }
+    out
+}
+
+fn counts_lines(c: &crate::model::Counts, out: &mut Vec<String>) {
+    let h = &c.hint_faults;
+    let m = &c.migrations;
+    out.push(format!(
+        "scan: {} calls, {} PTEs made PROT_NONE, share {}",
+        c.scan.calls,
+        c.scan.pte_updates,
+        c.scan
+            .share
+            .or(c.scan.sampled_share)
+            .map_or("-".into(), |s| format!("{:.2}%", s * 100.0))
+    ));
+    out.push(format!(
+        "hint faults: {} ({} local, {} remote; {} 4K, {} THP, {} large), {} on COW-shared pages",
+        h.faults, h.local, h.remote, h.faults_4k, h.faults_thp, h.faults_large, h.cow_shared
+    ));
+    out.push(format!(
+        "migrations: {} pages ok, {} failed; {} migrate_misplaced calls, mean {}; {} stalls",
+        m.pages_ok.max(h.migrated_pages),
+        m.pages_failed,
+        m.attempts,
+        m.latency_ns_mean
+            .map_or("-".into(), |n| format!("{:.0} us", n / 1e3)),
+        m.stalls
+    ));
+    let skips: Vec<String> = c
+        .skipped_vmas
+        .iter()
+        .map(|(r, n)| format!("{r}={n}"))
+        .collect();
+    out.push(format!(
+        "skipped VMAs: {} ({}); placement: {} moves, {}/{} swaps, {} sticks",
+        c.skipped_vmas_total,
+        if skips.is_empty() {
+            "-".into()
+        } else {
+            skips.join(" ")
+        },
+        c.placement.moves,
+        c.placement.swaps_out,
+        c.placement.swaps_in,
+        c.placement.sticks
+    ));
+}
+
+async fn run_tui(
+    engine: &mut Engine,
+    args: &TopArgs,
+    filter: &Filter,
+    stats: bool,
+    signals: &mut Signals,
+) -> Result<()> {
+    let mut prev = engine.snapshot(Detail::Full)?;
+    let mut meter = Meter::now(engine, stats);
+    let first = refresh(
+        engine,
+        &prev,
+        &prev,
+        filter,
+        window(args, filter, 0.0, true),
+        OwnCost::default(),
+    );
+    let (mut shown, mut delta, mut full) = (first.view, first.delta, prev.clone());
+    let mut history = History::default();
+    let mut app = App::default();
+    let (tx, mut keys) = mpsc::unbounded_channel();
+    // crossterm's read blocks: a thread of its own; it ends with the process.
+    std::thread::spawn(move || {
+        while let Ok(ev) = event::read() {
+            if let Event::Key(k) = ev
+                && let Some(k) = key_of(&k)
+                && tx.send(k).is_err()
+            {
+                break;
+            }
+        }
+    });
+    // Restores the terminal on panic too (ratatui installs the hook).
+    let mut terminal = ratatui::try_init().context("setting up the terminal")?;
+    let nodes = engine.facts.numa_nodes as usize;
+    let mut tick = tokio::time::interval(args.delay);
+    tick.tick().await;
+    let result: Result<()> = loop {
+        let rows = app.rows(&shown);
+        app.reselect(&rows);
+        let (detail_lines, detail_spark) = match app.detail {
+            Some(k) => (
+                detail_lines(&app, k, &delta, &full, filter),
+                history.0.get(&k).cloned().unwrap_or_default(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        let ctx = ui::Context {
+            kernel: &engine.facts.release,
+            balancing: engine.facts.numa_balancing,
+            nodes,
+            hooks: &engine.hooks,
+            detail_lines,
+            detail_spark,
+        };
+        if let Err(e) = terminal.draw(|f| ui::draw(f, &app, &shown, &rows, &ctx)) {
+            break Err(e.into());
+        }
+        tokio::select! {
+            _ = tick.tick() => {
+                let detail = if app.detail.is_some() { Detail::Full } else { Detail::Summary };
+                let cur = match engine.snapshot(detail) {
+                    Ok(c) => c,
+                    Err(e) => break Err(e),
+                };
+                let m = Meter::now(engine, stats);
+                let secs = cur.mono_ns.saturating_sub(prev.mono_ns) as f64 / 1e9;
+                let r = refresh(engine, &prev, &cur, filter, window(args, filter, secs, true), m.since(&meter));
+                for t in r.delta.tasks.iter().filter(|t| !t.exited) {
+                    history.push(u64::from(t.pid), t.counts.hint_faults.faults);
+                }
+                // Paused: counting and snapshots go on; the screen keeps the last frame.
+                if !app.paused {
+                    shown = r.view;
+                    delta = r.delta;
+                    if cur.detail {
+                        full = cur.clone();
+                    }
+                }
+                prev = cur;
+                meter = m;
+            }
+            k = keys.recv() => {
+                match k {
+                    Some(k) => app.key(k, &rows),
+                    None => app.quit = true,
+                }
+            }
+            _ = signals.any() => app.quit = true,
+        }
+        if app.quit {
+            break Ok(());
+        }
+    };
+    ratatui::try_restore().context("restoring the terminal")?;
+    result
+}

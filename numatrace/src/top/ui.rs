@@ -1,0 +1,511 @@
+//! Drawing `top` with ratatui: header, the current view's table (or a row's detail), footer,
+//! and the help and hooks overlays. Works on any backend (tests use `TestBackend`).
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    style::{Color, Modifier, Style},
+    text::{Line, Span},
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState},
+};
+
+use super::{
+    app::{App, HELP, Mode, View},
+    view::{COLUMNS, FrameView, Row},
+};
+use crate::bpf::loader::HookReport;
+
+/// What the frame shows besides the view: the kernel line and, in detail, the row's lines.
+pub struct Context<'a> {
+    pub kernel: &'a str,
+    pub balancing: Option<u32>,
+    pub nodes: usize,
+    pub hooks: &'a [HookReport],
+    pub detail_lines: Vec<String>,
+    pub detail_spark: Vec<u64>,
+}
+
+pub fn draw(f: &mut Frame, app: &App, view: &FrameView, rows: &[Row], ctx: &Context) {
+    let [head, body, foot] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
+    draw_header(f, head, view, ctx);
+    if app.detail.is_some() {
+        draw_detail(f, body, app, ctx);
+    } else {
+        draw_table(f, body, app, rows);
+    }
+    draw_footer(f, foot, app, rows.len());
+    match &app.mode {
+        Mode::Help => draw_help(f, body),
+        Mode::Hooks => draw_hooks(f, body, ctx.hooks),
+        _ => {}
+    }
+}
+
+fn draw_header(f: &mut Frame, area: Rect, view: &FrameView, ctx: &Context) {
+    let lines = view.header(ctx.kernel, ctx.balancing, ctx.nodes);
+    let mut out: Vec<Line> = lines[..2].iter().map(|l| Line::from(l.clone())).collect();
+    // Losses in red: a report with drops is not exact.
+    let style = if view.dropped > 0 {
+        Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
+    } else {
+        Style::default()
+    };
+    out.push(Line::from(Span::styled(lines[2].clone(), style)));
+    f.render_widget(Paragraph::new(out), area);
+}
+
+fn widths(app: &App) -> Vec<Constraint> {
+    match app.view {
+        View::Tasks | View::Processes => COLUMNS
+            .iter()
+            .map(|c| Constraint::Length(c.width()))
+            .collect(),
+        View::Cgroups => std::iter::once(Constraint::Length(28))
+            .chain(std::iter::repeat_n(Constraint::Length(7), 7))
+            .collect(),
+        View::Nodes => vec![
+            Constraint::Length(5),
+            Constraint::Length(10),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(7),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Length(7),
+            Constraint::Length(5),
+        ],
+    }
+}
+
+/// How many leading columns fit in `width` (one cell of spacing between columns): the rest are
+/// left out rather than squeezed, so that every shown column stays readable.
+fn fitting(widths: &[Constraint], width: u16) -> usize {
+    let mut used = 0u16;
+    let mut n = 0;
+    for w in widths {
+        let Constraint::Length(w) = w else { break };
+        let need = if n == 0 { *w } else { w + 1 };
+        if used + need > width {
+            break;
+        }
+        used += need;
+        n += 1;
+    }
+    n.max(1)
+}
+
+fn draw_table(f: &mut Frame, area: Rect, app: &App, rows: &[Row]) {
+    let all = widths(app);
+    let n = fitting(&all, area.width);
+    let cols: Vec<&str> = app.view.columns().into_iter().take(n).collect();
+    let header = TRow::new(cols.iter().enumerate().map(|(i, c)| {
+        let mut s = (*c).to_owned();
+        if i == app.sort_col {
+            s.push(if app.sort_desc { '▼' } else { '▲' });
+        }
+        let style = if i == app.sort_col && app.mode == Mode::Sort {
+            Style::default().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::default().add_modifier(Modifier::BOLD)
+        };
+        Cell::from(s).style(style)
+    }));
+    let body = rows
+        .iter()
+        .map(|r| TRow::new(r.cells.iter().take(n).map(|c| Cell::from(c.clone()))));
+    let title = format!(" {} ({}) ", app.view.title(), rows.len());
+    let table = Table::new(body, all.into_iter().take(n))
+        .header(header)
+        .block(Block::default().borders(Borders::TOP).title(title))
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
+    let mut state = TableState::default();
+    if !rows.is_empty() {
+        state.select(Some(app.selected));
+    }
+    f.render_stateful_widget(table, area, &mut state);
+    if rows.is_empty() {
+        let inner = Rect {
+            y: area.y + 2,
+            height: area.height.saturating_sub(2),
+            ..area
+        };
+        f.render_widget(
+            Paragraph::new(
+                "no NUMA balancing activity in this interval (is kernel.numa_balancing on?)",
+            ),
+            inner,
+        );
+    }
+}
+
+fn draw_detail(f: &mut Frame, area: Rect, app: &App, ctx: &Context) {
+    let [text, spark] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
+    let lines: Vec<Line> = ctx
+        .detail_lines
+        .iter()
+        .map(|l| Line::from(l.clone()))
+        .collect();
+    f.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::TOP).title(format!(
+            " {} {} (Esc: back) ",
+            app.view.title(),
+            app.detail.unwrap_or(0)
+        ))),
+        text,
+    );
+    f.render_widget(
+        Sparkline::default()
+            .block(
+                Block::default()
+                    .borders(Borders::TOP)
+                    .title(" hint faults per refresh "),
+            )
+            .data(&ctx.detail_spark),
+        spark,
+    );
+}
+
+fn draw_footer(f: &mut Frame, area: Rect, app: &App, nrows: usize) {
+    let status = match &app.mode {
+        Mode::Filter(t) => format!("filter: {t}_  (Enter apply, Esc cancel)"),
+        Mode::Sort => "sort: ← → column, ↑ ↓ direction, Enter done".to_owned(),
+        _ => {
+            let mut s =
+                "q quit  ? help  t/P/c/n views  s sort  / filter  p pause  i hooks".to_owned();
+            if !app.filter.is_empty() {
+                s.push_str(&format!("  [filter: {}] {nrows} rows", app.filter));
+            }
+            s
+        }
+    };
+    let style = if app.paused {
+        Style::default().fg(Color::Yellow)
+    } else {
+        Style::default()
+    };
+    let text = if app.paused {
+        format!("PAUSED (p resumes)  {status}")
+    } else {
+        status
+    };
+    f.render_widget(Paragraph::new(Span::styled(text, style)), area);
+}
+
+fn popup(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
+
+fn draw_help(f: &mut Frame, area: Rect) {
+    let lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, what)| Line::from(format!("{k:<20} {what}")))
+        .collect();
+    let r = popup(area, 72, HELP.len() as u16 + 2);
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" keys ")),
+        r,
+    );
+}
+
+fn draw_hooks(f: &mut Frame, area: Rect, hooks: &[HookReport]) {
+    let lines: Vec<Line> = hooks
+        .iter()
+        .map(|h| {
+            let s = format!(
+                "{:<32} {:<10} {}",
+                h.name,
+                if h.attached {
+                    h.mechanism.to_string()
+                } else {
+                    "-".into()
+                },
+                h.reasons.first().map(String::as_str).unwrap_or("")
+            );
+            if h.attached {
+                Line::from(s)
+            } else {
+                Line::from(Span::styled(s, Style::default().fg(Color::Yellow)))
+            }
+        })
+        .collect();
+    let r = popup(area, area.width.saturating_sub(2), hooks.len() as u16 + 2);
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" hooks (a column without its hook shows -) "),
+        ),
+        r,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use numatrace_common::{MAX_NODES, TaskStats};
+    use ratatui::{Terminal, backend::TestBackend};
+
+    use super::*;
+    use crate::{
+        engine::{Filter, Snapshot},
+        kernel::nodes::NodeInfo,
+        plan::Mechanism,
+        top::{
+            app::{Key, View},
+            view::OwnCost,
+        },
+    };
+
+    fn hook(name: &str, attached: bool) -> HookReport {
+        HookReport {
+            name: name.into(),
+            kind: "function".into(),
+            mechanism: if attached {
+                Mechanism::Fentry
+            } else {
+                Mechanism::None
+            },
+            symbol: None,
+            attached,
+            reasons: if attached {
+                vec![]
+            } else {
+                vec!["fentry refused: EPERM".into()]
+            },
+            what: String::new(),
+        }
+    }
+
+    /// A full kernel, or one where only the tracepoints attach (this build machine's).
+    fn hooks(full: bool) -> Vec<HookReport> {
+        let mut h: Vec<HookReport> = [
+            "sched:sched_skip_vma_numa",
+            "sched:sched_move_numa",
+            "migrate:mm_migrate_pages",
+        ]
+        .iter()
+        .map(|n| hook(n, true))
+        .collect();
+        for f in [
+            "task_numa_work",
+            "change_prot_numa",
+            "task_numa_fault",
+            "mpol_misplaced",
+            "migrate_misplaced_folio|_page",
+            "migration_entry_wait",
+        ] {
+            h.push(hook(f, full));
+        }
+        h
+    }
+
+    /// Two snapshots one second apart with two busy tasks on two nodes.
+    fn delta() -> Snapshot {
+        let task = |pid: u32, comm: &[u8], k: u64| {
+            let mut s = TaskStats::new(pid, 100);
+            s.comm[..comm.len()].copy_from_slice(comm);
+            s.first_ns = 1;
+            s.scan_calls = 4 * k;
+            s.scan_runtime_ns = 2_000_000 * k;
+            s.runtime_first_ns = 1;
+            s.runtime_last_ns = 1 + 100_000_000 * k;
+            s.pte_updates = 4096 * k;
+            s.hint_faults = 1000 * k;
+            s.hint_faults_local = 250 * k;
+            s.hint_faults_thp = 10 * k;
+            s.migrate_ok = 700 * k;
+            s.migrate_attempts = 700 * k;
+            s.migrate_succeeded = 700 * k;
+            s.migrate_ns = 700 * k * 40_000;
+            s.skip_vma[1] = 5 * k;
+            s.numa_moves = k;
+            s.cgroup_id = 7;
+            s.preferred_nid = 1;
+            s.last_nid = 2;
+            s
+        };
+        let n = MAX_NODES as usize;
+        let snap = |mono_ns: u64, k: u64| {
+            let mut node_faults = vec![0; n * 3];
+            node_faults[0] = 2000 * k;
+            node_faults[1] = 500 * k;
+            let mut pages = vec![0; (n + 1) * n];
+            pages[n] = 1400 * k; // 1 -> 0
+            let mut s = Snapshot {
+                mono_ns,
+                consistent: true,
+                self_tgid: 1,
+                tasks: Snapshot::tasks_from(
+                    &[task(101, b"worker-a", k), task(102, b"worker-b", 2 * k)],
+                    &BTreeMap::new(),
+                ),
+                node_faults,
+                migrated_pages: pages,
+                migrate_matrix: vec![0; 2 * (n + 1) * n],
+                migrate_latency: vec![0; 64],
+                nodes: (0..2)
+                    .map(|node| NodeInfo {
+                        node,
+                        cpus: node.to_string(),
+                        distances: vec![10, 20],
+                        mem_total_bytes: Some(1 << 30),
+                        mem_free_bytes: Some(1 << 29),
+                    })
+                    .collect(),
+                vmstat_hi: BTreeMap::from([
+                    ("numa_pte_updates".to_owned(), 12288 * k),
+                    ("numa_hint_faults".to_owned(), 3000 * k),
+                    ("numa_hint_faults_local".to_owned(), 750 * k),
+                    ("numa_pages_migrated".to_owned(), 2100 * k),
+                ]),
+                vmstat_lo: BTreeMap::from([
+                    ("numa_pte_updates".to_owned(), 12288 * k),
+                    ("numa_hint_faults".to_owned(), 3000 * k),
+                    ("numa_hint_faults_local".to_owned(), 750 * k),
+                    ("numa_pages_migrated".to_owned(), 2100 * k),
+                ]),
+                ..Snapshot::default()
+            };
+            for t in &mut s.tasks {
+                t.cgroup = Some("/app.slice/db.service".into());
+            }
+            s.migrate_latency[16] = 700 * k;
+            s
+        };
+        snap(2_000_000_000, 2).delta(&snap(1_000_000_000, 1))
+    }
+
+    fn render(app: &App, full: bool, w: u16, h: u16) -> String {
+        let hooks = hooks(full);
+        let view = FrameView::build(
+            &delta(),
+            &hooks,
+            &Filter::default(),
+            OwnCost {
+                cpu_pct: Some(0.4),
+                bpf_pct: Some(0.02),
+                bpf_runs: Some(5000),
+            },
+        );
+        let rows = app.rows(&view);
+        let ctx = Context {
+            kernel: "6.12.117+deb12-cloud-amd64",
+            balancing: Some(1),
+            nodes: 2,
+            hooks: &hooks,
+            detail_lines: vec!["task 101 (worker-a) of process 100".into()],
+            detail_spark: vec![1, 5, 3, 8],
+        };
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        term.draw(|f| draw(f, app, &view, &rows, &ctx)).unwrap();
+        let buf = term.backend().buffer().clone();
+        (0..h)
+            .map(|y| {
+                (0..w)
+                    .map(|x| buf[(x, y)].symbol().to_owned())
+                    .collect::<String>()
+                    .trim_end()
+                    .to_owned()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    }
+
+    /// Compares with `src/top/golden/NAME.txt`; `NUMATRACE_UPDATE_GOLDEN=1` rewrites it.
+    fn golden(name: &str, text: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/top/golden")
+            .join(format!("{name}.txt"));
+        if std::env::var("NUMATRACE_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            return;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+            panic!(
+                "{} missing: run with NUMATRACE_UPDATE_GOLDEN=1",
+                path.display()
+            )
+        });
+        assert_eq!(text, want, "{name} differs from {}", path.display());
+    }
+
+    #[test]
+    fn every_view_at_80x24_and_200x50_on_a_full_and_a_tracepoint_only_kernel() {
+        for (view, key) in [
+            (View::Tasks, 't'),
+            (View::Processes, 'P'),
+            (View::Cgroups, 'c'),
+            (View::Nodes, 'n'),
+        ] {
+            let mut app = App::default();
+            app.key(Key::Char(key), &[]);
+            assert_eq!(app.view, view);
+            for (w, h) in [(80, 24), (200, 50)] {
+                for full in [true, false] {
+                    let name = format!(
+                        "{}-{w}x{h}-{}",
+                        view.title(),
+                        if full { "full" } else { "tracepoints" }
+                    );
+                    golden(&name, &render(&app, full, w, h));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn missing_hooks_show_dashes_never_zeros() {
+        let app = App::default();
+        let t = render(&app, false, 200, 50);
+        let row = t.lines().find(|l| l.contains("worker-b")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // PID COMM SCAN% PTE/s HINT/s LOCAL% MIGR/s SKIP/s NODE ...
+        assert_eq!(cells[1], "worker-b", "{row}");
+        assert_eq!(cells[2], "-", "{row}");
+        assert_eq!(cells[3], "-", "{row}");
+        assert_eq!(cells[4], "-", "{row}");
+        let full = render(&app, true, 200, 50);
+        let row = full.lines().find(|l| l.contains("worker-b")).unwrap();
+        assert!(row.contains("2000"), "hint faults/s of worker-b: {row}");
+    }
+
+    #[test]
+    fn detail_help_and_hooks_overlays() {
+        let mut app = App::default();
+        app.key(
+            Key::Enter,
+            &[Row {
+                key: 101,
+                cells: vec![],
+                sort: vec![],
+            }],
+        );
+        let t = render(&app, true, 80, 24);
+        assert!(t.contains("task 101 (worker-a)"), "{t}");
+        assert!(t.contains("hint faults per refresh"), "{t}");
+        let mut app = App::default();
+        app.key(Key::Char('?'), &[]);
+        assert!(render(&app, true, 80, 24).contains("q / Ctrl-C"));
+        let mut app = App::default();
+        app.key(Key::Char('i'), &[]);
+        let t = render(&app, false, 120, 30);
+        assert!(t.contains("fentry refused: EPERM"), "{t}");
+    }
+}

@@ -1,0 +1,610 @@
+//! What one refresh of `top` shows, computed from two snapshots: rows with rates per task,
+//! process, cgroup and node, and the header. Pure data (the TUI, the batch text and the JSON
+//! lines all render it), so it is tested without a kernel.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::{
+    bpf::loader::HookReport,
+    engine::{Filter, Snapshot},
+    model::{Counts, TaskRecord},
+    plan::Mechanism,
+    sources::maps::NodeFlow,
+};
+
+/// What this kernel lets numatrace supply; a column without it shows `-`, never 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Caps {
+    pub scan: bool,
+    pub scan_sampled: bool,
+    pub pte: bool,
+    pub hint: bool,
+    pub migr: bool,
+    pub lat: bool,
+    pub cow: bool,
+    pub stalls: bool,
+    pub skip: bool,
+    pub moves: bool,
+}
+
+impl Caps {
+    pub fn from_hooks(hooks: &[HookReport]) -> Self {
+        let on = |n: &str| hooks.iter().any(|h| h.name == n && h.attached);
+        let exact_scan = hooks
+            .iter()
+            .any(|h| h.name == "task_numa_work" && h.attached && h.mechanism != Mechanism::None);
+        Self {
+            scan: exact_scan || on("sampling:cpu-clock"),
+            scan_sampled: !exact_scan && on("sampling:cpu-clock"),
+            pte: on("change_prot_numa"),
+            hint: on("task_numa_fault"),
+            migr: on("migrate:mm_migrate_pages") || on("migrate_misplaced_folio|_page"),
+            lat: on("migrate_misplaced_folio|_page"),
+            cow: on("mpol_misplaced"),
+            stalls: on("migration_entry_wait"),
+            skip: on("sched:sched_skip_vma_numa"),
+            moves: on("sched:sched_move_numa"),
+        }
+    }
+}
+
+/// The columns of the task and process tables, in display order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Column {
+    Pid,
+    Comm,
+    ScanPct,
+    PteRate,
+    HintRate,
+    LocalPct,
+    MigrRate,
+    SkipRate,
+    Node,
+    ThpPct,
+    MigrFail,
+    Latency,
+    CowRate,
+    Stalls,
+    Reason,
+    Moves,
+    Cgroup,
+}
+
+pub const COLUMNS: [Column; 17] = [
+    Column::Pid,
+    Column::Comm,
+    Column::ScanPct,
+    Column::PteRate,
+    Column::HintRate,
+    Column::LocalPct,
+    Column::MigrRate,
+    Column::SkipRate,
+    Column::Node,
+    Column::ThpPct,
+    Column::MigrFail,
+    Column::Latency,
+    Column::CowRate,
+    Column::Stalls,
+    Column::Reason,
+    Column::Moves,
+    Column::Cgroup,
+];
+
+impl Column {
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Pid => "PID",
+            Self::Comm => "COMM",
+            Self::ScanPct => "SCAN%",
+            Self::PteRate => "PTE/s",
+            Self::HintRate => "HINT/s",
+            Self::LocalPct => "LOCAL%",
+            Self::MigrRate => "MIGR/s",
+            Self::SkipRate => "SKIP/s",
+            Self::Node => "NODE",
+            Self::ThpPct => "THP%",
+            Self::MigrFail => "FAIL",
+            Self::Latency => "LAT",
+            Self::CowRate => "COW/s",
+            Self::Stalls => "STALLS",
+            Self::Reason => "SKIP WHY",
+            Self::Moves => "MOVES",
+            Self::Cgroup => "CGROUP",
+        }
+    }
+
+    /// Width in cells (the last columns only show on wide terminals).
+    pub fn width(self) -> u16 {
+        match self {
+            Self::Pid => 7,
+            Self::Comm => 15,
+            Self::Cgroup => 24,
+            Self::Reason => 12,
+            Self::Node => 5,
+            _ => 7,
+        }
+    }
+
+    /// Text columns sort ascending first; numbers, largest first.
+    pub fn numeric(self) -> bool {
+        !matches!(self, Self::Comm | Self::Cgroup | Self::Reason | Self::Node)
+    }
+}
+
+/// One table row: a key to find it again, cells as shown, and numbers to sort by.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// pid (tasks), tgid (processes), cgroup id (cgroups) or node.
+    pub key: u64,
+    pub cells: Vec<String>,
+    #[serde(skip)]
+    pub sort: Vec<f64>,
+}
+
+fn rate(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+fn fmt_rate(v: f64) -> String {
+    match v {
+        v if v >= 100_000.0 => format!("{:.0}k", v / 1000.0),
+        v if v >= 100.0 => format!("{v:.0}"),
+        v => format!("{v:.1}"),
+    }
+}
+
+fn pct(n: u64, d: u64) -> Option<f64> {
+    (d > 0).then(|| 100.0 * n as f64 / d as f64)
+}
+
+fn fmt_ns(v: f64) -> String {
+    match v {
+        v if v < 1e3 => format!("{v:.0}ns"),
+        v if v < 1e6 => format!("{:.0}us", v / 1e3),
+        v if v < 1e9 => format!("{:.1}ms", v / 1e6),
+        v => format!("{:.1}s", v / 1e9),
+    }
+}
+
+/// Cells and sort keys of one set of counts (a task, a process or a cgroup).
+fn counts_row(
+    c: &Counts,
+    caps: &Caps,
+    secs: f64,
+    pid: String,
+    comm: String,
+    node: String,
+    cgroup: String,
+) -> (Vec<String>, Vec<f64>) {
+    let dash = || "-".to_owned();
+    let h = &c.hint_faults;
+    let m = &c.migrations;
+    let share = if caps.scan_sampled {
+        c.scan.sampled_share
+    } else {
+        c.scan.share
+    };
+    let migrated = m.pages_ok.max(m.succeeded);
+    let mut cells = Vec::with_capacity(COLUMNS.len());
+    let mut sort = Vec::with_capacity(COLUMNS.len());
+    for col in COLUMNS {
+        let (cell, key) = match col {
+            Column::Pid => (pid.clone(), pid.parse().unwrap_or(0.0)),
+            Column::Comm => (comm.clone(), 0.0),
+            Column::ScanPct if caps.scan => match share {
+                Some(s) => (
+                    format!(
+                        "{}{:.2}",
+                        if caps.scan_sampled { "~" } else { "" },
+                        s * 100.0
+                    ),
+                    s,
+                ),
+                None => ("0.00".into(), 0.0),
+            },
+            Column::PteRate if caps.pte => {
+                let r = rate(c.scan.pte_updates, secs);
+                (fmt_rate(r), r)
+            }
+            Column::HintRate if caps.hint => {
+                let r = rate(h.faults, secs);
+                (fmt_rate(r), r)
+            }
+            Column::LocalPct if caps.hint => match pct(h.local, h.faults) {
+                Some(p) => (format!("{p:.0}"), p),
+                None => (dash(), -1.0),
+            },
+            Column::MigrRate if caps.migr => {
+                let r = rate(migrated, secs);
+                (fmt_rate(r), r)
+            }
+            Column::SkipRate if caps.skip => {
+                let r = rate(c.skipped_vmas_total, secs);
+                (fmt_rate(r), r)
+            }
+            Column::Node => (node.clone(), 0.0),
+            Column::ThpPct if caps.hint => match pct(h.faults_thp, h.faults) {
+                Some(p) => (format!("{p:.0}"), p),
+                None => (dash(), -1.0),
+            },
+            Column::MigrFail if caps.migr => {
+                let f = m.pages_failed.max(m.not_migrated);
+                (f.to_string(), f as f64)
+            }
+            Column::Latency if caps.lat => match m.latency_ns_mean {
+                Some(ns) => (fmt_ns(ns), ns),
+                None => (dash(), -1.0),
+            },
+            Column::CowRate if caps.cow => {
+                let r = rate(h.cow_shared, secs);
+                (fmt_rate(r), r)
+            }
+            Column::Stalls if caps.stalls => (m.stalls.to_string(), m.stalls as f64),
+            Column::Reason if caps.skip => (c.skipped_vmas.top().unwrap_or("-").to_owned(), 0.0),
+            Column::Moves if caps.moves => {
+                (c.placement.moves.to_string(), c.placement.moves as f64)
+            }
+            Column::Cgroup => (cgroup.clone(), 0.0),
+            _ => (dash(), -1.0),
+        };
+        cells.push(cell);
+        sort.push(key);
+    }
+    (cells, sort)
+}
+
+/// The last component of a cgroup path, which is what tells containers and services apart.
+pub fn short_cgroup(path: Option<&str>) -> String {
+    match path {
+        None => "?".into(),
+        Some("/") => "/".into(),
+        Some(p) => p.rsplit('/').next().unwrap_or(p).to_owned(),
+    }
+}
+
+fn node_cell(t: &TaskRecord) -> String {
+    let n = |v: Option<u32>| v.map_or("-".into(), |n| n.to_string());
+    if t.preferred_node.is_none() && t.last_node.is_none() {
+        return "-".into();
+    }
+    format!("{}>{}", n(t.preferred_node), n(t.last_node))
+}
+
+/// The system line of the header: rates from the kernel's own /proc/vmstat.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SystemRates {
+    pub pte_updates_per_s: f64,
+    pub hint_faults_per_s: f64,
+    pub hint_faults_local_pct: Option<f64>,
+    pub pages_migrated_per_s: f64,
+    pub migrate_failed_per_s: f64,
+}
+
+/// numatrace's own cost over the interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct OwnCost {
+    /// CPU time of numatrace's process per wall time, in % of one CPU.
+    pub cpu_pct: Option<f64>,
+    /// Run time of its kernel programs (BPF run-time statistics), in % of one CPU, and runs.
+    pub bpf_pct: Option<f64>,
+    pub bpf_runs: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FrameView {
+    pub interval_s: f64,
+    pub system: SystemRates,
+    pub dropped: u64,
+    pub hooks_missing: Vec<String>,
+    pub caps: Caps,
+    pub own: OwnCost,
+    pub tasks: Vec<Row>,
+    pub processes: Vec<Row>,
+    pub cgroups: Vec<Row>,
+    pub nodes: Vec<Row>,
+    pub flows: Vec<NodeFlow>,
+    /// migrate_misplaced latency percentiles over the interval (log2 buckets: upper bounds).
+    pub latency_p50_ns: Option<u64>,
+    pub latency_p99_ns: Option<u64>,
+}
+
+/// Upper bound of the bucket holding quantile `q` of a log2 histogram (bucket b: < 2^b).
+pub fn quantile(buckets: &[u64], q: f64) -> Option<u64> {
+    let total: u64 = buckets.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let want = (q * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (b, n) in buckets.iter().enumerate() {
+        seen += n;
+        if seen >= want {
+            return Some(if b >= 64 { u64::MAX } else { 1u64 << b });
+        }
+    }
+    None
+}
+
+pub const NODE_COLUMNS: [&str; 9] = [
+    "NODE", "CPUS", "MEM", "HINT/s", "LOCAL%", "IN/s", "OUT/s", "PREFER", "RAN",
+];
+pub const CGROUP_COLUMNS: [&str; 8] = [
+    "CGROUP", "TASKS", "SCAN%", "PTE/s", "HINT/s", "LOCAL%", "MIGR/s", "SKIP/s",
+];
+
+impl FrameView {
+    /// `delta`: the later snapshot minus the earlier.
+    pub fn build(delta: &Snapshot, hooks: &[HookReport], filter: &Filter, own: OwnCost) -> Self {
+        let caps = Caps::from_hooks(hooks);
+        let secs = delta.span_ns as f64 / 1e9;
+        let v = |k: &str| delta.vmstat_hi.get(k).copied().unwrap_or(0);
+        let system = SystemRates {
+            pte_updates_per_s: rate(v("numa_pte_updates"), secs),
+            hint_faults_per_s: rate(v("numa_hint_faults"), secs),
+            hint_faults_local_pct: pct(v("numa_hint_faults_local"), v("numa_hint_faults")),
+            pages_migrated_per_s: rate(v("numa_pages_migrated"), secs),
+            migrate_failed_per_s: rate(v("pgmigrate_fail"), secs),
+        };
+        let tasks = delta
+            .task_rows(filter)
+            .iter()
+            .filter(|t| !t.exited)
+            .map(|t| {
+                let (cells, sort) = counts_row(
+                    &t.counts,
+                    &caps,
+                    secs,
+                    t.pid.to_string(),
+                    t.comm.clone(),
+                    node_cell(t),
+                    short_cgroup(t.cgroup.as_deref()),
+                );
+                Row {
+                    key: u64::from(t.pid),
+                    cells,
+                    sort,
+                }
+            })
+            .collect();
+        let processes = delta
+            .processes(filter)
+            .iter()
+            .map(|p| {
+                let (cells, sort) = counts_row(
+                    &p.counts,
+                    &caps,
+                    secs,
+                    p.tgid.to_string(),
+                    format!("{} ({})", p.comm, p.threads),
+                    "-".into(),
+                    String::new(),
+                );
+                Row {
+                    key: u64::from(p.tgid),
+                    cells,
+                    sort,
+                }
+            })
+            .collect();
+        let cgroups = delta
+            .cgroups(filter)
+            .iter()
+            .map(|c| {
+                let (cells, sort) = counts_row(
+                    &c.counts,
+                    &caps,
+                    secs,
+                    c.tasks.to_string(),
+                    c.path.clone().unwrap_or_else(|| format!("id {}", c.id)),
+                    String::new(),
+                    String::new(),
+                );
+                // CGROUP, TASKS, SCAN%, PTE/s, HINT/s, LOCAL%, MIGR/s, SKIP/s
+                let pick = [1, 0, 2, 3, 4, 5, 6, 7];
+                Row {
+                    key: c.id,
+                    cells: pick.iter().map(|&i| cells[i].clone()).collect(),
+                    sort: pick.iter().map(|&i| sort[i]).collect(),
+                }
+            })
+            .collect();
+        let nodes = delta
+            .node_rows(filter)
+            .iter()
+            .map(|n| {
+                let hint = rate(n.hint_faults, secs);
+                let inr = rate(n.pages_migrated_in, secs);
+                let outr = rate(n.pages_migrated_out, secs);
+                let local = pct(n.hint_faults_local, n.hint_faults);
+                let h = |s: String| if caps.hint { s } else { "-".into() };
+                Row {
+                    key: u64::from(n.node),
+                    cells: vec![
+                        n.node.to_string(),
+                        n.cpus.clone(),
+                        n.mem_total_bytes
+                            .map_or("-".into(), |b| format!("{}M", b >> 20)),
+                        h(fmt_rate(hint)),
+                        h(local.map_or("-".into(), |p| format!("{p:.0}"))),
+                        h(fmt_rate(inr)),
+                        h(fmt_rate(outr)),
+                        n.tasks_preferring.to_string(),
+                        n.tasks_last_ran.to_string(),
+                    ],
+                    sort: vec![
+                        f64::from(n.node),
+                        0.0,
+                        n.mem_total_bytes.unwrap_or(0) as f64,
+                        hint,
+                        local.unwrap_or(-1.0),
+                        inr,
+                        outr,
+                        f64::from(n.tasks_preferring),
+                        f64::from(n.tasks_last_ran),
+                    ],
+                }
+            })
+            .collect();
+        let dropped = crate::report::stat::Dropped::from_snapshot(delta).total;
+        Self {
+            interval_s: secs,
+            system,
+            dropped,
+            hooks_missing: hooks
+                .iter()
+                .filter(|h| !h.attached)
+                .map(|h| h.name.clone())
+                .collect(),
+            caps,
+            own,
+            tasks,
+            processes,
+            cgroups,
+            nodes,
+            flows: delta.node_flows(),
+            latency_p50_ns: quantile(&delta.migrate_latency, 0.5),
+            latency_p99_ns: quantile(&delta.migrate_latency, 0.99),
+        }
+    }
+
+    /// The header lines, as plain text (the TUI colours them).
+    pub fn header(&self, kernel: &str, balancing: Option<u32>, nodes: usize) -> Vec<String> {
+        let s = &self.system;
+        let lat = match (self.latency_p50_ns, self.latency_p99_ns) {
+            (Some(a), Some(b)) => format!(
+                "; migration p50<{} p99<{}",
+                fmt_ns(a as f64),
+                fmt_ns(b as f64)
+            ),
+            _ => String::new(),
+        };
+        vec![
+            format!(
+                "numatrace top - kernel {kernel}, balancing {}, {nodes} node{}, every {:.1}s",
+                balancing.map_or("?".into(), |b| b.to_string()),
+                if nodes == 1 { "" } else { "s" },
+                self.interval_s
+            ),
+            format!(
+                "system: {} PTE/s, {} hint/s ({} local), {} migrated/s, {} failed/s",
+                fmt_rate(s.pte_updates_per_s),
+                fmt_rate(s.hint_faults_per_s),
+                s.hint_faults_local_pct
+                    .map_or("-".into(), |p| format!("{p:.0}%")),
+                fmt_rate(s.pages_migrated_per_s),
+                fmt_rate(s.migrate_failed_per_s),
+            ),
+            format!(
+                "dropped {}; {} hook{} missing{}; self {} CPU, BPF {}{lat}",
+                self.dropped,
+                self.hooks_missing.len(),
+                if self.hooks_missing.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                },
+                if self.hooks_missing.is_empty() {
+                    ""
+                } else {
+                    " (i)"
+                },
+                self.own.cpu_pct.map_or("-".into(), |c| format!("{c:.1}%")),
+                self.own.bpf_pct.map_or("-".into(), |c| format!("{c:.2}%")),
+            ),
+        ]
+    }
+}
+
+/// `1->0 4096 pages, ...`: the migrated pages between nodes (`?`: source unknown).
+pub fn flows_text(flows: &[NodeFlow]) -> String {
+    flows
+        .iter()
+        .map(|f| {
+            format!(
+                "{}->{} {} pages",
+                f.src.map_or("?".into(), |s| s.to_string()),
+                f.dst,
+                f.pages
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Sorts rows by column `col` (numbers largest first when `desc`).
+pub fn sort_rows(rows: &mut [Row], col: usize, desc: bool) {
+    rows.sort_by(|a, b| {
+        let (x, y) = (
+            a.sort.get(col).copied().unwrap_or(0.0),
+            b.sort.get(col).copied().unwrap_or(0.0),
+        );
+        let o = if x != y {
+            x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
+        } else {
+            a.cells.get(col).cmp(&b.cells.get(col))
+        };
+        let o = o.then(a.key.cmp(&b.key));
+        if desc { o.reverse() } else { o }
+    });
+}
+
+/// Per-key history of one rate, for the detail view's sparklines.
+#[derive(Clone, Debug, Default)]
+pub struct History(pub BTreeMap<u64, Vec<u64>>);
+
+impl History {
+    pub const LEN: usize = 60;
+
+    pub fn push(&mut self, key: u64, v: u64) {
+        let h = self.0.entry(key).or_default();
+        h.push(v);
+        if h.len() > Self::LEN {
+            h.remove(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_of_log2_buckets() {
+        // 10 values < 2, 89 < 1024, 1 < 2^20
+        let mut b = vec![0u64; 64];
+        b[1] = 10;
+        b[10] = 89;
+        b[20] = 1;
+        assert_eq!(quantile(&b, 0.5), Some(1024));
+        assert_eq!(quantile(&b, 0.05), Some(2));
+        assert_eq!(quantile(&b, 1.0), Some(1 << 20));
+        assert_eq!(quantile(&[0, 0], 0.5), None);
+    }
+
+    #[test]
+    fn rows_sort_by_number_then_key() {
+        let r = |k, v: f64| Row {
+            key: k,
+            cells: vec![format!("{v}")],
+            sort: vec![v],
+        };
+        let mut rows = vec![r(1, 2.0), r(2, 9.0), r(3, 2.0)];
+        sort_rows(&mut rows, 0, true);
+        assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [2, 3, 1]);
+        sort_rows(&mut rows, 0, false);
+        assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [1, 3, 2]);
+    }
+
+    #[test]
+    fn short_cgroup_is_the_last_component() {
+        assert_eq!(
+            short_cgroup(Some("/system.slice/foo.service")),
+            "foo.service"
+        );
+        assert_eq!(short_cgroup(Some("/")), "/");
+        assert_eq!(short_cgroup(None), "?");
+    }
+}

@@ -1,0 +1,321 @@
+//! `numatrace top` as a person uses it: in a real terminal (tmux), in a pipe (`-b`), and as
+//! JSON lines while a migrating workload runs (in the 2-node guests).
+
+mod common;
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::{Sysctl, numatrace_bin, workload_bin};
+
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().expect("tmux");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A detached tmux session with a plain shell, killed on drop.
+struct Session(String);
+
+impl Session {
+    fn new() -> Self {
+        let name = format!("numatrace-top-{}", std::process::id());
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                "160",
+                "-y",
+                "40",
+                "sh",
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session failed");
+        let s = Self(name);
+        // A prompt the test can recognise.
+        s.send(&["PS1='ready$ '", "Enter"]);
+        s
+    }
+
+    fn send(&self, keys: &[&str]) {
+        let mut a = vec!["send-keys", "-t", &self.0];
+        a.extend_from_slice(keys);
+        tmux(&a);
+    }
+
+    fn screen(&self) -> String {
+        tmux(&["capture-pane", "-p", "-t", &self.0])
+    }
+
+    fn wait_for(&self, what: &str, timeout: Duration, f: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if f(&s) {
+                println!("{what} after {:.1} s", start.elapsed().as_secs_f64());
+                return s;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{what}: not within {timeout:?}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `stty -a` of the pane's terminal, through a file (the screen wraps long lines).
+    fn stty(&self, tag: &str) -> String {
+        let file = std::env::temp_dir().join(format!("{}-{tag}.stty", self.0));
+        let _ = std::fs::remove_file(&file);
+        self.send(&[&format!("stty -a > {}", file.display()), "Enter"]);
+        assert!(
+            common::wait_until(Duration::from_secs(10), || std::fs::metadata(&file)
+                .is_ok_and(|m| m.len() > 0)),
+            "stty -a did not run: {}",
+            self.screen()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let s = std::fs::read_to_string(&file).unwrap();
+        let _ = std::fs::remove_file(&file);
+        s
+    }
+
+    /// The numatrace process running in the pane (a child of its shell).
+    fn numatrace_pid(&self) -> Option<u32> {
+        let shell = tmux(&["display-message", "-p", "-t", &self.0, "#{pane_pid}"]);
+        let out = Command::new("pgrep")
+            .args(["-P", shell.trim(), "-f", "numatrace"])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        tmux(&["kill-session", "-t", &self.0]);
+    }
+}
+
+fn threads_workload() -> Child {
+    Command::new(workload_bin())
+        .args([
+            "threads",
+            "--threads",
+            "4",
+            "--mem-mib",
+            "32",
+            "--duration",
+            "30s",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn top_in_a_real_terminal_shows_the_workload_and_restores_the_terminal() {
+    const TEST: &str = "top_in_a_real_terminal_shows_the_workload_and_restores_the_terminal";
+    require_root!(TEST);
+    if Command::new("tmux").arg("-V").output().is_err() {
+        common::skip(
+            TEST,
+            "tmux is not installed (`cargo xtask test` installs it as root)",
+        );
+        return;
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let s = Session::new();
+    s.wait_for("the shell", Duration::from_secs(10), |t| {
+        t.contains("ready$")
+    });
+    let before = s.stty("before");
+    let mut w = threads_workload();
+    s.send(&[&format!("{} top -d 1", numatrace_bin()), "Enter"]);
+    let shown = s.wait_for("the header", Duration::from_secs(30), |t| {
+        t.contains("numatrace top - kernel")
+    });
+    assert!(shown.contains("PID") && shown.contains("SCAN%"), "{shown}");
+    // The workload's threads are scanned and skip VMAs (host) or fault (guests): a row.
+    let shown = s.wait_for("a row of the workload", Duration::from_secs(30), |t| {
+        t.contains("ntw-thread") || t.contains("numatrace-workl")
+    });
+    println!("{shown}");
+    // Keys: the help overlay, the nodes view, back to tasks.
+    s.send(&["?"]);
+    s.wait_for("the help", Duration::from_secs(5), |t| {
+        t.contains("q / Ctrl-C")
+    });
+    s.send(&["x"]);
+    s.send(&["n"]);
+    s.wait_for("the nodes view", Duration::from_secs(5), |t| {
+        t.contains(" nodes (")
+    });
+    s.send(&["t"]);
+    s.send(&["q"]);
+    assert!(
+        common::wait_until(Duration::from_secs(10), || s.numatrace_pid().is_none()),
+        "numatrace still runs after q"
+    );
+    s.wait_for("the shell prompt after q", Duration::from_secs(10), |t| {
+        t.lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .is_some_and(|l| l.trim_end() == "ready$")
+    });
+    assert_eq!(
+        s.stty("after-q"),
+        before,
+        "q left the terminal modes changed"
+    );
+
+    // SIGTERM restores it too.
+    s.send(&[&format!("{} top -d 1", numatrace_bin()), "Enter"]);
+    s.wait_for("the header again", Duration::from_secs(30), |t| {
+        t.contains("numatrace top - kernel")
+    });
+    let pid = s.numatrace_pid().expect("numatrace's pid in the pane");
+    // SAFETY: kill(2) on a process we started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert!(
+        common::wait_until(Duration::from_secs(10), || s.numatrace_pid().is_none()),
+        "numatrace still runs after SIGTERM"
+    );
+    s.wait_for(
+        "the shell prompt after SIGTERM",
+        Duration::from_secs(10),
+        |t| {
+            t.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .is_some_and(|l| l.trim_end() == "ready$")
+        },
+    );
+    assert_eq!(
+        s.stty("after-term"),
+        before,
+        "SIGTERM left the terminal modes changed"
+    );
+    let _ = w.kill();
+    let _ = w.wait();
+}
+
+#[test]
+fn batch_frames_work_in_a_pipe() {
+    const TEST: &str = "batch_frames_work_in_a_pipe";
+    require_root!(TEST);
+    let out = Command::new(numatrace_bin())
+        .args(["top", "-b", "-n", "2", "-d", "0.5"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !text.contains('\x1b'),
+        "escape codes in batch mode:\n{text}"
+    );
+    assert_eq!(text.matches("numatrace top - kernel").count(), 2, "{text}");
+    assert!(
+        text.contains("system:") && text.contains("dropped"),
+        "{text}"
+    );
+    // `| head -1`: a closed pipe ends it quietly.
+    let mut child = Command::new(numatrace_bin())
+        .args(["top", "-b", "-d", "0.2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
+    drop(stdout);
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "top -b after its reader went away: {status:?}"
+    );
+}
+
+#[test]
+fn json_frames_show_migrations_in_a_two_node_guest() {
+    const TEST: &str = "json_frames_show_migrations_in_a_two_node_guest";
+    require_root!(TEST);
+    if common::numa_nodes() < 2 {
+        common::skip(
+            TEST,
+            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
+        );
+        return;
+    }
+    let probes = common::probes();
+    if !common::attached(&probes, "task_numa_fault") {
+        common::skip(TEST, "task_numa_fault cannot be hooked here");
+        return;
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let mut w = Command::new(workload_bin())
+        .args(["migrate", "--mem-mib", "64", "--duration", "20s"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = Command::new(numatrace_bin())
+        .args(["top", "-b", "-n", "6", "-d", "2", "--json"])
+        .output()
+        .unwrap();
+    let _ = w.kill();
+    let _ = w.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let frames: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(frames.len(), 6);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(f["frame"], i as u64 + 1);
+        assert_eq!(f["schema"], "numatrace.stat/1");
+        assert!(
+            f["interval_s"].as_f64().unwrap() > 1.0,
+            "{}",
+            f["interval_s"]
+        );
+    }
+    let migrating = frames
+        .iter()
+        .filter(|f| f["rates"]["pages_migrated_per_s"].as_f64().unwrap() > 0.0)
+        .count();
+    println!(
+        "pages migrated/s per frame: {:?}",
+        frames
+            .iter()
+            .map(|f| f["rates"]["pages_migrated_per_s"].clone())
+            .collect::<Vec<_>>()
+    );
+    assert!(migrating > 0, "no frame saw migrations");
+    assert!(
+        frames
+            .iter()
+            .any(|f| !f["node_matrix"].as_array().unwrap().is_empty()),
+        "no frame has a node matrix"
+    );
+}
