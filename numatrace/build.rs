@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
         .arg(ebpf.name.as_str())
         .args([
             "--bins",
-            "--message-format=json-render-diagnostics",
+            "--message-format=json",
             "--release",
             "--target",
             "bpfel-unknown-none",

@@ -118,6 +118,35 @@ pub struct CheckArgs {
     pub command: Vec<OsString>,
 }
 
+/// `top --sort`: the columns of the task and process tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortColumn {
+    Pid,
+    Comm,
+    Scan,
+    Pte,
+    Hint,
+    Local,
+    Migr,
+    Skip,
+    Node,
+    Thp,
+    Fail,
+    Lat,
+    Cow,
+    Stalls,
+    Reason,
+    Moves,
+    Cgroup,
+}
+
+impl SortColumn {
+    /// Its index in `top::view::COLUMNS` (the same order).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Seconds between refreshes (a bare number of seconds, or 500ms, 2s ...).
@@ -140,6 +169,11 @@ pub struct TopArgs {
     /// Rows of a batch-mode text frame.
     #[arg(long, default_value_t = 20)]
     pub rows: usize,
+
+    /// Sort tasks and processes by this column (default: scan time, or where this kernel
+    /// does not measure it, hint faults, else skipped VMAs). In the view: `s`, `1`-`5`.
+    #[arg(long, short = 's', value_enum)]
+    pub sort: Option<SortColumn>,
 
     /// Only this process (thread-group id) and the processes it forks from now on.
     #[arg(long, short = 'p')]
@@ -331,6 +365,11 @@ mod tests {
         };
         assert_eq!(a.delay, Duration::from_secs(1));
         assert!(parse(&["top", "-n", "3"]).is_err(), "-n needs -b");
+        let Command::Top(a) = parse(&["top", "-s", "hint"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.sort, Some(SortColumn::Hint));
+        assert!(parse(&["top", "-s", "bogus"]).is_err());
         assert!(parse(&["top", "--json"]).is_err(), "--json needs -b");
     }
 

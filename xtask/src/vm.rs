@@ -443,7 +443,15 @@ fn tcg_text_patch_flake(log: &str) -> bool {
     log.lines().any(|l| l.contains("int3: 0000 [#"))
 }
 
-fn boot(vmlinuz: &Path, initrd: &Path, skip: &[&str], log_path: &Path) -> Result<String> {
+/// How QEMU runs the guest's vCPUs: one host thread each (the default, faster), or all on one
+/// thread, where emulated cross-modifying code is coherent (the retry after a text-patch flake).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tcg {
+    Multi,
+    Single,
+}
+
+fn boot(vmlinuz: &Path, initrd: &Path, skip: &[&str], log_path: &Path, tcg: Tcg) -> Result<String> {
     let mut append = "console=ttyS0 quiet numa_balancing=enable panic=-1 oops=panic".to_owned();
     if !skip.is_empty() {
         append.push_str(&format!(" numatrace.skip={}", skip.join(",")));
@@ -451,7 +459,10 @@ fn boot(vmlinuz: &Path, initrd: &Path, skip: &[&str], log_path: &Path) -> Result
     let mut child = Command::new("qemu-system-x86_64")
         .args([
             "-accel",
-            "tcg,thread=multi",
+            match tcg {
+                Tcg::Multi => "tcg,thread=multi",
+                Tcg::Single => "tcg,thread=single",
+            },
             "-cpu",
             "max",
             "-m",
@@ -533,7 +544,7 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
         eprintln!("xtask: booting {pkg} in a 2-node TCG guest");
         let skip: Vec<&str> = k.skip.iter().map(|(t, _)| *t).collect();
         let log_path = out.join(format!("{}.log", k.label));
-        let mut log = boot(&vmlinuz, &initrd, &skip, &log_path)?;
+        let mut log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Multi)?;
         let mut r = parse_console(&log);
         if !r.done && tcg_text_patch_flake(&log) {
             // Not numatrace: see `tcg_text_patch_flake`. Once, loudly; a second crash fails.
@@ -541,7 +552,7 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
             fs::rename(&log_path, &first)?;
             eprintln!(
                 "xtask: the {} guest hit QEMU TCG's int3 text-patching fault (log: {}); booting it \
-                 once more",
+                 once more, with single-threaded TCG (coherent self-modifying code, slower)",
                 k.label,
                 first.display()
             );
@@ -549,11 +560,11 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
                 k.label,
                 "(guest)".into(),
                 format!(
-                    "retried once: int3 Oops during kernel text patching, see {}",
+                    "retried once, single-threaded TCG: int3 Oops during kernel text patching, see {}",
                     first.display()
                 ),
             ));
-            log = boot(&vmlinuz, &initrd, &skip, &log_path)?;
+            log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Single)?;
             r = parse_console(&log);
         }
         for name in tests.keys() {

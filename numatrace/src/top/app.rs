@@ -64,6 +64,8 @@ pub enum Key {
     CtrlC,
     PageUp,
     PageDown,
+    /// The terminal was resized: draw again, nothing else.
+    Redraw,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -111,6 +113,14 @@ const QUICK_SORTS: [Column; 5] = [
 ];
 
 impl App {
+    /// The task views' default sort where this kernel does not measure scan time.
+    pub fn sort_busiest(&mut self, col: usize) {
+        if matches!(self.view, View::Tasks | View::Processes) {
+            self.sort_col = col;
+            self.sort_desc = true;
+        }
+    }
+
     pub fn switch(&mut self, v: View) {
         if self.view != v {
             self.view = v;
@@ -130,10 +140,21 @@ impl App {
             View::Nodes => &f.nodes,
         };
         let needle = self.filter.to_lowercase();
+        // Names, not numbers: `/1` should not match every row with a 1 in a rate.
+        let text_cols: &[usize] = match self.view {
+            View::Tasks | View::Processes => &[0, 1, 14, 16],
+            View::Cgroups => &[0],
+            View::Nodes => &[0, 1],
+        };
         let mut rows: Vec<Row> = rows
             .iter()
             .filter(|r| {
-                needle.is_empty() || r.cells.iter().any(|c| c.to_lowercase().contains(&needle))
+                needle.is_empty()
+                    || text_cols.iter().any(|&i| {
+                        r.cells
+                            .get(i)
+                            .is_some_and(|c| c.to_lowercase().contains(&needle))
+                    })
             })
             .cloned()
             .collect();
@@ -231,7 +252,8 @@ impl App {
                     if matches!(self.view, View::Tasks | View::Processes) {
                         let col = QUICK_SORTS[(d as u8 - b'1') as usize];
                         self.sort_col = COLUMNS.iter().position(|c| *c == col).unwrap_or(0);
-                        self.sort_desc = col.numeric();
+                        // Rates largest first; PIDs in order.
+                        self.sort_desc = col.numeric() && col != Column::Pid;
                     }
                 }
                 _ => {}
@@ -241,7 +263,7 @@ impl App {
 }
 
 pub const HELP: &[(&str, &str)] = &[
-    ("↑ ↓ / j k", "move"),
+    ("↑ ↓ / j k, PgUp PgDn", "move"),
     ("Enter", "detail of the task or process"),
     ("Esc / b", "back (or clear the filter)"),
     ("s, then ← → / ↑ ↓", "sort column / ascending, descending"),

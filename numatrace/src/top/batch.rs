@@ -18,12 +18,17 @@ pub struct JsonFrame<'a> {
     pub report: &'a StatReport,
 }
 
-/// A plain-text frame: the header, then the busiest tasks (most scan time first).
-pub fn text_frame(header: &[String], view: &FrameView, rows: usize) -> String {
+/// A plain-text frame: the header, then the busiest tasks (most scan time first, or where this
+/// kernel does not measure it, most hint faults or skipped VMAs).
+pub fn text_frame(header: &[String], view: &FrameView, rows: usize, sort: Option<usize>) -> String {
     let mut out = header.join("\n");
     out.push_str("\n\n");
     let mut tasks = view.tasks.clone();
-    sort_rows(&mut tasks, 2, true);
+    let col = sort.unwrap_or_else(|| view::busiest_column(&view.caps));
+    let desc = COLUMNS
+        .get(col)
+        .is_some_and(|c| c.numeric() && *c != super::view::Column::Pid);
+    sort_rows(&mut tasks, col, desc);
     if tasks.is_empty() {
         out.push_str("no NUMA balancing activity in this interval\n");
     } else {

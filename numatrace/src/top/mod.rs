@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     bpf::loader::LoadOptions,
-    cli::TopArgs,
+    cli::{SortColumn, TopArgs},
     cmd::stat::{Signals, cgroup_filter, process_alive},
     engine::{Detail, Engine, Filter, Snapshot},
     kernel::facts::KernelFacts,
@@ -70,9 +70,8 @@ impl Meter {
     }
 }
 
-/// One refresh: the interval's report (stat's JSON, for `--json`) and its view.
+/// One refresh: the interval's view and the delta it was built from.
 struct Refresh {
-    report: StatReport,
     view: FrameView,
     delta: Snapshot,
 }
@@ -82,23 +81,11 @@ fn refresh(
     prev: &Snapshot,
     cur: &Snapshot,
     filter: &Filter,
-    window: Window,
     own: OwnCost,
 ) -> Refresh {
     let delta = cur.delta(prev);
     let view = FrameView::build(&delta, &engine.hooks, filter, own);
-    let report = StatReport::new(
-        KernelSummary::from(&engine.facts),
-        window,
-        engine.hooks.clone(),
-        &delta,
-        filter,
-    );
-    Refresh {
-        report,
-        view,
-        delta,
-    }
+    Refresh { view, delta }
 }
 
 pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
@@ -168,7 +155,13 @@ async fn run_batch(
     stats: bool,
     signals: &mut Signals,
 ) -> Result<()> {
-    let mut prev = engine.snapshot(Detail::Summary)?;
+    // JSON frames carry the per-VMA detail of `stat --json`; text frames do not need it.
+    let detail = if args.json {
+        Detail::Full
+    } else {
+        Detail::Summary
+    };
+    let mut prev = engine.snapshot(detail)?;
     let mut meter = Meter::now(engine, stats);
     let nodes = engine.facts.numa_nodes as usize;
     let mut out = std::io::stdout().lock();
@@ -177,32 +170,36 @@ async fn run_batch(
             _ = tokio::time::sleep(args.delay) => {}
             _ = signals.any() => break,
         }
-        let cur = engine.snapshot(Detail::Full)?;
+        let cur = engine.snapshot(detail)?;
         let m = Meter::now(engine, stats);
-        let secs = cur.mono_ns.saturating_sub(prev.mono_ns) as f64 / 1e9;
-        let r = refresh(
-            engine,
-            &prev,
-            &cur,
-            filter,
-            window(args, filter, secs, cur.consistent && prev.consistent),
-            m.since(&meter),
-        );
+        let r = refresh(engine, &prev, &cur, filter, m.since(&meter));
         let written = if args.json {
+            let report = StatReport::new(
+                KernelSummary::from(&engine.facts),
+                window(args, filter, r.view.interval_s, r.delta.consistent),
+                engine.hooks.clone(),
+                &r.delta,
+                filter,
+            );
             let f = batch::JsonFrame {
                 frame,
                 interval_s: r.view.interval_s,
                 rates: &r.view.system,
                 own: &r.view.own,
                 caps: &r.view.caps,
-                report: &r.report,
+                report: &report,
             };
             writeln!(out, "{}", serde_json::to_string(&f)?)
         } else {
             let header = r
                 .view
                 .header(&engine.facts.release, engine.facts.numa_balancing, nodes);
-            write!(out, "{}", batch::text_frame(&header, &r.view, args.rows))
+            let sort = args.sort.map(SortColumn::index);
+            write!(
+                out,
+                "{}",
+                batch::text_frame(&header, &r.view, args.rows, sort)
+            )
         };
         // A closed pipe (`top -b | head`) ends the run quietly.
         if written.and_then(|()| out.flush()).is_err() {
@@ -214,12 +211,25 @@ async fn run_batch(
     Ok(())
 }
 
-fn key_of(ev: &event::KeyEvent) -> Option<Key> {
+/// A terminal event as a key of `top` (`None`: not one).
+fn key_of(ev: &Event) -> Option<Key> {
+    let ev = match ev {
+        Event::Key(k) => k,
+        Event::Resize(..) => return Some(Key::Redraw),
+        _ => return None,
+    };
     if ev.kind == KeyEventKind::Release {
         return None;
     }
+    let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+    if ctrl && ev.code == KeyCode::Char('c') {
+        return Some(Key::CtrlC);
+    }
+    // Ctrl-S is not `s`: other chords are not keys of top.
+    if ctrl || ev.modifiers.contains(KeyModifiers::ALT) {
+        return None;
+    }
     Some(match ev.code {
-        KeyCode::Char('c') if ev.modifiers.contains(KeyModifiers::CONTROL) => Key::CtrlC,
         KeyCode::Char(c) => Key::Char(c),
         KeyCode::Up => Key::Up,
         KeyCode::Down => Key::Down,
@@ -265,19 +275,28 @@ fn detail_lines(
             t.tgid
         }
         _ => {
-            let Some(p) = delta
-                .processes(filter)
-                .into_iter()
-                .find(|p| u64::from(p.tgid) == key)
-            else {
+            // Its threads, active in this interval or not.
+            let threads: Vec<_> = delta
+                .traced(filter)
+                .filter(|t| u64::from(t.tgid) == key && !t.exited)
+                .collect();
+            let Some(first) = threads.first() else {
                 return vec![format!("process {key} is gone")];
             };
+            let mut c = crate::model::Counts::default();
+            for t in &threads {
+                c.add(&t.counts);
+            }
+            let comm = threads
+                .iter()
+                .find(|t| t.pid == t.tgid)
+                .map_or(first.comm.as_str(), |t| t.comm.as_str());
             out.push(format!(
-                "process {} ({}), {} threads with activity",
-                p.tgid, p.comm, p.threads
+                "process {key} ({comm}), {} threads seen",
+                threads.len()
             ));
-            counts_lines(&p.counts, &mut out);
-            p.tgid
+            counts_lines(&c.finished(), &mut out);
+            first.tgid
         }
     };
     if let Ok(status) = std::fs::read_to_string(format!("/proc/{tgid}/status"))
@@ -289,6 +308,30 @@ fn detail_lines(
         ));
     }
     let mut vmas = full.vmas.get(&tgid).cloned().unwrap_or_default();
+    // Seed 002's view first: the VMAs the scanner left alone longest (pid_inactive skips).
+    let mut idle: Vec<_> = vmas
+        .iter()
+        .filter_map(|v| v.pid_inactive.map(|g| (v, g)))
+        .collect();
+    idle.sort_by_key(|(_, g)| std::cmp::Reverse(g.max_gap));
+    if !idle.is_empty() {
+        out.push("longest unscanned VMAs (scan sequences since last scan / threads):".into());
+        for (v, g) in idle.iter().take(4) {
+            out.push(format!(
+                "  {}-{} {:<24} {}/{}{}",
+                v.start,
+                v.end,
+                v.mapping.as_deref().unwrap_or("?"),
+                g.max_gap,
+                g.max_gap_threads,
+                if g.over_threads > 0 {
+                    format!(", {} skips beyond the thread count", g.over_threads)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
     vmas.sort_by_key(|v| std::cmp::Reverse(v.pte_updates));
     if !vmas.is_empty() {
         out.push(
@@ -315,10 +358,20 @@ fn detail_lines(
             ));
         }
     }
+    let lat = crate::sources::maps::log2_buckets(&delta.migrate_latency);
+    if !lat.is_empty() {
+        out.push(format!(
+            "migration latency, all traced tasks (< bound: count): {}",
+            lat.iter()
+                .map(|b| format!("<{}us: {}", b.lt / 1000, b.count))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let flows = delta.node_flows();
     if !flows.is_empty() {
         out.push(format!(
-            "migrations by node (all traced tasks): {}",
+            "migrations by node (system-wide, all traced tasks): {}",
             view::flows_text(&flows)
         ));
     }
@@ -379,41 +432,54 @@ async fn run_tui(
 ) -> Result<()> {
     let mut prev = engine.snapshot(Detail::Full)?;
     let mut meter = Meter::now(engine, stats);
-    let first = refresh(
-        engine,
-        &prev,
-        &prev,
-        filter,
-        window(args, filter, 0.0, true),
-        OwnCost::default(),
-    );
+    let first = refresh(engine, &prev, &prev, filter, OwnCost::default());
     let (mut shown, mut delta, mut full) = (first.view, first.delta, prev.clone());
-    let mut history = History::default();
+    // Per pid (tasks) and per tgid (processes): hint faults per refresh, for the sparkline.
+    let (mut history, mut proc_history) = (History::default(), History::default());
     let mut app = App::default();
+    match args.sort {
+        Some(col) => app.sort_busiest(col.index()),
+        None => app.sort_busiest(view::busiest_column(&shown.caps)),
+    }
+    // Restores the terminal on panic too (ratatui installs the hook).
+    let mut terminal = match ratatui::try_init() {
+        Ok(t) => t,
+        Err(e) => {
+            // Whatever step failed, leave the terminal as it was.
+            ratatui::restore();
+            bail!("setting up the terminal: {e} (no terminal? `top -b` prints plain frames)");
+        }
+    };
     let (tx, mut keys) = mpsc::unbounded_channel();
     // crossterm's read blocks: a thread of its own; it ends with the process.
     std::thread::spawn(move || {
         while let Ok(ev) = event::read() {
-            if let Event::Key(k) = ev
-                && let Some(k) = key_of(&k)
+            if let Some(k) = key_of(&ev)
                 && tx.send(k).is_err()
             {
                 break;
             }
         }
     });
-    // Restores the terminal on panic too (ratatui installs the hook).
-    let mut terminal = ratatui::try_init().context("setting up the terminal")?;
     let nodes = engine.facts.numa_nodes as usize;
     let mut tick = tokio::time::interval(args.delay);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    let mut hangup = false;
     let result: Result<()> = loop {
         let rows = app.rows(&shown);
         app.reselect(&rows);
         let (detail_lines, detail_spark) = match app.detail {
             Some(k) => (
                 detail_lines(&app, k, &delta, &full, filter),
-                history.0.get(&k).cloned().unwrap_or_default(),
+                match app.view {
+                    View::Processes => &proc_history,
+                    _ => &history,
+                }
+                .0
+                .get(&k)
+                .cloned()
+                .unwrap_or_default(),
             ),
             None => (Vec::new(), Vec::new()),
         };
@@ -436,11 +502,18 @@ async fn run_tui(
                     Err(e) => break Err(e),
                 };
                 let m = Meter::now(engine, stats);
-                let secs = cur.mono_ns.saturating_sub(prev.mono_ns) as f64 / 1e9;
-                let r = refresh(engine, &prev, &cur, filter, window(args, filter, secs, true), m.since(&meter));
+                let r = refresh(engine, &prev, &cur, filter, m.since(&meter));
+                let mut per_proc: std::collections::BTreeMap<u64, u64> = Default::default();
                 for t in r.delta.tasks.iter().filter(|t| !t.exited) {
                     history.push(u64::from(t.pid), t.counts.hint_faults.faults);
+                    *per_proc.entry(u64::from(t.tgid)).or_default() += t.counts.hint_faults.faults;
                 }
+                for (tgid, n) in per_proc {
+                    proc_history.push(tgid, n);
+                }
+                // Forget tasks gone for a whole sparkline's length.
+                history.retain_recent();
+                proc_history.retain_recent();
                 // Paused: counting and snapshots go on; the screen keeps the last frame.
                 if !app.paused {
                     shown = r.view;
@@ -458,12 +531,20 @@ async fn run_tui(
                     None => app.quit = true,
                 }
             }
-            _ = signals.any() => app.quit = true,
+            sig = signals.any() => {
+                hangup = sig == libc::SIGHUP;
+                app.quit = true;
+            }
         }
         if app.quit {
             break Ok(());
         }
     };
-    ratatui::try_restore().context("restoring the terminal")?;
+    // After SIGHUP the terminal is gone: restoring it can only fail.
+    if let Err(e) = ratatui::try_restore()
+        && !hangup
+    {
+        return Err(e).context("restoring the terminal");
+    }
     result
 }

@@ -35,8 +35,22 @@ pub fn draw(f: &mut Frame, app: &App, view: &FrameView, rows: &[Row], ctx: &Cont
     draw_header(f, head, view, ctx);
     if app.detail.is_some() {
         draw_detail(f, body, app, ctx);
+    } else if app.view == View::Nodes {
+        // The node-to-node migrations under the per-node table.
+        let [table, flows] =
+            Layout::vertical([Constraint::Min(3), Constraint::Length(2)]).areas(body);
+        draw_table(f, table, app, rows, view.interval_s == 0.0);
+        let text = if view.flows.is_empty() {
+            "migrations by node: none in this interval".to_owned()
+        } else {
+            format!(
+                "migrations by node: {}",
+                super::view::flows_text(&view.flows)
+            )
+        };
+        f.render_widget(Paragraph::new(text), flows);
     } else {
-        draw_table(f, body, app, rows);
+        draw_table(f, body, app, rows, view.interval_s == 0.0);
     }
     draw_footer(f, foot, app, rows.len());
     match &app.mode {
@@ -99,7 +113,7 @@ fn fitting(widths: &[Constraint], width: u16) -> usize {
     n.max(1)
 }
 
-fn draw_table(f: &mut Frame, area: Rect, app: &App, rows: &[Row]) {
+fn draw_table(f: &mut Frame, area: Rect, app: &App, rows: &[Row], collecting: bool) {
     let all = widths(app);
     let n = fitting(&all, area.width);
     let cols: Vec<&str> = app.view.columns().into_iter().take(n).collect();
@@ -134,12 +148,12 @@ fn draw_table(f: &mut Frame, area: Rect, app: &App, rows: &[Row]) {
             height: area.height.saturating_sub(2),
             ..area
         };
-        f.render_widget(
-            Paragraph::new(
-                "no NUMA balancing activity in this interval (is kernel.numa_balancing on?)",
-            ),
-            inner,
-        );
+        let text = if collecting {
+            "collecting the first interval..."
+        } else {
+            "no NUMA balancing activity in this interval (is kernel.numa_balancing on?)"
+        };
+        f.render_widget(Paragraph::new(text), inner);
     }
 }
 
@@ -301,6 +315,14 @@ mod tests {
         .iter()
         .map(|n| hook(n, true))
         .collect();
+        h.push(HookReport {
+            reasons: vec![if full {
+                "not needed: task_numa_work is hooked, scan time is measured exactly".into()
+            } else {
+                String::new()
+            }],
+            ..hook("sampling:cpu-clock", !full)
+        });
         for f in [
             "task_numa_work",
             "change_prot_numa",

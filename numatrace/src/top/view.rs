@@ -187,7 +187,9 @@ fn counts_row(
     } else {
         c.scan.share
     };
-    let migrated = m.pages_ok.max(m.succeeded);
+    // Pages, from mm_migrate_pages or from the hint faults' TNF_MIGRATED (whichever this
+    // kernel supplies; both count pages).
+    let migrated = m.pages_ok.max(h.migrated_pages);
     let mut cells = Vec::with_capacity(COLUMNS.len());
     let mut sort = Vec::with_capacity(COLUMNS.len());
     for col in COLUMNS {
@@ -203,7 +205,8 @@ fn counts_row(
                     ),
                     s,
                 ),
-                None => ("0.00".into(), 0.0),
+                // No run time (or no sample) seen in the interval: unknown, not 0.
+                None => ("-".into(), -1.0),
             },
             Column::PteRate if caps.pte => {
                 let r = rate(c.scan.pte_updates, secs);
@@ -230,10 +233,7 @@ fn counts_row(
                 Some(p) => (format!("{p:.0}"), p),
                 None => (dash(), -1.0),
             },
-            Column::MigrFail if caps.migr => {
-                let f = m.pages_failed.max(m.not_migrated);
-                (f.to_string(), f as f64)
-            }
+            Column::MigrFail if caps.migr => (m.pages_failed.to_string(), m.pages_failed as f64),
             Column::Latency if caps.lat => match m.latency_ns_mean {
                 Some(ns) => (fmt_ns(ns), ns),
                 None => (dash(), -1.0),
@@ -420,6 +420,8 @@ impl FrameView {
                 let outr = rate(n.pages_migrated_out, secs);
                 let local = pct(n.hint_faults_local, n.hint_faults);
                 let h = |s: String| if caps.hint { s } else { "-".into() };
+                // A page's source node is known only from migrate_misplaced_*.
+                let src = |s: String| if caps.hint && caps.lat { s } else { "-".into() };
                 Row {
                     key: u64::from(n.node),
                     cells: vec![
@@ -430,7 +432,7 @@ impl FrameView {
                         h(fmt_rate(hint)),
                         h(local.map_or("-".into(), |p| format!("{p:.0}"))),
                         h(fmt_rate(inr)),
-                        h(fmt_rate(outr)),
+                        src(fmt_rate(outr)),
                         n.tasks_preferring.to_string(),
                         n.tasks_last_ran.to_string(),
                     ],
@@ -453,9 +455,10 @@ impl FrameView {
             interval_s: secs,
             system,
             dropped,
+            // A fallback left off because the exact hook works is not missing.
             hooks_missing: hooks
                 .iter()
-                .filter(|h| !h.attached)
+                .filter(|h| !h.attached && !h.reasons.iter().any(|r| r.starts_with("not needed")))
                 .map(|h| h.name.clone())
                 .collect(),
             caps,
@@ -474,22 +477,20 @@ impl FrameView {
     pub fn header(&self, kernel: &str, balancing: Option<u32>, nodes: usize) -> Vec<String> {
         let s = &self.system;
         let lat = match (self.latency_p50_ns, self.latency_p99_ns) {
-            (Some(a), Some(b)) => format!(
-                "; migration p50<{} p99<{}",
-                fmt_ns(a as f64),
-                fmt_ns(b as f64)
-            ),
+            (Some(a), Some(b)) => {
+                format!("; mig p50<{} p99<{}", fmt_ns(a as f64), fmt_ns(b as f64))
+            }
             _ => String::new(),
         };
         vec![
             format!(
-                "numatrace top - kernel {kernel}, balancing {}, {nodes} node{}, every {:.1}s",
+                "numatrace top - kernel {kernel}, balancing {}, {nodes} node{}, {:.1}s",
                 balancing.map_or("?".into(), |b| b.to_string()),
                 if nodes == 1 { "" } else { "s" },
                 self.interval_s
             ),
             format!(
-                "system: {} PTE/s, {} hint/s ({} local), {} migrated/s, {} failed/s",
+                "system: {} PTE/s, {} hint/s ({} local), {} migr/s, {} fail/s (any)",
                 fmt_rate(s.pte_updates_per_s),
                 fmt_rate(s.hint_faults_per_s),
                 s.hint_faults_local_pct
@@ -498,14 +499,9 @@ impl FrameView {
                 fmt_rate(s.migrate_failed_per_s),
             ),
             format!(
-                "dropped {}; {} hook{} missing{}; self {} CPU, BPF {}{lat}",
+                "dropped {}; hooks missing {}{}; self {} CPU, BPF {}{lat}",
                 self.dropped,
                 self.hooks_missing.len(),
-                if self.hooks_missing.len() == 1 {
-                    ""
-                } else {
-                    "s"
-                },
                 if self.hooks_missing.is_empty() {
                     ""
                 } else {
@@ -534,6 +530,19 @@ pub fn flows_text(flows: &[NodeFlow]) -> String {
         .join(", ")
 }
 
+/// The task column "busiest" means on this kernel: scan time where it is measured, else hint
+/// faults, else skipped VMAs.
+pub fn busiest_column(caps: &Caps) -> usize {
+    let col = if caps.scan {
+        Column::ScanPct
+    } else if caps.hint {
+        Column::HintRate
+    } else {
+        Column::SkipRate
+    };
+    COLUMNS.iter().position(|c| *c == col).unwrap_or(0)
+}
+
 /// Sorts rows by column `col` (numbers largest first when `desc`).
 pub fn sort_rows(rows: &mut [Row], col: usize, desc: bool) {
     rows.sort_by(|a, b| {
@@ -551,9 +560,10 @@ pub fn sort_rows(rows: &mut [Row], col: usize, desc: bool) {
     });
 }
 
-/// Per-key history of one rate, for the detail view's sparklines.
+/// Per-key history of one rate, for the detail view's sparklines. Keys not updated in a
+/// refresh (tasks that are gone) are forgotten, so it stays as large as what is live.
 #[derive(Clone, Debug, Default)]
-pub struct History(pub BTreeMap<u64, Vec<u64>>);
+pub struct History(pub BTreeMap<u64, Vec<u64>>, std::collections::BTreeSet<u64>);
 
 impl History {
     pub const LEN: usize = 60;
@@ -564,12 +574,39 @@ impl History {
         if h.len() > Self::LEN {
             h.remove(0);
         }
+        self.1.insert(key);
+    }
+
+    /// Ends a refresh: drops the keys it did not update.
+    pub fn retain_recent(&mut self) {
+        let touched = std::mem::take(&mut self.1);
+        self.0.retain(|k, _| touched.contains(k));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sort_column_names_follow_the_columns() {
+        use clap::ValueEnum as _;
+        for (i, v) in crate::cli::SortColumn::value_variants().iter().enumerate() {
+            assert_eq!(v.index(), i);
+            let name = v.to_possible_value().unwrap().get_name().to_owned();
+            let title = COLUMNS[i].title().to_lowercase();
+            assert!(
+                title.starts_with(&name)
+                    || (name == "scan" && title.starts_with("scan"))
+                    || name == "reason",
+                "{name} vs {title}"
+            );
+        }
+        assert_eq!(
+            crate::cli::SortColumn::value_variants().len(),
+            COLUMNS.len()
+        );
+    }
 
     #[test]
     fn quantiles_of_log2_buckets() {
@@ -596,6 +633,18 @@ mod tests {
         assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [2, 3, 1]);
         sort_rows(&mut rows, 0, false);
         assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [1, 3, 2]);
+    }
+
+    #[test]
+    fn history_forgets_what_is_gone() {
+        let mut h = History::default();
+        h.push(1, 5);
+        h.push(2, 7);
+        h.retain_recent();
+        h.push(1, 6);
+        h.retain_recent();
+        assert_eq!(h.0.get(&1), Some(&vec![5, 6]));
+        assert!(!h.0.contains_key(&2));
     }
 
     #[test]
