@@ -269,29 +269,31 @@ fn json_frames_show_migrations_in_a_two_node_guest() {
         return;
     }
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    // top first: the workload starts once the first frame is out, so that its migrations fall
+    // in the frames (they are over within seconds; numatrace takes a few to attach in TCG).
+    let mut top = Command::new(numatrace_bin())
+        .args(["top", "-b", "-n", "10", "-d", "2", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(top.stdout.take().unwrap()));
+    let first = lines.next().expect("a first frame").unwrap();
     let mut w = Command::new(workload_bin())
         .args(["migrate", "--mem-mib", "64", "--duration", "30s"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let out = Command::new(numatrace_bin())
-        // 24 s: under single-threaded TCG (vm-test's retry) scanning reaches the pages late.
-        .args(["top", "-b", "-n", "12", "-d", "2", "--json"])
-        .output()
-        .unwrap();
+    let mut text = vec![first];
+    text.extend(lines.map_while(Result::ok));
+    let status = top.wait().unwrap();
     let _ = w.kill();
     let _ = w.wait();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let frames: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
+    assert!(status.success(), "top -b --json: {status:?}");
+    let frames: Vec<serde_json::Value> = text
+        .iter()
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
         .collect();
-    assert_eq!(frames.len(), 12);
+    assert_eq!(frames.len(), 10);
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(f["frame"], i as u64 + 1);
         assert_eq!(f["schema"], "numatrace.stat/1");
