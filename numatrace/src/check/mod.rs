@@ -144,14 +144,28 @@ fn require(r: &StatReport, names: &[&str]) -> Result<BTreeMap<String, String>, S
     Ok(facts)
 }
 
-fn unsupported(patch: &'static str, title: &'static str, why: String) -> CheckResult {
-    CheckResult {
-        patch,
-        title,
-        verdict: Verdict::Unsupported,
-        sentence: why,
-        evidence: BTreeMap::new(),
-        kernel_facts: BTreeMap::new(),
+impl Seed {
+    /// This seed's result, with the evidence and what it relied on.
+    fn result(
+        &self,
+        verdict: Verdict,
+        sentence: String,
+        evidence: BTreeMap<String, serde_json::Value>,
+        kernel_facts: BTreeMap<String, String>,
+    ) -> CheckResult {
+        CheckResult {
+            patch: self.id,
+            title: self.title,
+            verdict,
+            sentence,
+            evidence,
+            kernel_facts,
+        }
+    }
+
+    /// This seed cannot be judged here, and why.
+    fn unsupported(&self, why: String) -> CheckResult {
+        self.result(Verdict::Unsupported, why, BTreeMap::new(), BTreeMap::new())
     }
 }
 

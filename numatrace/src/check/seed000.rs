@@ -69,7 +69,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
         .await?;
         let facts = match require(&r, &NEEDS) {
             Ok(f) => f,
-            Err(why) => return Ok(unsupported("000", TITLE_000, why)),
+            Err(why) => return Ok(SEED.unsupported(why)),
         };
         let mut evidence = BTreeMap::new();
         hint_evidence("", &r, &mut evidence);
@@ -94,14 +94,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
                 ),
             )
         };
-        return Ok(CheckResult {
-            patch: "000",
-            title: TITLE_000,
-            verdict,
-            sentence,
-            evidence,
-            kernel_facts: facts,
-        });
+        return Ok(SEED.result(verdict, sentence, evidence, facts));
     }
 
     let workload = workload_binary()?;
@@ -130,7 +123,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     .await?;
     let facts = match require(&shared, &NEEDS) {
         Ok(f) => f,
-        Err(why) => return Ok(unsupported("000", TITLE_000, why)),
+        Err(why) => return Ok(SEED.unsupported(why)),
     };
     let (control, _) = collect(
         &CollectOptions::for_command(run("private"), no_fentry),
@@ -152,14 +145,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     evidence.insert("min_control_faults".into(), json!(MIN_CONTROL_FAULTS));
     hint_evidence("shared.", &shared, &mut evidence);
     hint_evidence("control.", &control, &mut evidence);
-    Ok(CheckResult {
-        patch: "000",
-        title: TITLE_000,
-        verdict,
-        sentence,
-        evidence,
-        kernel_facts: facts,
-    })
+    Ok(SEED.result(verdict, sentence, evidence, facts))
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     }
     let facts = match require(&runs[0], &["mpol_misplaced", "task_numa_fault"]) {
         Ok(f) => f,
-        Err(why) => return Ok(unsupported("001", TITLE_001, why)),
+        Err(why) => return Ok(SEED.unsupported(why)),
     };
     let four_k = &runs[0];
     let thp_mean = runs
@@ -111,14 +111,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
             json!(h.pages_per_hint_fault),
         );
     }
-    Ok(CheckResult {
-        patch: "001",
-        title: TITLE_001,
-        verdict,
-        sentence,
-        evidence,
-        kernel_facts: facts,
-    })
+    Ok(SEED.result(verdict, sentence, evidence, facts))
 }
 
 #[cfg(test)]

@@ -162,7 +162,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     let (r, _) = collected?;
     let mut facts = match require(&r, &[GAP_HOOK]) {
         Ok(f) => f,
-        Err(why) => return Ok(unsupported("002", TITLE_002, why)),
+        Err(why) => return Ok(SEED.unsupported(why)),
     };
     if !applied.is_empty() {
         facts.insert("tunables".into(), applied.join(", "));
@@ -248,14 +248,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     if let Some(off) = balancing_off(verdict, &r) {
         sentence = off;
     }
-    Ok(CheckResult {
-        patch: "002",
-        title: TITLE_002,
-        verdict,
-        sentence,
-        evidence,
-        kernel_facts: facts,
-    })
+    Ok(SEED.result(verdict, sentence, evidence, facts))
 }
 
 #[cfg(test)]

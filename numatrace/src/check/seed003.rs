@@ -166,12 +166,12 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     let (r, _) = collect(&CollectOptions::for_command(command, no_fentry), signals).await?;
     let mut facts = match require(&r, &["task_numa_work"]) {
         Ok(f) => f,
-        Err(why) => return Ok(unsupported("003", TITLE_003, why)),
+        Err(why) => return Ok(SEED.unsupported(why)),
     };
     if let Some(h) = hook(&r, "task_numa_work")
         && let Some(lack) = h.reasons.iter().find(|x| x.starts_with("BTF lacks"))
     {
-        return Ok(unsupported("003", TITLE_003, lack.clone()));
+        return Ok(SEED.unsupported(lack.clone()));
     }
     if !applied.is_empty() {
         facts.insert("tunables".into(), applied.join(", "));
@@ -190,14 +190,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     if let Some(off) = balancing_off(verdict, &r) {
         sentence = off;
     }
-    Ok(CheckResult {
-        patch: "003",
-        title: TITLE_003,
-        verdict,
-        sentence,
-        evidence,
-        kernel_facts: facts,
-    })
+    Ok(SEED.result(verdict, sentence, evidence, facts))
 }
 
 #[cfg(test)]

@@ -85,9 +85,7 @@ pub fn verdict_004(
 
 pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
     if !args.command.is_empty() {
-        return Ok(unsupported(
-            "004",
-            TITLE_004,
+        return Ok(SEED.unsupported(
             "004 needs its reproducer (it compares a THP-disabled process with a control): run it \
              without -- COMMAND"
                 .into(),
@@ -115,7 +113,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     let _ = std::fs::remove_dir_all(&dir);
     let facts = match require(&runs[0].0, &["task_numa_fault"]) {
         Ok(f) => f,
-        Err(why) => return Ok(unsupported("004", TITLE_004, why)),
+        Err(why) => return Ok(SEED.unsupported(why)),
     };
     let thp = |r: &StatReport| r.totals.hint_faults.faults_thp;
     let child = runs[0].1.iter().find(|s| s.role == "child");
@@ -134,14 +132,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
             );
         }
     }
-    Ok(CheckResult {
-        patch: "004",
-        title: TITLE_004,
-        verdict,
-        sentence,
-        evidence,
-        kernel_facts: facts,
-    })
+    Ok(SEED.result(verdict, sentence, evidence, facts))
 }
 
 #[cfg(test)]
