@@ -71,6 +71,16 @@ pub enum Command {
         sudo numatrace top -b -n 3              three plain-text frames (scripts, bug reports)\n  \
         sudo numatrace top -b -n 5 --json       five JSON frames, one per line")]
     Top(TopArgs),
+    /// Prometheus endpoint: /metrics read fresh from the kernel side at every scrape.
+    ///
+    /// Listens on 127.0.0.1:19472 unless --listen says otherwise (use --listen 0.0.0.0:19472, or
+    /// a specific address, to be scraped from other machines). Counters count from when serve
+    /// started and never decrease: per cgroup and per task they are built from what each task
+    /// counted between scrapes. With BPF run-time statistics on while it serves (kernel 5.8+),
+    /// numatrace_bpf_* show its own kernel cost. Under systemd socket activation it serves the
+    /// socket it is given. Ctrl-C or SIGTERM stops it and detaches everything.
+    #[command(after_long_help = format!("{SERVE_AFTER_HELP}\n\n{}", crate::serve::catalogue::describe()))]
+    Serve(ServeArgs),
     /// Judge whether this kernel behaves as a seed patch intends, with the evidence.
     ///
     /// 000 ("Do not trap faults on shared data section pages"): hint faults and migrations of
@@ -116,6 +126,50 @@ pub struct CheckArgs {
     /// Judge your own workload instead, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// The port `serve` listens on by default: above the Prometheus wiki's exporter range
+/// (9100-9999, fully allocated) and not on its list.
+pub const DEFAULT_SERVE_PORT: u16 = 19472;
+
+const SERVE_AFTER_HELP: &str = "Examples:\n  \
+    sudo numatrace serve                         http://127.0.0.1:19472/metrics\n  \
+    sudo numatrace serve --listen 0.0.0.0:19472  scraped from other machines\n  \
+    sudo numatrace serve --top-tasks 50 --cgroups-depth 3\n\n\
+    Series are bounded: workload families x (1 + cgroups + top tasks + 1 + 1), cgroups at most \
+    --max-cgroups (+ other, unknown), and node families x nodes^2 (the README has the exact \
+    bound). `numatrace serve --metrics` prints the list below alone.";
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on (`127.0.0.1:0` picks a free port; the address is printed).
+    #[arg(long, default_value_t = std::net::SocketAddr::from(([127, 0, 0, 1], DEFAULT_SERVE_PORT)))]
+    pub listen: std::net::SocketAddr,
+
+    /// Tasks exported on their own (by PTE-scan time, then hint faults); the rest are summed
+    /// into the series with comm="other", pid="other".
+    #[arg(long, default_value_t = 20)]
+    pub top_tasks: usize,
+
+    /// Path components of a cgroup label: deeper cgroups count for their ancestor at this depth.
+    #[arg(long, default_value_t = 2)]
+    pub cgroups_depth: usize,
+
+    /// Cgroup series at most; cgroups seen after that count under cgroup="other".
+    #[arg(long, default_value_t = 200)]
+    pub max_cgroups: usize,
+
+    /// Capacity of the in-kernel per-task table (see `stat --max-tasks`).
+    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_tasks: u32,
+
+    /// Sampling frequency of the scan-share fallback (see `stat --sample-hz`).
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub sample_hz: u64,
+
+    /// Print every metric family (name, type, labels, meaning) and exit; needs no root.
+    #[arg(long)]
+    pub metrics: bool,
 }
 
 /// `top --sort`: the columns of the task and process tables.

@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod serve;
 pub mod sources;
 pub mod spawn;
 pub mod top;

@@ -56,6 +56,14 @@ fn main() -> ExitCode {
     }
     tracing::debug!(policy, "numatrace's own memory policy");
 
+    // The metric catalogue needs nothing of the kernel.
+    if let Command::Serve(a) = &cli.command
+        && a.metrics
+    {
+        print!("{}", numatrace::serve::catalogue::describe());
+        return ExitCode::SUCCESS;
+    }
+
     if let Err(why) = kernel::caps::check_tracing_allowed() {
         eprintln!("numatrace: {why}");
         return ExitCode::from(1);
@@ -68,6 +76,9 @@ fn main() -> ExitCode {
         }
         Command::Top(args) => {
             runtime().and_then(|rt| rt.block_on(numatrace::top::run(args, cli.no_fentry)))
+        }
+        Command::Serve(args) => {
+            runtime().and_then(|rt| rt.block_on(numatrace::serve::run(args, cli.no_fentry)))
         }
         Command::Check(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::check::run(args, cli.no_fentry)))

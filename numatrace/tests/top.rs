@@ -256,16 +256,7 @@ fn batch_frames_work_in_a_pipe() {
 fn json_frames_show_migrations_in_a_two_node_guest() {
     const TEST: &str = "json_frames_show_migrations_in_a_two_node_guest";
     require_root!(TEST);
-    if common::numa_nodes() < 2 {
-        common::skip(
-            TEST,
-            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
-        );
-        return;
-    }
-    let probes = common::probes();
-    if !common::attached(&probes, "task_numa_fault") {
-        common::skip(TEST, "task_numa_fault cannot be hooked here");
+    if common::migrating_guest(TEST).is_none() {
         return;
     }
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();

@@ -40,11 +40,15 @@ pub fn run(tools: &Tools, lint: bool) -> Result<()> {
             "warnings",
         ]))?;
     }
-    // `top` is tested in a real terminal: tmux (and pgrep) from Debian, as root.
+    // `top` is tested in a real terminal: tmux (and pgrep) from Debian; `serve`'s exposition
+    // and deploy/'s scrape config by promtool, from Debian's prometheus package. As root.
     if crate::process::is_root() {
-        crate::vm::ensure_packages(&["tmux", "procps"])?;
+        crate::vm::ensure_packages(&["tmux", "procps", "prometheus"])?;
     } else {
-        eprintln!("xtask: not root: tmux is not installed, the terminal test of `top` will skip");
+        eprintln!(
+            "xtask: not root: tmux and promtool are not installed, the terminal test of `top` \
+             and the promtool checks will skip"
+        );
     }
     // Real-kernel tests share kernel state (sysctls, tracefs, attached programs): one at a time.
     eprintln!("xtask: unit and real-kernel tests");

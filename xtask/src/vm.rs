@@ -315,6 +315,8 @@ mount -t tmpfs tmp /tmp
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+# Loopback up, as any distribution brings it: `serve` is scraped on 127.0.0.1.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 export PATH=/bin:/numatrace/bin HOME=/tmp TMPDIR=/tmp RUST_BACKTRACE=1
 export NUMATRACE_BIN=/numatrace/bin/numatrace NUMATRACE_WORKLOAD_BIN=/numatrace/bin/numatrace-workload
 echo "vm-test: kernel $(uname -r), nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"

@@ -151,6 +151,16 @@ enum Workload {
         #[arg(long)]
         thp: bool,
     },
+    /// Many short-lived processes: `tasks` forks in all, at most `parallel` alive at once, each
+    /// spinning `spin_ms` over a private buffer, then exiting (pid churn for the exporters).
+    Churn {
+        #[arg(long, default_value_t = 1000)]
+        tasks: usize,
+        #[arg(long, default_value_t = 8)]
+        parallel: usize,
+        #[arg(long, default_value_t = 20)]
+        spin_ms: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -603,5 +613,51 @@ fn main() -> Result<()> {
             duration,
             thp,
         } => migrate(mem_mib, from_node, to_node, thp, duration),
+        Workload::Churn {
+            tasks,
+            parallel,
+            spin_ms,
+        } => churn(tasks, parallel.max(1), Duration::from_millis(spin_ms)),
     }
+}
+
+/// A child's life in `churn`: touch a private buffer for `spin`, then leave without unwinding.
+fn churn_child(spin: Duration) -> ! {
+    let start = Instant::now();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut i = 0usize;
+    while start.elapsed() < spin {
+        for b in buf.iter_mut().step_by(4096) {
+            *b = b.wrapping_add(i as u8);
+        }
+        i += 1;
+    }
+    std::hint::black_box(&buf);
+    // SAFETY: _exit ends the forked child at once, without running the parent's destructors.
+    unsafe { libc::_exit(0) }
+}
+
+fn churn(tasks: usize, parallel: usize, spin: Duration) -> Result<()> {
+    let start = Instant::now();
+    let (mut started, mut alive) = (0usize, 0usize);
+    while started < tasks || alive > 0 {
+        if started < tasks && alive < parallel {
+            // SAFETY: the workload is single-threaded here; the child only computes and exits.
+            match unsafe { libc::fork() } {
+                0 => churn_child(spin),
+                -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+                _ => (started, alive) = (started + 1, alive + 1),
+            }
+            continue;
+        }
+        // SAFETY: waits for any child; the status is not needed.
+        if unsafe { libc::wait(std::ptr::null_mut()) } > 0 {
+            alive -= 1;
+        }
+    }
+    println!(
+        "churn: {tasks} processes in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
 }

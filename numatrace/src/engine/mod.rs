@@ -319,6 +319,56 @@ impl Engine {
         Ok(rows)
     }
 
+    /// Forgets exited tasks whose final counts a frontend has folded into its own aggregates
+    /// (a long-running `serve` would otherwise keep every task that ever ran). Only tasks whose
+    /// exit record arrived are forgotten: the kernel deleted their entry, so they never come
+    /// back; one kept marked in the kernel map (ring buffer full at its exit) stays. Returns the
+    /// keys forgotten.
+    pub fn forget_exited(&mut self, keys: &[(u32, u64)]) -> Vec<(u32, u64)> {
+        let mut sh = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<(u32, u64)> = keys
+            .iter()
+            .filter(|k| sh.acc.exited.remove(k).is_some())
+            .copied()
+            .collect();
+        drop(sh);
+        for k in &gone {
+            self.previous.remove(k);
+        }
+        gone
+    }
+
+    /// Σ of the per-VMA pid_inactive gap records (seed 002): (skips, over the thread count, at
+    /// it). The kernel map only grows (entries are never deleted), so the sums only grow.
+    pub fn gap_totals(&self) -> Result<(u64, u64, u64)> {
+        Ok(self
+            .maps
+            .gaps()
+            .context("reading per-VMA scan gaps")?
+            .iter()
+            .fold((0, 0, 0), |(s, o, a), (_, _, g)| {
+                (s + g.skips, o + g.over_threads, a + g.at_threshold)
+            }))
+    }
+
+    /// Per attached program: (name, run time ns, runs), while statistics are on.
+    pub fn program_stats(&self) -> Vec<(String, u64, u64)> {
+        let mut v: Vec<(String, u64, u64)> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, p)| {
+                let i = p.info().ok()?;
+                Some((
+                    name.to_owned(),
+                    i.run_time().as_nanos() as u64,
+                    i.run_count(),
+                ))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
     /// Switches the kernel's BPF run-time statistics on until the engine stops (they cost a
     /// little on every program run, so only while someone looks). 5.8+.
     pub fn enable_bpf_stats(&mut self) -> Result<()> {

@@ -250,3 +250,21 @@ pub fn numa_nodes() -> usize {
         })
         .unwrap_or(0)
 }
+
+/// The probes report when this is a 2+-node machine where task_numa_fault is hooked (the QEMU
+/// guests of `cargo xtask vm-test`); otherwise says why `test` skips and returns None.
+pub fn migrating_guest(test: &str) -> Option<serde_json::Value> {
+    if numa_nodes() < 2 {
+        skip(
+            test,
+            "needs 2+ NUMA nodes (runs in the QEMU guests of `cargo xtask vm-test`)",
+        );
+        return None;
+    }
+    let probes = probes();
+    if !attached(&probes, "task_numa_fault") {
+        skip(test, "task_numa_fault cannot be hooked here");
+        return None;
+    }
+    Some(probes)
+}

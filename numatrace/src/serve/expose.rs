@@ -1,0 +1,682 @@
+//! Builds the metric families of one scrape from the fold, the snapshot it came from and the
+//! engine's own figures. Pure: the golden test renders a fixed snapshot.
+
+use std::collections::{BTreeMap, HashMap};
+
+use numatrace_common::{MAX_NODES, NODE_FAULT_FIELDS, SKIP_REASON_SLOTS};
+use prometheus::{
+    core::{Collector, Desc},
+    proto::{self, LabelPair, Metric, MetricFamily, MetricType},
+};
+
+use super::{
+    catalogue::{Kind, Spec, vmstat_exported, vmstat_family},
+    fold::{Fold, OTHER},
+};
+use crate::{
+    bpf::loader::HookReport,
+    engine::{Filter, Snapshot},
+    model::{Counts, skip_reason_name},
+    report::stat::Dropped,
+};
+
+/// What one scrape exports besides the fold.
+pub struct Inputs<'a> {
+    pub snap: &'a Snapshot,
+    pub hooks: &'a [HookReport],
+    pub kernel_release: &'a str,
+    pub numa_balancing: Option<u32>,
+    /// Σ pid_inactive gap records: (skips, over the thread count, at it).
+    pub gaps: (u64, u64, u64),
+    /// (program, run time ns, runs).
+    pub programs: &'a [(String, u64, u64)],
+    pub bpf_stats: bool,
+    pub scrape_seconds: f64,
+    pub tasks_tracked: usize,
+}
+
+/// Histogram upper bounds exported: 2^10 ns (≈1 µs) to 2^34 ns (≈17 s); the log2 bucket `b`
+/// holds durations in [2^(b-1), 2^b) ns, so `le = 2^b ns` counts those below 2^b.
+const LATENCY_BUCKETS: std::ops::RangeInclusive<usize> = 10..=34;
+
+struct Builder<'s> {
+    specs: HashMap<&'s str, &'s Spec>,
+    out: BTreeMap<String, Vec<Metric>>,
+}
+
+fn label(name: &str, value: &str) -> LabelPair {
+    let mut l = LabelPair::default();
+    l.set_name(name.to_owned());
+    l.set_value(value.to_owned());
+    l
+}
+
+impl<'s> Builder<'s> {
+    fn new(specs: &'s [Spec]) -> Self {
+        Self {
+            specs: specs.iter().map(|s| (s.name.as_str(), s)).collect(),
+            out: BTreeMap::new(),
+        }
+    }
+
+    fn spec(&self, name: &str) -> &'s Spec {
+        self.specs
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| panic!("metric {name} is not in the catalogue"))
+    }
+
+    fn metric(&self, name: &str, values: &[&str]) -> Metric {
+        let spec = self.spec(name);
+        assert_eq!(spec.labels.len(), values.len(), "labels of {name}");
+        let mut m = Metric::default();
+        m.set_label(
+            spec.labels
+                .iter()
+                .zip(values)
+                .map(|(n, v)| label(n, v))
+                .collect(),
+        );
+        m
+    }
+
+    fn sample(&mut self, name: &str, values: &[&str], v: f64) {
+        let mut m = self.metric(name, values);
+        match self.spec(name).kind {
+            Kind::Counter => {
+                let mut c = proto::Counter::default();
+                c.set_value(v);
+                m.set_counter(c);
+            }
+            Kind::Gauge => {
+                let mut g = proto::Gauge::default();
+                g.set_value(v);
+                m.set_gauge(g);
+            }
+            Kind::Histogram => panic!("{name} is a histogram"),
+        }
+        self.out.entry(name.to_owned()).or_default().push(m);
+    }
+
+    fn histogram(&mut self, name: &str, buckets: &[(f64, u64)], count: u64, sum: f64) {
+        let mut m = self.metric(name, &[]);
+        let mut h = proto::Histogram::default();
+        h.set_sample_count(count);
+        h.set_sample_sum(sum);
+        h.set_bucket(
+            buckets
+                .iter()
+                .map(|(le, n)| {
+                    let mut b = proto::Bucket::default();
+                    b.set_upper_bound(*le);
+                    b.set_cumulative_count(*n);
+                    b
+                })
+                .collect(),
+        );
+        m.set_histogram(h);
+        self.out.entry(name.to_owned()).or_default().push(m);
+    }
+
+    /// The workload families of one scope for one set of counts.
+    fn workload(&mut self, prefix: &str, scope: &[&str], c: &Counts) {
+        let with = |extra: &[&'static str]| -> Vec<String> {
+            scope
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain(extra.iter().map(|s| (*s).to_owned()))
+                .collect()
+        };
+        let put = |b: &mut Self, suffix: &str, extra: &[&'static str], v: f64| {
+            let labels = with(extra);
+            let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
+            b.sample(&format!("{prefix}{suffix}"), &refs, v);
+        };
+        let secs = |ns: u64| ns as f64 / 1e9;
+        put(self, "scan_seconds_total", &[], secs(c.scan.time_ns));
+        put(
+            self,
+            "scan_cpu_seconds_total",
+            &[],
+            secs(c.scan.runtime_in_scan_ns),
+        );
+        put(self, "scan_calls_total", &[], c.scan.calls as f64);
+        put(self, "run_seconds_total", &[], secs(c.scan.task_runtime_ns));
+        put(self, "pte_updates_total", &[], c.scan.pte_updates as f64);
+        let local = c.hint_faults.local;
+        let remote = c.hint_faults.faults.saturating_sub(local);
+        put(self, "hint_faults_total", &["local"], local as f64);
+        put(self, "hint_faults_total", &["remote"], remote as f64);
+        put(
+            self,
+            "migrated_pages_total",
+            &[],
+            c.hint_faults.migrated_pages as f64,
+        );
+        // Reasons that occurred (all of them in total, where the set is fixed and small).
+        for slot in 0..SKIP_REASON_SLOTS {
+            let n = c.skipped_vmas.0[slot];
+            if n > 0 || scope.is_empty() {
+                put(
+                    self,
+                    "skipped_vmas_total",
+                    &[skip_reason_name(slot)],
+                    n as f64,
+                );
+            }
+        }
+    }
+
+    fn finish(self) -> Vec<MetricFamily> {
+        let Self { specs, out } = self;
+        out.into_iter()
+            .map(|(name, metrics)| {
+                let spec = specs[name.as_str()];
+                let mut f = MetricFamily::default();
+                f.set_name(name);
+                f.set_help(spec.help.clone());
+                f.set_field_type(match spec.kind {
+                    Kind::Counter => MetricType::COUNTER,
+                    Kind::Gauge => MetricType::GAUGE,
+                    Kind::Histogram => MetricType::HISTOGRAM,
+                });
+                f.set_metric(metrics);
+                f
+            })
+            .collect()
+    }
+}
+
+fn node_label(n: Option<u32>) -> String {
+    n.map_or_else(|| "unknown".to_owned(), |n| n.to_string())
+}
+
+/// Every family of one scrape.
+pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
+    let mut b = Builder::new(specs);
+    let snap = i.snap;
+    let t = &fold.totals;
+
+    b.workload("numatrace_", &[], t);
+    b.workload("numatrace_self_", &[], &fold.own);
+    for (cg, c) in &fold.cgroups {
+        b.workload("numatrace_cgroup_", &[cg.as_str()], c);
+    }
+    for s in &fold.tasks {
+        b.workload(
+            "numatrace_task_",
+            &[s.comm.as_str(), &s.pid.to_string()],
+            &s.counts,
+        );
+    }
+    // Always there, so that the per-task families exist before any task qualifies.
+    b.workload("numatrace_task_", &[OTHER, OTHER], &fold.other_tasks);
+
+    let h = &t.hint_faults;
+    b.sample("numatrace_hint_fault_pages_total", &[], h.pages as f64);
+    for (size, n) in [
+        ("base", h.faults_4k),
+        ("pmd", h.faults_thp),
+        ("large", h.faults_large),
+    ] {
+        b.sample(
+            "numatrace_hint_faults_by_page_size_total",
+            &[size],
+            n as f64,
+        );
+    }
+    b.sample(
+        "numatrace_hint_fault_migrate_failures_total",
+        &[],
+        h.migrate_failed as f64,
+    );
+    let cow_base = h.cow_shared.saturating_sub(h.cow_shared_large);
+    b.sample(
+        "numatrace_cow_shared_hint_faults_total",
+        &["base"],
+        cow_base as f64,
+    );
+    b.sample(
+        "numatrace_cow_shared_hint_faults_total",
+        &["large"],
+        h.cow_shared_large as f64,
+    );
+    b.sample(
+        "numatrace_cow_shared_migrations_total",
+        &[],
+        h.cow_shared_migrated as f64,
+    );
+
+    let m = &t.migrations;
+    b.sample("numatrace_migrate_calls_total", &[], m.calls as f64);
+    for (result, pages, thps) in [
+        ("succeeded", m.pages_ok, m.thp_ok),
+        ("failed", m.pages_failed, m.thp_failed),
+    ] {
+        b.sample("numatrace_migrate_pages_total", &[result], pages as f64);
+        b.sample("numatrace_migrate_thps_total", &[result], thps as f64);
+    }
+    b.sample(
+        "numatrace_migrate_misplaced_total",
+        &["migrated"],
+        m.succeeded as f64,
+    );
+    b.sample(
+        "numatrace_migrate_misplaced_total",
+        &["not_migrated"],
+        m.not_migrated as f64,
+    );
+    let lat = &snap.migrate_latency;
+    let cum = |upto: usize| -> u64 { lat.iter().take(upto + 1).sum() };
+    let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+        .map(|b| ((1u64 << b) as f64 / 1e9, cum(b)))
+        .collect();
+    b.histogram(
+        "numatrace_migration_latency_seconds",
+        &buckets,
+        lat.iter().sum(),
+        m.latency_ns_total as f64 / 1e9,
+    );
+    b.sample("numatrace_migration_stalls_total", &[], m.stalls as f64);
+    b.sample(
+        "numatrace_migration_stall_seconds_total",
+        &[],
+        m.stall_ns as f64 / 1e9,
+    );
+    let p = &t.placement;
+    for (kind, n) in [
+        ("move", p.moves),
+        ("swap_out", p.swaps_out),
+        ("swap_in", p.swaps_in),
+        ("stick", p.sticks),
+        ("stick_no_target", p.stick_no_target),
+    ] {
+        b.sample("numatrace_placement_events_total", &[kind], n as f64);
+    }
+    let (skips, over, at) = i.gaps;
+    b.sample("numatrace_pid_inactive_skips_total", &[], skips as f64);
+    b.sample(
+        "numatrace_pid_inactive_skips_over_threads_total",
+        &[],
+        over as f64,
+    );
+    b.sample(
+        "numatrace_pid_inactive_skips_at_threshold_total",
+        &[],
+        at as f64,
+    );
+
+    nodes(&mut b, snap);
+
+    for (name, v) in &snap.vmstat_hi {
+        if vmstat_exported(name) {
+            b.sample(&vmstat_family(name), &[], *v as f64);
+        }
+    }
+
+    own(&mut b, i);
+    b.finish()
+}
+
+fn nodes(b: &mut Builder, snap: &Snapshot) {
+    let rows = snap.node_rows(&Filter::default());
+    for r in &rows {
+        let node = r.node.to_string();
+        b.sample(
+            "numatrace_node_hint_faults_total",
+            &[&node, "local"],
+            r.hint_faults_local as f64,
+        );
+        b.sample(
+            "numatrace_node_hint_faults_total",
+            &[&node, "remote"],
+            r.hint_faults_remote as f64,
+        );
+        b.sample(
+            "numatrace_node_hint_fault_pages_total",
+            &[&node],
+            r.hint_pages as f64,
+        );
+        for (state, v) in [("total", r.mem_total_bytes), ("free", r.mem_free_bytes)] {
+            if let Some(v) = v {
+                b.sample("numatrace_node_memory_bytes", &[&node, state], v as f64);
+            }
+        }
+        b.sample(
+            "numatrace_node_tasks",
+            &[&node, "preferred"],
+            r.tasks_preferring as f64,
+        );
+        b.sample(
+            "numatrace_node_tasks",
+            &[&node, "last_ran"],
+            r.tasks_last_ran as f64,
+        );
+    }
+    // Every pair of distinct nodes (zero or not, so that series exist from the start), and
+    // any other cell that counted something (an unresolved source, or a node beyond sysfs').
+    let known: Vec<u32> = rows.iter().map(|r| r.node).collect();
+    let mut cells: BTreeMap<(Option<u32>, u32), (u64, u64, u64)> = BTreeMap::new();
+    for s in &known {
+        for d in known.iter().filter(|d| *d != s) {
+            cells.insert((Some(*s), *d), (0, 0, 0));
+        }
+    }
+    for f in snap.node_flows() {
+        cells.insert((f.src, f.dst), (f.migrated, f.not_migrated, f.pages));
+    }
+    for ((src, dst), (ok, failed, pages)) in cells {
+        let (src, dst) = (node_label(src), dst.to_string());
+        b.sample(
+            "numatrace_node_migrations_total",
+            &[&src, &dst, "migrated"],
+            ok as f64,
+        );
+        b.sample(
+            "numatrace_node_migrations_total",
+            &[&src, &dst, "not_migrated"],
+            failed as f64,
+        );
+        b.sample(
+            "numatrace_node_migrated_pages_total",
+            &[&src, &dst],
+            pages as f64,
+        );
+    }
+    const _: () = assert!(NODE_FAULT_FIELDS >= 3 && MAX_NODES >= 1);
+}
+
+fn own(b: &mut Builder, i: &Inputs) {
+    let snap = i.snap;
+    let dropped = serde_json::to_value(Dropped::from_snapshot(snap)).unwrap_or_default();
+    if let Some(fields) = dropped.as_object() {
+        for (cause, v) in fields.iter().filter(|(k, _)| *k != "total") {
+            b.sample(
+                "numatrace_dropped_events_total",
+                &[cause],
+                v.as_u64().unwrap_or(0) as f64,
+            );
+        }
+    }
+    let e = &snap.events;
+    for (kind, n) in [
+        ("skip_vma", e.skip_vma),
+        ("numa_move", e.numa_move),
+        ("numa_swap", e.numa_swap),
+        ("numa_stick", e.numa_stick),
+        ("migrate_pages", e.migrate_pages),
+        ("task_exit", e.task_exit),
+        ("vma_scan", e.vma_scan),
+    ] {
+        b.sample("numatrace_ringbuf_records_total", &[kind], n as f64);
+    }
+    for (prog, ns, runs) in i.programs {
+        b.sample("numatrace_bpf_run_seconds_total", &[prog], *ns as f64 / 1e9);
+        b.sample("numatrace_bpf_runs_total", &[prog], *runs as f64);
+    }
+    b.sample(
+        "numatrace_bpf_stats_enabled",
+        &[],
+        f64::from(u8::from(i.bpf_stats)),
+    );
+    b.sample("numatrace_scrape_duration_seconds", &[], i.scrape_seconds);
+    b.sample(
+        "numatrace_snapshot_consistent",
+        &[],
+        f64::from(u8::from(snap.consistent)),
+    );
+    b.sample("numatrace_tasks_tracked", &[], i.tasks_tracked as f64);
+    if let Some(mode) = i.numa_balancing {
+        b.sample("numatrace_numa_balancing", &[], f64::from(mode));
+    }
+    for h in i.hooks {
+        let mechanism = if h.attached {
+            h.mechanism.to_string()
+        } else {
+            "none".to_owned()
+        };
+        b.sample(
+            "numatrace_hook_info",
+            &[
+                &h.name,
+                &mechanism,
+                if h.attached { "true" } else { "false" },
+                i.kernel_release,
+            ],
+            1.0,
+        );
+    }
+    b.sample("numatrace_build_info", &[env!("CARGO_PKG_VERSION")], 1.0);
+}
+
+/// The registry's view of the catalogue: its descriptors, and the families of the latest
+/// scrape (set before each gather).
+pub struct SnapshotCollector {
+    descs: Vec<Desc>,
+    current: std::sync::Mutex<Vec<MetricFamily>>,
+}
+
+impl SnapshotCollector {
+    pub fn new(specs: &[Spec]) -> prometheus::Result<Self> {
+        let descs = specs
+            .iter()
+            .map(|s| {
+                Desc::new(
+                    s.name.clone(),
+                    s.help.clone(),
+                    s.labels.iter().map(|l| (*l).to_owned()).collect(),
+                    HashMap::new(),
+                )
+            })
+            .collect::<prometheus::Result<Vec<_>>>()?;
+        Ok(Self {
+            descs,
+            current: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn set(&self, families: Vec<MetricFamily>) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = families;
+    }
+}
+
+impl Collector for SnapshotCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use numatrace_common::TaskStats;
+    use prometheus::{Encoder as _, Registry, TextEncoder};
+
+    use super::*;
+    use crate::{
+        kernel::nodes::NodeInfo, model::TaskRecord, plan::Mechanism, serve::catalogue,
+        serve::fold::FoldLimits, sources::maps::Counters,
+    };
+
+    fn task(pid: u32, comm: &str, cgroup: &str, k: u64) -> TaskRecord {
+        let mut s = TaskStats::new(pid, pid);
+        s.comm[..comm.len()].copy_from_slice(comm.as_bytes());
+        s.first_ns = 1;
+        s.scan_calls = 2 * k;
+        s.scan_ns = 3_000_000 * k;
+        s.scan_runtime_ns = 2_000_000 * k;
+        s.runtime_first_ns = 1;
+        s.runtime_last_ns = 1 + 100_000_000 * k;
+        s.pte_updates = 4096 * k;
+        s.hint_faults = 100 * k;
+        s.hint_faults_local = 60 * k;
+        s.hint_pages = 100 * k;
+        s.hint_migrated_pages = 30 * k;
+        s.skip_vma[1] = k;
+        s.migrate_attempts = 30 * k;
+        s.migrate_succeeded = 30 * k;
+        s.migrate_ns = 30 * k * 50_000;
+        let mut t = TaskRecord::from_stats(&s, false);
+        t.cgroup = Some(cgroup.to_owned());
+        t.cgroup_id = 7;
+        t
+    }
+
+    fn snapshot(k: u64) -> Snapshot {
+        let n = MAX_NODES as usize;
+        let mut lat = vec![0u64; 64];
+        lat[16] = 40 * k; // [32.8 µs, 65.5 µs)
+        lat[20] = 20 * k; // [0.52 ms, 1.05 ms)
+        let mut node_faults = vec![0u64; n * NODE_FAULT_FIELDS as usize];
+        node_faults[0] = 200 * k; // node 0: faults, local, pages
+        node_faults[1] = 120 * k;
+        node_faults[2] = 200 * k;
+        let fields = NODE_FAULT_FIELDS as usize;
+        node_faults[fields] = 100 * k;
+        node_faults[fields + 1] = 60 * k;
+        node_faults[fields + 2] = 100 * k;
+        let mut matrix = vec![0u64; 2 * (n + 1) * n];
+        matrix[1] = 60 * k; // 0 -> 1 migrated
+        let mut pages = vec![0u64; (n + 1) * n];
+        pages[1] = 60 * k;
+        pages[n] = 30 * k; // 1 -> 0
+        let node = |i: u32| NodeInfo {
+            node: i,
+            cpus: format!("{i}"),
+            distances: vec![10, 20],
+            mem_total_bytes: Some(1 << 30),
+            mem_free_bytes: Some(1 << 29),
+        };
+        Snapshot {
+            mono_ns: k * 1_000_000_000,
+            consistent: true,
+            self_tgid: 999,
+            tasks: vec![
+                task(10, "db", "/system.slice/db.service/worker", k),
+                task(11, "web", "/user.slice", k),
+                task(12, "batch", "/user.slice", 2 * k),
+            ],
+            counters: Counters(vec![0; numatrace_common::Counter::ALL.len()]),
+            migrate_latency: lat,
+            migrate_matrix: matrix,
+            migrated_pages: pages,
+            node_faults,
+            vmstat_hi: [
+                ("numa_hint_faults".to_owned(), 1000 * k),
+                ("numa_pages_migrated".to_owned(), 90 * k),
+                ("nr_free_pages".to_owned(), 5),
+            ]
+            .into_iter()
+            .collect(),
+            nodes: vec![node(0), node(1)],
+            ..Snapshot::default()
+        }
+    }
+
+    fn render(specs: &[Spec], fold: &Fold, snap: &Snapshot) -> String {
+        let hooks = vec![HookReport {
+            name: "task_numa_fault".into(),
+            kind: "function".into(),
+            mechanism: Mechanism::Fentry,
+            symbol: Some("task_numa_fault".into()),
+            attached: true,
+            reasons: vec![],
+            what: String::new(),
+        }];
+        let programs = vec![("fexit_task_numa_fault".to_owned(), 1_500_000, 400)];
+        let inputs = Inputs {
+            snap,
+            hooks: &hooks,
+            kernel_release: "6.12.0-test",
+            numa_balancing: Some(1),
+            gaps: (5, 2, 1),
+            programs: &programs,
+            bpf_stats: true,
+            scrape_seconds: 0.0125,
+            tasks_tracked: 3,
+        };
+        let collector = SnapshotCollector::new(specs).unwrap();
+        collector.set(build(specs, fold, &inputs));
+        let registry = Registry::new();
+        registry.register(Box::new(collector)).unwrap();
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn golden_exposition_of_a_fixed_snapshot() {
+        let snap1 = snapshot(1);
+        let specs = catalogue::families(snap1.vmstat_hi.keys());
+        let mut fold = Fold::new(FoldLimits {
+            top_tasks: 2,
+            cgroup_depth: 2,
+            max_cgroups: 10,
+        });
+        fold.advance(&snap1);
+        let snap2 = snapshot(3);
+        fold.advance(&snap2);
+        let text = render(&specs, &fold, &snap2);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/serve/golden/exposition.txt");
+        if std::env::var("NUMATRACE_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let want = std::fs::read_to_string(&path)
+            .expect("golden missing: run with NUMATRACE_UPDATE_GOLDEN=1");
+        assert_eq!(text, want, "differs from {}", path.display());
+        // What the golden text must say, independently of it.
+        assert!(text.contains("numatrace_hint_faults_total{locality=\"local\"} 720\n"));
+        assert!(text.contains(
+            "numatrace_cgroup_hint_faults_total{cgroup=\"/system.slice/db.service\",locality=\"remote\"} 120\n"
+        ));
+        // batch (pid 12) and db (10) are the top 2 by scan time; web goes to other.
+        assert!(text.contains("numatrace_task_scan_calls_total{comm=\"batch\",pid=\"12\"} 12\n"));
+        assert!(text.contains("numatrace_task_scan_calls_total{comm=\"other\",pid=\"other\"} 6\n"));
+        assert!(text.contains(
+            "numatrace_node_migrations_total{src=\"0\",dst=\"1\",result=\"migrated\"} 180\n"
+        ));
+        assert!(
+            text.contains("numatrace_migration_latency_seconds_bucket{le=\"0.000065536\"} 120\n")
+        );
+        assert!(text.contains("numatrace_migration_latency_seconds_count 180\n"));
+        assert!(text.contains("numatrace_vmstat_numa_pages_migrated_total 270\n"));
+        assert!(
+            !text.contains("nr_free_pages"),
+            "only numa_* and pgmigrate_*"
+        );
+    }
+
+    #[test]
+    fn every_catalogue_name_is_valid_and_documented() {
+        let specs = catalogue::families(&[]);
+        // Desc::new validates names and label names.
+        SnapshotCollector::new(&specs).unwrap();
+        let readme = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+        )
+        .unwrap();
+        for s in &specs {
+            // The scoped copies are documented once, as a pattern.
+            let documented = ["numatrace_cgroup_", "numatrace_task_", "numatrace_self_"]
+                .iter()
+                .any(|p| s.name.starts_with(p))
+                || readme.contains(&format!("`{}", s.name));
+            assert!(documented, "{} is not in the README", s.name);
+            assert!(
+                s.kind != catalogue::Kind::Counter || s.name.ends_with("_total"),
+                "{}",
+                s.name
+            );
+        }
+    }
+}

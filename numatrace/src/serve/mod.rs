@@ -1,0 +1,250 @@
+//! `numatrace serve`: a Prometheus endpoint on the engine. Every scrape takes a snapshot, folds
+//! it into monotonic per-task / per-cgroup / total counters ([`fold`]), builds the families of
+//! the [`catalogue`] ([`expose`]) and hands them to a `prometheus` registry through a custom
+//! collector. Scrapes that arrive while one is being read share its result.
+
+pub mod catalogue;
+pub mod expose;
+pub mod fold;
+pub mod http;
+
+use std::{
+    net::SocketAddr,
+    os::fd::{FromRawFd as _, RawFd},
+    sync::Arc,
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result};
+use prometheus::{Encoder as _, Registry, TextEncoder};
+use std::future::IntoFuture as _;
+
+use tokio::sync::Mutex;
+
+use crate::{
+    bpf::loader::{HookReport, LoadOptions},
+    cli::ServeArgs,
+    cmd::stat::Signals,
+    engine::{Detail, Engine, Snapshot},
+    kernel::{facts::KernelFacts, vmstat::Vmstat},
+};
+use catalogue::Spec;
+use expose::{Inputs, SnapshotCollector};
+use fold::{Fold, FoldLimits};
+
+/// What a scrape reads and updates, one scrape at a time.
+struct Live {
+    engine: Option<Engine>,
+    fold: Fold,
+    prev: Option<Snapshot>,
+    /// The latest response body and when it was complete.
+    cached: Option<(Instant, Arc<String>)>,
+}
+
+pub struct Exporter {
+    live: Mutex<Live>,
+    specs: Vec<Spec>,
+    registry: Registry,
+    collector: Arc<SnapshotCollector>,
+    pub hooks: Vec<HookReport>,
+    release: String,
+    numa_balancing: Option<u32>,
+    bpf_stats: bool,
+}
+
+/// The registry owns a boxed collector; the exporter keeps a handle to set its families.
+struct Shared(Arc<SnapshotCollector>);
+
+impl prometheus::core::Collector for Shared {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.0.desc()
+    }
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.0.collect()
+    }
+}
+
+impl Exporter {
+    fn new(mut engine: Engine, limits: FoldLimits) -> Result<Self> {
+        let bpf_stats = match engine.enable_bpf_stats() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("numatrace_bpf_* stay empty: {e:#}");
+                false
+            }
+        };
+        let vmstat = Vmstat::read().unwrap_or_default().0;
+        let specs = catalogue::families(vmstat.keys());
+        let collector = Arc::new(SnapshotCollector::new(&specs).context("metric descriptors")?);
+        let registry = Registry::new();
+        registry
+            .register(Box::new(Shared(Arc::clone(&collector))))
+            .context("registering the collector")?;
+        // numatrace's own CPU time, memory and descriptors (process_*).
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .context("registering the process collector")?;
+        Ok(Self {
+            hooks: engine.hooks.clone(),
+            release: engine.facts.release.clone(),
+            numa_balancing: engine.facts.numa_balancing,
+            live: Mutex::new(Live {
+                engine: Some(engine),
+                fold: Fold::new(limits),
+                prev: None,
+                cached: None,
+            }),
+            specs,
+            registry,
+            collector,
+            bpf_stats,
+        })
+    }
+
+    /// The exposition text, read fresh unless a read that completed after `arrived` exists
+    /// (a concurrent scrape's).
+    pub async fn scrape(&self, arrived: Instant) -> Result<Arc<String>> {
+        let mut live = self.live.lock().await;
+        if let Some((done, body)) = &live.cached
+            && *done >= arrived
+        {
+            return Ok(Arc::clone(body));
+        }
+        let started = Instant::now();
+        let body = tokio::task::block_in_place(|| self.read(&mut live, started))?;
+        let body = Arc::new(body);
+        live.cached = Some((Instant::now(), Arc::clone(&body)));
+        Ok(body)
+    }
+
+    fn read(&self, live: &mut Live, started: Instant) -> Result<String> {
+        let engine = live.engine.as_mut().context("serve is stopping")?;
+        let snap = engine.snapshot(Detail::Summary)?;
+        let gaps = engine.gap_totals().unwrap_or_else(|e| {
+            tracing::warn!("{e:#}");
+            (0, 0, 0)
+        });
+        let programs = if self.bpf_stats {
+            engine.program_stats()
+        } else {
+            Vec::new()
+        };
+        live.fold.advance(&snap);
+        // Exited tasks folded in twice are in the aggregates for good: forget them, so memory
+        // stays bounded by the live tasks however many come and go.
+        if let Some(prev) = &live.prev {
+            let settled = live.fold.settled(prev, &snap);
+            let gone = engine.forget_exited(&settled);
+            live.fold.forget(&gone);
+        }
+        let inputs = Inputs {
+            snap: &snap,
+            hooks: &self.hooks,
+            kernel_release: &self.release,
+            numa_balancing: self.numa_balancing,
+            gaps,
+            programs: &programs,
+            bpf_stats: self.bpf_stats,
+            scrape_seconds: started.elapsed().as_secs_f64(),
+            tasks_tracked: live.fold.remembered(),
+        };
+        let families = expose::build(&self.specs, &live.fold, &inputs);
+        live.prev = Some(snap);
+        self.collector.set(families);
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .context("encoding the metrics")?;
+        String::from_utf8(out).context("encoding the metrics")
+    }
+
+    /// Detaches: later scrapes get an error.
+    async fn stop(&self) -> Result<()> {
+        let engine = self.live.lock().await.engine.take();
+        if let Some(engine) = engine {
+            engine.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+/// The socket systemd passed (socket activation: LISTEN_PID is us, LISTEN_FDS ≥ 1), if any.
+fn activated_listener() -> Result<Option<std::net::TcpListener>> {
+    let ours = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        == Some(std::process::id());
+    let fds = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse::<i32>().ok())
+        .unwrap_or(0);
+    if !ours || fds < 1 {
+        return Ok(None);
+    }
+    const SD_LISTEN_FDS_START: RawFd = 3;
+    // SAFETY: systemd passes fd 3 open for us alone (LISTEN_PID is our pid).
+    let l = unsafe { std::net::TcpListener::from_raw_fd(SD_LISTEN_FDS_START) };
+    l.set_nonblocking(true)
+        .context("the socket systemd passed")?;
+    Ok(Some(l))
+}
+
+pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
+    let mut signals = Signals::new()?;
+    let listener = match activated_listener()? {
+        Some(l) => tokio::net::TcpListener::from_std(l)?,
+        None => tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?,
+    };
+    let addr: SocketAddr = listener.local_addr()?;
+    let facts = KernelFacts::gather().context("reading kernel facts")?;
+    let load = LoadOptions {
+        max_tasks: args.max_tasks,
+        max_vmas: numatrace_common::MAX_VMAS,
+        ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
+        filter_tgids: false,
+        // Per-event records feed only the per-VMA detail; serve exports the kernel maps'
+        // aggregates, so the ring buffer carries task exits alone.
+        emit_events: false,
+        bpf_log: false,
+        sample_hz: args.sample_hz,
+        no_fentry,
+    };
+    let engine = Engine::start(facts, &load)?;
+    let limits = FoldLimits {
+        top_tasks: args.top_tasks,
+        cgroup_depth: args.cgroups_depth,
+        max_cgroups: args.max_cgroups,
+    };
+    let exporter = Arc::new(Exporter::new(engine, limits)?);
+    // The first read starts the fold, so that the first scrape already has a previous one.
+    exporter.scrape(Instant::now()).await?;
+    eprintln!("numatrace: serving http://{addr}/metrics (Ctrl-C stops)");
+    let app = http::router(Arc::clone(&exporter));
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    });
+    let mut server = tokio::spawn(server.into_future());
+    let served = tokio::select! {
+        sig = signals.any() => {
+            tracing::info!(sig, "stopping");
+            let _ = stop_tx.send(true);
+            // Connections still open after a few seconds are cut.
+            match tokio::time::timeout(std::time::Duration::from_secs(5), &mut server).await {
+                Ok(r) => r.context("HTTP server")?.context("serving HTTP"),
+                Err(_) => {
+                    server.abort();
+                    Ok(())
+                }
+            }
+        }
+        r = &mut server => r.context("HTTP server")?.context("serving HTTP"),
+    };
+    exporter.stop().await?;
+    served?;
+    Ok(0)
+}

@@ -1,0 +1,686 @@
+//! `numatrace serve` as Prometheus and a person use it: scraped over HTTP on loopback, checked by
+//! promtool, scraped while a thousand processes come and go, scraped concurrently, and (in the
+//! 2-node guests) during a migrating workload, against the kernel's own counters it exports.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::TcpStream,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use common::{Sysctl, numatrace_bin, workload_bin};
+
+/// A running `serve` on a free loopback port, stopped (SIGTERM) on drop.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Serve {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(numatrace_bin())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("numatrace serve");
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        let addr = loop {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap() == 0 {
+                panic!("serve exited before listening: {seen}");
+            }
+            seen.push_str(&line);
+            if let Some(rest) = line.split("serving http://").nth(1) {
+                break rest.split('/').next().unwrap().to_owned();
+            }
+        };
+        // Keep draining stderr so that serve never blocks on it.
+        std::thread::spawn(move || {
+            for l in err.lines().map_while(Result::ok) {
+                eprintln!("serve: {l}");
+            }
+        });
+        Self { child, addr }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        http_get(&self.addr, path)
+    }
+
+    fn scrape(&self) -> Scrape {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        Scrape::parse(&body)
+    }
+
+    /// SIGTERM, and the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// One GET over a fresh connection: (status, body). No curl in the guests, so by hand.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("response");
+    let text = String::from_utf8(raw).expect("UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("headers");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = s.split_once("\r\n").expect("chunk size");
+        let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+}
+
+/// A parsed exposition: series (name with labels) to value, and family types.
+#[derive(Debug, Default)]
+struct Scrape {
+    series: BTreeMap<String, f64>,
+    types: BTreeMap<String, String>,
+}
+
+impl Scrape {
+    fn parse(body: &str) -> Self {
+        let mut s = Self::default();
+        for l in body.lines() {
+            if let Some(t) = l.strip_prefix("# TYPE ") {
+                let (name, kind) = t.split_once(' ').unwrap();
+                s.types.insert(name.to_owned(), kind.to_owned());
+            } else if !l.starts_with('#') && !l.is_empty() {
+                let (k, v) = l.rsplit_once(' ').expect("series value");
+                let v: f64 = v.parse().unwrap_or_else(|_| panic!("value of {l}"));
+                assert!(s.series.insert(k.to_owned(), v).is_none(), "duplicate {k}");
+            }
+        }
+        s
+    }
+
+    fn get(&self, series: &str) -> f64 {
+        *self
+            .series
+            .get(series)
+            .unwrap_or_else(|| panic!("no series {series}"))
+    }
+
+    /// Σ of a family's series whose labels contain every `with` pair text (e.g. `locality="local"`).
+    fn sum(&self, family: &str, with: &[&str]) -> f64 {
+        self.series
+            .iter()
+            .filter(|(k, _)| {
+                let (name, labels) = k.split_once('{').unwrap_or((k, ""));
+                name == family && with.iter().all(|w| labels.contains(w))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    fn family_of(series: &str) -> &str {
+        series.split('{').next().unwrap()
+    }
+
+    /// Whether a series is cumulative: a counter, or a histogram's buckets, sum and count.
+    fn cumulative(&self, series: &str) -> bool {
+        let name = Self::family_of(series);
+        if self.types.get(name).is_some_and(|t| t == "counter") {
+            return true;
+        }
+        ["_bucket", "_sum", "_count"].iter().any(|suf| {
+            name.strip_suffix(suf)
+                .is_some_and(|f| self.types.get(f).is_some_and(|t| t == "histogram"))
+        })
+    }
+
+    /// Cumulative series lower than in `earlier`.
+    fn decreased(&self, earlier: &Scrape) -> Vec<String> {
+        earlier
+            .series
+            .iter()
+            .filter(|(k, _)| self.cumulative(k))
+            .filter_map(|(k, old)| {
+                let new = self.series.get(k)?;
+                (new < old).then(|| format!("{k}: {old} -> {new}"))
+            })
+            .collect()
+    }
+
+    /// Distinct label sets of the per-task families (comm and pid).
+    fn task_series(&self) -> std::collections::BTreeSet<String> {
+        self.series
+            .keys()
+            .filter(|k| k.starts_with("numatrace_task_scan_calls_total{"))
+            .cloned()
+            .collect()
+    }
+
+    fn cgroups(&self) -> std::collections::BTreeSet<String> {
+        self.series
+            .keys()
+            .filter(|k| k.starts_with("numatrace_cgroup_scan_calls_total{"))
+            .cloned()
+            .collect()
+    }
+
+    fn count_of(&self, family: &str) -> usize {
+        self.series
+            .keys()
+            .filter(|k| Self::family_of(k) == family)
+            .count()
+    }
+}
+
+/// Kernel settings under which every short-lived process is seen: NUMA balancing on and no
+/// scan delay, so each is scanned at its first tick (or, where task_numa_work cannot be hooked,
+/// sampled). Both restored on drop.
+struct SeenChurn {
+    _balancing: Sysctl,
+    _tunables: numatrace::kernel::tunables::Tunables,
+}
+
+impl SeenChurn {
+    fn new() -> Self {
+        let balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+        let (tunables, notes) =
+            numatrace::kernel::tunables::Tunables::set(&[("scan_delay_ms", "0")]);
+        println!("tunables: {notes:?}");
+        Self {
+            _balancing: balancing,
+            _tunables: tunables,
+        }
+    }
+}
+
+/// Metric names the Grafana dashboard queries (histogram series names as queried).
+fn dashboard_metrics() -> std::collections::BTreeSet<String> {
+    let dash: serde_json::Value = serde_json::from_str(include_str!(
+        "../../deploy/grafana/numatrace-dashboard.json"
+    ))
+    .expect("the dashboard is JSON");
+    let mut exprs = Vec::new();
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr" | "query", serde_json::Value::String(s)) => out.push(s.clone()),
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(&dash, &mut exprs);
+    assert!(exprs.len() > 10, "queries found: {exprs:?}");
+    let mut names = std::collections::BTreeSet::new();
+    for e in &exprs {
+        for (i, _) in e
+            .match_indices("numatrace_")
+            .chain(e.match_indices("process_"))
+        {
+            if i > 0 && e.as_bytes()[i - 1].is_ascii_alphanumeric()
+                || i > 0 && e.as_bytes()[i - 1] == b'_'
+            {
+                continue;
+            }
+            let name: String = e[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// Families a scrape has (from its TYPE lines), with histograms' series names.
+fn exported_names(s: &Scrape) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for (name, kind) in &s.types {
+        out.insert(name.clone());
+        if kind == "histogram" {
+            for suf in ["_bucket", "_sum", "_count"] {
+                out.insert(format!("{name}{suf}"));
+            }
+        }
+    }
+    out
+}
+
+/// The bound the README documents: 16·(N + C + 5) + 7n + 3n² + 2P + H + V + 83.
+fn documented_bound(s: &Scrape, top: usize, cgroups: usize) -> usize {
+    let n = common::numa_nodes();
+    let p = s.count_of("numatrace_bpf_runs_total");
+    let h = s.count_of("numatrace_hook_info");
+    let v = s
+        .series
+        .keys()
+        .filter(|k| k.starts_with("numatrace_vmstat_"))
+        .count();
+    16 * (top + cgroups + 5) + 7 * n + 3 * n * n + 2 * p + h + v + 83
+}
+
+#[test]
+fn metric_catalogue_needs_no_root() {
+    let out = common::numatrace(&["serve", "--metrics"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for family in [
+        "numatrace_scan_seconds_total",
+        "numatrace_hint_faults_total{locality}",
+        "numatrace_node_migrations_total{src,dst,result}",
+        "numatrace_migration_latency_seconds (histogram)",
+        "numatrace_hook_info{hook,mechanism,attached,kernel}",
+        "numatrace_vmstat_<name>_total",
+    ] {
+        assert!(text.contains(family), "{family} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn live_scrape_passes_promtool_and_pages_answer() {
+    const TEST: &str = "live_scrape_passes_promtool_and_pages_answer";
+    require_root!(TEST);
+    let serve = Serve::start(&[]);
+    // Some tasks to count, so that per-cgroup and per-task series exist.
+    {
+        let _seen = SeenChurn::new();
+        let churn = Command::new(workload_bin())
+            .args([
+                "churn",
+                "--tasks",
+                "50",
+                "--parallel",
+                "4",
+                "--spin-ms",
+                "50",
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(churn.success());
+    }
+    let (status, body) = serve.get("/metrics");
+    assert_eq!(status, 200);
+    let s = Scrape::parse(&body);
+    // Families every kernel has, with live values.
+    for f in [
+        "numatrace_scan_calls_total",
+        "numatrace_hint_faults_total",
+        "numatrace_skipped_vmas_total",
+        "numatrace_migration_latency_seconds_bucket",
+        "numatrace_dropped_events_total",
+        "numatrace_hook_info",
+        "numatrace_build_info",
+        "numatrace_scrape_duration_seconds",
+        "numatrace_vmstat_numa_hint_faults_total",
+        "process_cpu_seconds_total",
+    ] {
+        assert!(s.count_of(f) > 0, "{f} missing");
+    }
+    // A hook the host always attaches, and its mechanism.
+    assert!(
+        s.series.keys().any(|k| k.starts_with(
+            "numatrace_hook_info{hook=\"sched:sched_move_numa\",mechanism=\"tracepoint\""
+        )),
+        "hook_info of sched_move_numa"
+    );
+    // Every metric the Grafana dashboard queries is exported (node pairs need 2+ nodes).
+    let exported = exported_names(&s);
+    for m in dashboard_metrics() {
+        let pairs = [
+            "numatrace_node_migrated_pages_total",
+            "numatrace_node_migrations_total",
+        ];
+        if common::numa_nodes() < 2 && pairs.contains(&m.as_str()) {
+            println!("{m}: no node pairs on one node (checked in the 2-node guests)");
+            continue;
+        }
+        assert!(
+            exported.contains(&m),
+            "the dashboard queries {m}, which is not exported"
+        );
+    }
+    let (status, index) = serve.get("/");
+    assert_eq!(status, 200);
+    assert!(index.contains("href=\"/metrics\"") && index.contains("sched_move_numa"));
+    assert_eq!(serve.get("/nope").0, 404);
+
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Err(e) => common::skip(
+            TEST,
+            format!(
+                "(its promtool step only) promtool not runnable ({e}); `cargo xtask test` installs Debian's prometheus"
+            ),
+        ),
+        Ok(mut p) => {
+            p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+            let out = p.wait_with_output().unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            println!("promtool check metrics: {:?} {said}", out.status);
+            assert!(out.status.success(), "promtool: {said}");
+            assert!(said.trim().is_empty(), "promtool has remarks: {said}");
+        }
+    }
+    assert!(serve.stop().success(), "serve exits 0 on SIGTERM");
+    assert!(
+        common::numatrace_programs_loaded().is_empty(),
+        "programs left attached after serve stopped"
+    );
+}
+
+#[test]
+fn counters_never_decrease_while_a_thousand_processes_come_and_go() {
+    const TEST: &str = "counters_never_decrease_while_a_thousand_processes_come_and_go";
+    require_root!(TEST);
+    let (top, cgroups) = (5, 10);
+    let _seen = SeenChurn::new();
+    let serve = Serve::start(&[
+        "--top-tasks",
+        &top.to_string(),
+        "--max-cgroups",
+        &cgroups.to_string(),
+    ]);
+    let first = serve.scrape();
+    let mut churn = Command::new(workload_bin())
+        .args([
+            "churn",
+            "--tasks",
+            "1000",
+            "--parallel",
+            "8",
+            "--spin-ms",
+            "20",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut scrapes = vec![first];
+    let mut requests = 0;
+    loop {
+        let done = churn.try_wait().unwrap().is_some();
+        // A bounded loop of requests while the tracer is busy: every one answers.
+        for _ in 0..5 {
+            let (status, _) = serve.get("/");
+            assert_eq!(status, 200);
+            requests += 1;
+        }
+        scrapes.push(serve.scrape());
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(churn.wait().unwrap().success());
+    // Two more: exited tasks are folded in, then forgotten.
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(300));
+        scrapes.push(serve.scrape());
+    }
+    println!("{} scrapes, {requests} other requests", scrapes.len());
+    for w in scrapes.windows(2) {
+        let down = w[1].decreased(&w[0]);
+        assert!(down.is_empty(), "counters decreased: {down:#?}");
+    }
+    let last = scrapes.last().unwrap();
+    let exits = last.get("numatrace_ringbuf_records_total{kind=\"task_exit\"}")
+        - scrapes[0].get("numatrace_ringbuf_records_total{kind=\"task_exit\"}");
+    let tracked: Vec<f64> = scrapes
+        .iter()
+        .map(|s| s.get("numatrace_tasks_tracked"))
+        .collect();
+    println!("task exits seen {exits}, tasks tracked per scrape {tracked:?}");
+    assert!(
+        exits >= 500.0,
+        "the churn's exits reached numatrace: {exits}"
+    );
+    // Exited tasks are forgotten once folded: memory follows the live tasks, not the churn.
+    assert!(
+        *tracked.last().unwrap() < tracked[0] + 100.0,
+        "tasks tracked grew with the churn: {tracked:?}"
+    );
+    for s in &scrapes {
+        assert!(
+            s.task_series().len() <= top + 1,
+            "task series: {:?}",
+            s.task_series()
+        );
+        assert!(
+            s.cgroups().len() <= cgroups + 2,
+            "cgroup series: {:?}",
+            s.cgroups()
+        );
+        let bound = documented_bound(s, top, cgroups);
+        assert!(
+            s.series.len() <= bound,
+            "{} series over the documented bound {bound}",
+            s.series.len()
+        );
+        // Within one scrape the cgroups add up to the totals.
+        for loc in ["local", "remote"] {
+            let with = format!("locality=\"{loc}\"");
+            assert_eq!(
+                s.sum("numatrace_cgroup_hint_faults_total", &[&with]),
+                s.get(&format!("numatrace_hint_faults_total{{{with}}}"))
+            );
+        }
+        assert_eq!(
+            s.sum("numatrace_cgroup_scan_calls_total", &[]),
+            s.get("numatrace_scan_calls_total")
+        );
+    }
+    drop(serve);
+}
+
+#[test]
+fn concurrent_scrapes_agree() {
+    const TEST: &str = "concurrent_scrapes_agree";
+    require_root!(TEST);
+    let serve = Serve::start(&[]);
+    let addr = serve.addr.clone();
+    let mut shared = 0;
+    for _ in 0..10 {
+        let (a, b) = std::thread::scope(|sc| {
+            let a = sc.spawn(|| http_get(&addr, "/metrics"));
+            let b = sc.spawn(|| http_get(&addr, "/metrics"));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!((a.0, b.0), (200, 200));
+        if a.1 == b.1 {
+            shared += 1;
+            continue;
+        }
+        // Not one read: one came after the other, and nothing went backwards between them.
+        let (sa, sb) = (Scrape::parse(&a.1), Scrape::parse(&b.1));
+        let (early, late) = if sb.decreased(&sa).is_empty() {
+            (sa, sb)
+        } else {
+            (sb, sa)
+        };
+        let down = late.decreased(&early);
+        assert!(down.is_empty(), "concurrent scrapes disagree: {down:#?}");
+    }
+    println!("{shared} of 10 concurrent pairs shared one read");
+}
+
+#[test]
+fn scrape_shows_migrations_between_nodes_in_a_two_node_guest() {
+    const TEST: &str = "scrape_shows_migrations_between_nodes_in_a_two_node_guest";
+    require_root!(TEST);
+    let Some(probes) = common::migrating_guest(TEST) else {
+        return;
+    };
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let serve = Serve::start(&[]);
+    let before = serve.scrape();
+    let w = Command::new(workload_bin())
+        .args(["migrate", "--mem-mib", "64", "--duration", "12s"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(w.success());
+    // numatrace's counts and the kernel's, over the same scrapes: equal once nothing is
+    // counted between reading the maps and reading /proc/vmstat (the system is idle now).
+    let ours = |s: &Scrape| {
+        s.get("numatrace_migrated_pages_total") + s.get("numatrace_self_migrated_pages_total")
+    };
+    let faults = |s: &Scrape| {
+        s.sum("numatrace_hint_faults_total", &[]) + s.sum("numatrace_self_hint_faults_total", &[])
+    };
+    let mut tries = Vec::new();
+    let after = loop {
+        let s = serve.scrape();
+        let d = (
+            ours(&s) - ours(&before),
+            s.get("numatrace_vmstat_numa_pages_migrated_total")
+                - before.get("numatrace_vmstat_numa_pages_migrated_total"),
+            faults(&s) - faults(&before),
+            s.get("numatrace_vmstat_numa_hint_faults_total")
+                - before.get("numatrace_vmstat_numa_hint_faults_total"),
+        );
+        tries.push(d);
+        if (d.0 == d.1 && d.2 == d.3) || tries.len() == 5 {
+            break s;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    println!("(pages ours, kernel, faults ours, kernel) per scrape: {tries:?}");
+    let (pages, kpages, f, kf) = *tries.last().unwrap();
+    assert!(pages > 0.0, "no migrated pages");
+    assert_eq!(pages, kpages, "migrated pages against numa_pages_migrated");
+    assert_eq!(f, kf, "hint faults against numa_hint_faults");
+    // Between the two nodes, and the matrix adds up to the (traced) total.
+    let between = after.sum(
+        "numatrace_node_migrated_pages_total",
+        &["src=\"0\"", "dst=\"1\""],
+    ) + after.sum(
+        "numatrace_node_migrated_pages_total",
+        &["src=\"1\"", "dst=\"0\""],
+    );
+    assert!(between > 0.0, "no migrations between nodes 0 and 1");
+    assert_eq!(
+        after.sum("numatrace_node_migrated_pages_total", &[]),
+        after.get("numatrace_migrated_pages_total"),
+        "node matrix against the total"
+    );
+    let exported = exported_names(&after);
+    for m in dashboard_metrics() {
+        assert!(
+            exported.contains(&m),
+            "the dashboard queries {m}, which is not exported"
+        );
+    }
+    let lat = after.get("numatrace_migration_latency_seconds_count");
+    if common::attached(&probes, "migrate_misplaced_folio|_page") {
+        assert!(lat > 0.0, "migration latencies");
+    }
+    assert!(serve.stop().success());
+}
+
+#[test]
+fn serves_a_socket_systemd_hands_it() {
+    const TEST: &str = "serves_a_socket_systemd_hands_it";
+    require_root!(TEST);
+    if Command::new("systemd-socket-activate")
+        .arg("--help")
+        .output()
+        .is_err()
+    {
+        common::skip(
+            TEST,
+            "systemd-socket-activate (Debian's systemd) is not installed",
+        );
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    // systemd-socket-activate listens, and on the first connection starts numatrace with the
+    // listening socket as fd 3 (LISTEN_FDS=1, LISTEN_PID its pid), as a .socket unit does.
+    let mut activator = Command::new("systemd-socket-activate")
+        .args(["-l", &addr, &numatrace_bin(), "serve"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || TcpStream::connect(&addr)
+            .is_ok()),
+        "systemd-socket-activate did not listen"
+    );
+    let (status, body) = http_get(&addr, "/metrics");
+    let scrape = Scrape::parse(&body);
+    // SAFETY: kill has no memory effects; numatrace is the activator's child or itself.
+    unsafe { libc::kill(activator.id() as i32, libc::SIGTERM) };
+    let _ = Command::new("pkill")
+        .args(["-TERM", "-f", &format!("{} serve$", numatrace_bin())])
+        .status();
+    let _ = activator.wait();
+    assert_eq!(status, 200, "{body}");
+    assert!(scrape.count_of("numatrace_build_info") == 1);
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            common::numatrace_programs_loaded().is_empty()
+        }),
+        "programs left attached"
+    );
+}
