@@ -14,6 +14,10 @@ pub enum EventKind {
     MigratePages = 5,
     TaskExit = 6,
     VmaScan = 7,
+    /// [`SpanEvent`]s, sent only when the loader asks for a timeline (`record`).
+    ScanCall = 8,
+    Migration = 9,
+    Stall = 10,
 }
 
 impl EventKind {
@@ -26,6 +30,9 @@ impl EventKind {
             5 => Self::MigratePages,
             6 => Self::TaskExit,
             7 => Self::VmaScan,
+            8 => Self::ScanCall,
+            9 => Self::Migration,
+            10 => Self::Stall,
             _ => return None,
         })
     }
@@ -90,6 +97,24 @@ pub struct MigratePagesEvent {
     pub mode: u32,
     pub reason: u32,
 }
+
+/// A timed call of one task, for the timeline: `hdr.ts_ns` is when it started. ScanCall: one
+/// task_numa_work call (`a` = mm->numa_scan_seq after it). Migration: one
+/// migrate_misplaced_folio/_page call (`a` = source node, [`NODE_UNKNOWN`] when unresolved;
+/// `b` = destination node | 1 << 32 when it migrated). Stall: one migration_entry_wait.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanEvent {
+    pub hdr: EventHeader,
+    pub dur_ns: u64,
+    pub a: u64,
+    pub b: u64,
+}
+
+/// A source node that could not be resolved (in [`SpanEvent::a`]).
+pub const NODE_UNKNOWN: u64 = u64::MAX;
+/// Bit of [`SpanEvent::b`] set when a migration succeeded.
+pub const MIGRATED_BIT: u64 = 1 << 32;
 
 /// The final aggregates of a task, sent when it exits so that the map entry can be freed.
 #[repr(C)]

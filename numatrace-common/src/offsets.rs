@@ -174,6 +174,10 @@ pub struct Config {
     /// so that traced totals + self add up to the kernel's counters), never in the
     /// system-wide histograms, matrices and per-node arrays.
     pub self_tgid: u32,
+    /// Non-zero: also send a [`SpanEvent`](crate::SpanEvent) per task_numa_work call,
+    /// migration and migration stall (`record`'s timeline; costs a ring record on those paths).
+    pub emit_spans: u32,
+    pub _pad: u32,
 }
 
 /// `sched:sched_skip_vma_numa` (6.7+) field offsets.

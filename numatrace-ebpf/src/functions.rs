@@ -12,15 +12,15 @@ use aya_ebpf::{
 use numatrace_common::{
     Counter, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED,
     INFLIGHT_MIGRATE, INFLIGHT_MIGRATE_SRC, INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK,
-    Inflight, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_PAGES_SLOTS, NODE_FAULT_FIELDS,
-    NODE_FAULT_SLOTS, NODE_RANGES, NodeMap, PageOffsets, RegionKey, TNF_FAULT_LOCAL,
-    TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey,
-    VmaScanEvent, VmaStats,
+    Inflight, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
+    NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
+    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats,
+    VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
 use crate::tasks::{
     add, count, count_n, current, current_task, emit_events, header, is_self, note_current,
-    read_field, send, task_entry, touch, wanted,
+    read_field, send, send_span, task_entry, touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -199,6 +199,7 @@ fn on_task_numa_work_exit() {
     };
     let now = unsafe { bpf_ktime_get_ns() };
     let ns = now.saturating_sub(start.ts_ns);
+    send_span(EventKind::ScanCall, start.ts_ns, ns, 0, 0);
     let o = TASK_OFFSETS.load();
     let task = current_task();
     let runtime = read_field::<u64>(task, o.sum_exec_runtime);
@@ -567,6 +568,18 @@ fn on_migrate_exit(ret: i64) {
         ret == 1
     };
     let me = is_self(cur.tgid);
+    let src = if start.arg2 < u64::from(MAX_NODES) {
+        start.arg2
+    } else {
+        NODE_UNKNOWN
+    };
+    send_span(
+        EventKind::Migration,
+        start.ts_ns,
+        ns,
+        src,
+        start.arg | if ok { MIGRATED_BIT } else { 0 },
+    );
     if !me {
         hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
         matrix_add(ok, start.arg2, start.arg);
@@ -706,6 +719,7 @@ fn on_migration_wait_exit() {
         return;
     };
     let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start.ts_ns);
+    send_span(EventKind::Stall, start.ts_ns, ns, 0, 0);
     count(Counter::MigrationWaits);
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
         unsafe {

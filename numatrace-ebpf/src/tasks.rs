@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     COUNTER_SLOTS, Config, Counter, DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, EventHeader,
-    MAX_TRACKED_TGIDS, TaskStats,
+    EventKind, MAX_TRACKED_TGIDS, SpanEvent, TaskStats,
 };
 
 #[map]
@@ -39,6 +39,8 @@ pub static CONFIG: Global<Config> = Global::new(Config {
     emit_events: 1,
     debug_log: 0,
     self_tgid: 0,
+    emit_spans: 0,
+    _pad: 0,
 });
 
 /// Whether aya-log debug messages are wanted (cold paths only).
@@ -122,6 +124,22 @@ pub fn note_current(t: *mut TaskStats) {
 #[inline(always)]
 pub fn emit_events() -> bool {
     CONFIG.load().emit_events != 0
+}
+
+/// Sends a timed call of the current task for the timeline, when the loader asked for them
+/// (never for numatrace's own tasks).
+#[inline(always)]
+pub fn send_span(kind: EventKind, start_ns: u64, dur_ns: u64, a: u64, b: u64) {
+    if CONFIG.load().emit_spans == 0 {
+        return;
+    }
+    let cur = current();
+    if is_self(cur.tgid) {
+        return;
+    }
+    let mut hdr = header(kind as u32, cur.pid, cur.tgid);
+    hdr.ts_ns = start_ns;
+    send(SpanEvent { hdr, dur_ns, a, b });
 }
 
 /// Follows a forked child of a followed process (also called for new threads, which are

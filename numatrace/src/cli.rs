@@ -21,7 +21,10 @@ use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
         sudo numatrace probes                  what this kernel lets numatrace see\n  \
         sudo numatrace stat --duration 30s     system-wide summary over 30 seconds\n  \
         sudo numatrace stat -- ./my-benchmark  summary for a command and its children\n  \
-        sudo numatrace stat --pid 1234 --json  one process until Ctrl-C, as JSON"
+        sudo numatrace stat --pid 1234 --json  one process until Ctrl-C, as JSON\n  \
+        sudo numatrace serve                   Prometheus endpoint on 127.0.0.1:19472\n  \
+        sudo numatrace record -- ./workload    one capture file for a bug report\n  \
+        numatrace report FILE.ntrace           read a capture anywhere, no root"
 )]
 pub struct Cli {
     /// Log level for numatrace's own diagnostics on stderr (error, warn, info, debug, trace);
@@ -81,6 +84,35 @@ pub enum Command {
     /// socket it is given. Ctrl-C or SIGTERM stops it and detaches everything.
     #[command(after_long_help = format!("{SERVE_AFTER_HELP}\n\n{}", crate::serve::catalogue::describe()))]
     Serve(ServeArgs),
+    /// Record NUMA balancing into one capture file, to attach to a bug report.
+    ///
+    /// Like `stat` (system-wide until Ctrl-C, for --duration, for --pid, or for a COMMAND and
+    /// what it forks), but everything goes into one file as it is counted: the machine (kernel,
+    /// nodes and distances, NUMA sysctls, scan tunables, THP settings, kernel config, cpusets),
+    /// the hook report, /proc/vmstat before and after, a snapshot every --interval, and every
+    /// event with its timestamp (scan calls, migrations and stalls with their durations, VMA
+    /// skips, placement), in compressed, checksummed sections: a capture cut short (SIGKILL, a
+    /// full disk) is still readable up to its last whole section. `numatrace report FILE` reads
+    /// it on any machine, without root.
+    #[command(after_help = "Examples:\n  \
+        sudo numatrace record -- ./workload           until the workload exits\n  \
+        sudo numatrace record -d 60s -o before.ntrace  one minute, system-wide\n  \
+        sudo numatrace record --pid 1234 --redact      names hashed for sharing\n  \
+        numatrace report before.ntrace                 read it (no root needed)")]
+    Record(RecordArgs),
+    /// Read a capture offline: the stat summary, verdicts, findings; compare two; export a trace.
+    ///
+    /// Needs no root and no BPF: a capture from another machine reads the same. The summary is
+    /// `stat`'s (same text; `--json` embeds the same numatrace.stat/1 object), followed by the
+    /// verdicts of the seed patches that one window's evidence can judge (002, 003) and findings:
+    /// plain sentences with their numbers about what deserves attention. A truncated,
+    /// corrupted, newer or foreign file gives one line naming the file and the problem.
+    #[command(after_help = "Examples:\n  \
+        numatrace report capture.ntrace\n  \
+        numatrace report capture.ntrace --json\n  \
+        numatrace report --diff unpatched.ntrace patched.ntrace\n  \
+        numatrace report capture.ntrace --format chrome-trace -o trace.json   (ui.perfetto.dev)")]
+    Report(ReportArgs),
     /// Judge whether this kernel behaves as a seed patch intends, with the evidence.
     ///
     /// 000 ("Do not trap faults on shared data section pages"): hint faults and migrations of
@@ -128,6 +160,120 @@ pub struct CheckArgs {
     pub command: Vec<OsString>,
 }
 
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Stop after this long (default: until Ctrl-C, the --pid process or the COMMAND ends).
+    #[arg(long, short = 'd', value_parser = parse_duration, conflicts_with = "command")]
+    pub duration: Option<Duration>,
+
+    /// The capture file (default: numatrace-HOST-YYYYMMDD-HHMMSS.ntrace here).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+
+    /// Follow this process and what it forks from now on.
+    #[arg(long, short = 'p', conflicts_with = "command")]
+    pub pid: Option<u32>,
+
+    /// Only tasks with this comm in the report (everything is still recorded).
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+
+    /// Only tasks in this cgroup v2 directory or below it, in the report.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+
+    /// Past this size (e.g. 200M, 2G) events and samples are counted, not written; the closing
+    /// sections always are.
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    pub max_size: u64,
+
+    /// Replace comm, cgroup and mapping paths, the command line and the host name with hashes
+    /// keyed per capture (the same name is the same hash throughout one file).
+    #[arg(long)]
+    pub redact: bool,
+
+    /// How often a snapshot (for rates over time) and the events are written.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+
+    /// Capacity of the in-kernel per-task table (see `stat --max-tasks`).
+    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_tasks: u32,
+
+    /// Ring buffer size (see `stat --ringbuf-size`).
+    #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_parser = parse_ringbuf_size)]
+    pub ringbuf_size: u32,
+
+    /// Sampling frequency of the scan-share fallback (see `stat --sample-hz`).
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub sample_hz: u64,
+
+    /// Record this command and its children, from its first instruction to its exit.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// The stat summary, verdicts and findings as text.
+    #[default]
+    Text,
+    /// One JSON object (schema numatrace.report/1; `stat` holds numatrace.stat/1).
+    Json,
+    /// Chrome trace-event JSON for Perfetto / chrome://tracing.
+    ChromeTrace,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The capture to read.
+    #[arg(value_name = "FILE", required_unless_present = "diff")]
+    pub file: Option<std::path::PathBuf>,
+
+    /// Compare two captures: the same metrics side by side with the change.
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with = "file")]
+    pub diff: Option<Vec<std::path::PathBuf>>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+
+    /// Same as --format json.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+
+    /// Write to FILE instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+
+    /// Task rows in the text summary.
+    #[arg(long, default_value_t = 25)]
+    pub rows: usize,
+}
+
+/// `512M`, `2G`, `100k` or plain bytes (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("unknown unit in {s:?} (K, M or G)")),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n >= 4096)
+        .ok_or_else(|| format!("{s:?}: a size of at least 4K, e.g. 512M"))
+}
+
 /// The port `serve` listens on by default: above the Prometheus wiki's exporter range
 /// (9100-9999, fully allocated) and not on its list.
 pub const DEFAULT_SERVE_PORT: u16 = 19472;
@@ -136,8 +282,8 @@ const SERVE_AFTER_HELP: &str = "Examples:\n  \
     sudo numatrace serve                         http://127.0.0.1:19472/metrics\n  \
     sudo numatrace serve --listen 0.0.0.0:19472  scraped from other machines\n  \
     sudo numatrace serve --top-tasks 50 --cgroups-depth 3\n\n\
-    Series are bounded: workload families x (1 + cgroups + top tasks + 1 + 1), cgroups at most \
-    --max-cgroups (+ other, unknown), and node families x nodes^2 (the README has the exact \
+    Series are bounded: workload families x (total + self + cgroups + top tasks + other), cgroups \
+    at most --max-cgroups (+ other), and node families x nodes^2 (the README has the exact \
     bound). `numatrace serve --metrics` prints the list below alone.";
 
 #[derive(Debug, Args)]
@@ -425,6 +571,20 @@ mod tests {
         assert_eq!(a.sort, Some(SortColumn::Hint));
         assert!(parse(&["top", "-s", "bogus"]).is_err());
         assert!(parse(&["top", "--json"]).is_err(), "--json needs -b");
+    }
+
+    #[test]
+    fn sizes_and_report_options() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("8192"), Ok(8192));
+        assert!(parse_size("1x").is_err() && parse_size("10").is_err());
+        assert!(parse(&["report"]).is_err(), "a file or --diff");
+        assert!(parse(&["report", "--diff", "a"]).is_err(), "two files");
+        assert!(parse(&["report", "--diff", "a", "b"]).is_ok());
+        assert!(parse(&["report", "a", "--json", "--format", "text"]).is_err());
+        assert!(parse(&["record", "-d", "5s", "--", "true"]).is_err());
+        assert!(parse(&["record", "--redact", "--max-size", "1G", "--", "true"]).is_ok());
     }
 
     #[test]

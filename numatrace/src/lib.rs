@@ -6,6 +6,7 @@
 //! it, [`model`] holds the counts and records, [`report`] prints, [`cmd`] wires one
 //! subcommand together.
 pub mod bpf;
+pub mod capture;
 pub mod catalogue;
 pub mod check;
 pub mod cli;

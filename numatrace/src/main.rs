@@ -64,6 +64,17 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
+    // Reading a capture needs no privileges and no runtime.
+    if let Command::Report(args) = &cli.command {
+        return match cmd::report::run(args) {
+            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            Err(e) => {
+                eprintln!("numatrace: {e:#}");
+                ExitCode::from(1)
+            }
+        };
+    }
+
     if let Err(why) = kernel::caps::check_tracing_allowed() {
         eprintln!("numatrace: {why}");
         return ExitCode::from(1);
@@ -80,6 +91,10 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             runtime().and_then(|rt| rt.block_on(numatrace::serve::run(args, cli.no_fentry)))
         }
+        Command::Record(args) => {
+            runtime().and_then(|rt| rt.block_on(cmd::record::run(args, cli.no_fentry)))
+        }
+        Command::Report(_) => unreachable!("handled above"),
         Command::Check(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::check::run(args, cli.no_fentry)))
         }

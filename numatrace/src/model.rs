@@ -31,6 +31,8 @@ macro_rules! counter_struct {
     ) => {
         $(#[$sm])*
         #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        // Fields added later read as zero from older JSON (captures, saved reports).
+        #[serde(default)]
         pub struct $name { $( $(#[$fm])* pub $f: $t ),* }
 
         impl $name {
@@ -593,6 +595,8 @@ counter_struct! {
         sum migrate_pages: u64,
         sum task_exit: u64,
         sum vma_scan: u64,
+        /// Timed calls for `record`'s timeline (scan calls, migrations, stalls).
+        sum spans: u64,
     }
 }
 

@@ -23,6 +23,7 @@ fn options() -> LoadOptions {
         ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
         filter_tgids: false,
         emit_events: true,
+        emit_spans: false,
         bpf_log: false,
         sample_hz: 99,
         no_fentry: false,

@@ -258,33 +258,61 @@ fn ensure_musl_target(tools: &Tools) -> Result<()> {
 /// Builds static numatrace and numatrace-workload at target/x86_64-unknown-linux-musl/release/.
 pub fn build_static(tools: &Tools) -> Result<PathBuf> {
     ensure_musl_target(tools)?;
-    check(tools.cargo(&tools.pins.stable).args([
-        "build",
-        "--release",
-        "--target",
-        MUSL,
-        "--package",
-        "numatrace",
-        "--bins",
-    ]))?;
+    ensure_musl_gcc()?;
+    check(
+        tools
+            .cargo(&tools.pins.stable)
+            .args([
+                "build",
+                "--release",
+                "--target",
+                MUSL,
+                "--package",
+                "numatrace",
+                "--bins",
+            ])
+            .env(MUSL_CC_VAR, "musl-gcc"),
+    )?;
     let dir = workspace_root().join("target").join(MUSL).join("release");
     eprintln!("xtask: built {}", dir.join("numatrace").display());
     Ok(dir)
 }
 
+/// The C compiler for the musl target (zstd's C library is built with it).
+const MUSL_CC_VAR: &str = "CC_x86_64_unknown_linux_musl";
+
+/// `musl-gcc` (Debian's musl-tools): installed as root, else a clear error.
+fn ensure_musl_gcc() -> Result<()> {
+    if Command::new("musl-gcc").arg("--version").output().is_ok() {
+        return Ok(());
+    }
+    if !crate::process::is_root() {
+        bail!(
+            "static builds compile zstd's C library with musl-gcc: install Debian's musl-tools \
+             (as root: apt-get install musl-tools), or run this step as root"
+        );
+    }
+    ensure_packages(&["musl-tools"])
+}
+
 /// Static integration-test executables, by test name.
 fn build_static_tests(tools: &Tools) -> Result<BTreeMap<String, PathBuf>> {
-    let out = output(tools.cargo(&tools.pins.stable).args([
-        "test",
-        "--release",
-        "--target",
-        MUSL,
-        "--package",
-        "numatrace",
-        "--tests",
-        "--no-run",
-        "--message-format=json",
-    ]))?;
+    let out = output(
+        tools
+            .cargo(&tools.pins.stable)
+            .args([
+                "test",
+                "--release",
+                "--target",
+                MUSL,
+                "--package",
+                "numatrace",
+                "--tests",
+                "--no-run",
+                "--message-format=json",
+            ])
+            .env(MUSL_CC_VAR, "musl-gcc"),
+    )?;
     let mut tests = BTreeMap::new();
     for line in out.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -319,6 +347,9 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 export PATH=/bin:/numatrace/bin HOME=/tmp TMPDIR=/tmp RUST_BACKTRACE=1
 export NUMATRACE_BIN=/numatrace/bin/numatrace NUMATRACE_WORKLOAD_BIN=/numatrace/bin/numatrace-workload
+# Captures a test leaves here are printed (base64) for the host to read them back.
+export NUMATRACE_CAPTURE_OUT=/tmp/captures
+mkdir -p /tmp/captures
 echo "vm-test: kernel $(uname -r), nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
 numatrace probes
 skip=$(sed -n 's/.*numatrace\.skip=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
@@ -328,6 +359,12 @@ for t in /numatrace/tests/*; do
   echo "vm-test: BEGIN $name"
   "$t" --test-threads=1 --show-output __FILTER__
   echo "vm-test: END $name rc=$?"
+done
+for f in /tmp/captures/*.ntrace; do
+  [ -e "$f" ] || continue
+  echo "NUMATRACE-CAPTURE-BEGIN $(basename "$f" .ntrace)"
+  base64 "$f"
+  echo "NUMATRACE-CAPTURE-END"
 done
 echo "vm-test: DONE"
 poweroff -f
@@ -432,6 +469,66 @@ fn parse_console(log: &str) -> GuestResult {
         }
     }
     r
+}
+
+/// Captures a guest printed between `NUMATRACE-CAPTURE-BEGIN NAME` and `NUMATRACE-CAPTURE-END`
+/// (the record test's, base64), by name.
+fn guest_captures(log: &str) -> Vec<(String, Vec<u8>)> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in log.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(name) = line.strip_prefix("NUMATRACE-CAPTURE-BEGIN ") {
+            current = Some((name.trim().to_owned(), String::new()));
+        } else if line == "NUMATRACE-CAPTURE-END" {
+            if let Some((name, text)) = current.take()
+                && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(text)
+            {
+                out.push((name, bytes));
+            }
+        } else if let Some((_, text)) = &mut current {
+            text.push_str(line.trim());
+        }
+    }
+    out
+}
+
+/// Reads a guest's capture on the host with the host's numatrace, as a developer receiving a
+/// bug report would: the summary must show migrations, node flows and the verdicts.
+fn host_report(numatrace: &Path, capture: &Path) -> Result<String> {
+    let out = output(
+        Command::new(numatrace)
+            .arg("report")
+            .arg(capture)
+            .arg("--json"),
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("report JSON")?;
+    let pages = v["stat"]["totals"]["hint_faults"]["migrated_pages"]
+        .as_u64()
+        .unwrap_or(0);
+    let flows = v["stat"]["node_matrix"].as_array().map_or(0, Vec::len);
+    let verdicts: Vec<String> = v["verdicts"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| {
+                    format!(
+                        "{} {}",
+                        x["patch"].as_str().unwrap_or("?"),
+                        x["verdict"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if pages == 0 || flows == 0 || verdicts.len() != 2 {
+        bail!("{pages} pages migrated, {flows} node flows, verdicts {verdicts:?}");
+    }
+    Ok(format!(
+        "pass (host report: {pages} pages migrated, {flows} node flows; {})",
+        verdicts.join(", ")
+    ))
 }
 
 /// The guest died of an `int3` Oops at a patched instruction: the kernel was live-patching its
@@ -587,6 +684,29 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
             };
             rows.push((k.label, name.clone(), verdict));
         }
+        let captures = guest_captures(&log);
+        for (name, bytes) in &captures {
+            let file = out.join(format!("{}-{name}.ntrace", k.label));
+            fs::write(&file, bytes)?;
+            let verdict = host_report(&bins.join("numatrace"), &file).unwrap_or_else(|e| {
+                ok = false;
+                format!("FAIL: {e:#} ({})", file.display())
+            });
+            rows.push((k.label, format!("capture {name}"), verdict));
+        }
+        let capture_test = "a_capture_in_a_two_node_guest_shows_migrations_and_node_flows";
+        if captures.is_empty()
+            && filter.is_none()
+            && r.binaries.get("record").is_some_and(|b| b.0 == 0)
+            && !log.contains(&format!("SKIPPED {capture_test}"))
+        {
+            ok = false;
+            rows.push((
+                k.label,
+                "capture".into(),
+                "FAIL: the record test printed no capture".into(),
+            ));
+        }
         if !r.done {
             ok = false;
             rows.push((k.label, "(guest)".into(), "FAIL: no clean power-off".into()));
@@ -614,6 +734,15 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn captures_are_read_off_the_console() {
+        let log = "x\nNUMATRACE-CAPTURE-BEGIN migrate\r\naGVs\nbG8=\r\nNUMATRACE-CAPTURE-END\ny\n";
+        assert_eq!(
+            guest_captures(log),
+            vec![("migrate".to_owned(), b"hello".to_vec())]
+        );
+    }
 
     #[test]
     fn console_parsing() {

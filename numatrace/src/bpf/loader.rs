@@ -45,6 +45,8 @@ pub struct LoadOptions {
     pub ringbuf_bytes: u32,
     pub filter_tgids: bool,
     pub emit_events: bool,
+    /// Timed calls for a timeline (`record`): see `Config::emit_spans`.
+    pub emit_spans: bool,
     pub bpf_log: bool,
     /// CPU-clock sampling frequency of the scan-share fallback.
     pub sample_hz: u64,
@@ -78,8 +80,10 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
     let config = Config {
         filter_tgids: opts.filter_tgids.into(),
         emit_events: opts.emit_events.into(),
+        emit_spans: opts.emit_spans.into(),
         debug_log: opts.bpf_log.into(),
         self_tgid: std::process::id(),
+        _pad: 0,
     };
     let o = &plan.offsets;
     EbpfLoader::new()

@@ -9,6 +9,15 @@ pub mod seed002;
 pub mod seed003;
 pub mod seed004;
 
+/// The verdicts one window's evidence supports on its own (a capture, a user's workload): 002
+/// and 003 judge any run; 000, 001 and 004 compare a reproducer with its control.
+pub fn offline_verdicts(r: &crate::report::stat::StatReport) -> Vec<CheckResult> {
+    vec![seed002::judge(r), seed003::judge(r)]
+}
+
+/// Seeds whose verdict needs `numatrace check` on the machine itself.
+pub const NEED_REPRODUCER: [&str; 3] = ["000", "001", "004"];
+
 use std::{
     collections::BTreeMap,
     ffi::OsString,

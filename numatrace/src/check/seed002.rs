@@ -137,6 +137,41 @@ const TUNABLES_002: [(&str, &str); 4] = [
 const GAP_HOOK: &str = "tp_btf:sched_skip_vma_numa";
 const REPRODUCER_THREADS_002: u32 = 4;
 
+fn label(v: &crate::model::VmaRecord) -> String {
+    match &v.mapping {
+        Some(m) => format!("{}-{} {m}", v.start, v.end),
+        None => format!("{}-{}", v.start, v.end),
+    }
+}
+
+/// Every VMA of the report with pid_inactive gap records.
+pub fn gaps_of(r: &StatReport) -> Vec<VmaGaps> {
+    r.processes
+        .iter()
+        .flat_map(|p| p.vmas.iter())
+        .filter_map(|v| {
+            v.pid_inactive.map(|g| VmaGaps {
+                vma: label(v),
+                gaps: g,
+            })
+        })
+        .collect()
+}
+
+/// Seed 002 from any window's report (a user's workload, a capture): no reproducer, so no
+/// claim about VMA A, only what the gaps say.
+pub fn judge(r: &StatReport) -> CheckResult {
+    let facts = match require(r, &[GAP_HOOK]) {
+        Ok(f) => f,
+        Err(why) => return SEED.unsupported(why),
+    };
+    let (verdict, mut sentence, evidence) = verdict_002(&gaps_of(r));
+    if let Some(off) = balancing_off(verdict, r) {
+        sentence = off;
+    }
+    SEED.result(verdict, sentence, evidence, facts)
+}
+
 pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
     let reproduce = args.command.is_empty();
     let state = std::env::temp_dir().join(format!("numatrace-check-002-{}", std::process::id()));
@@ -167,21 +202,9 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     if !applied.is_empty() {
         facts.insert("tunables".into(), applied.join(", "));
     }
-    let label = |v: &crate::model::VmaRecord| match &v.mapping {
-        Some(m) => format!("{}-{} {m}", v.start, v.end),
-        None => format!("{}-{}", v.start, v.end),
-    };
     let all: Vec<&crate::model::VmaRecord> =
         r.processes.iter().flat_map(|p| p.vmas.iter()).collect();
-    let gaps: Vec<VmaGaps> = all
-        .iter()
-        .filter_map(|v| {
-            v.pid_inactive.map(|g| VmaGaps {
-                vma: label(v),
-                gaps: g,
-            })
-        })
-        .collect();
+    let gaps = gaps_of(&r);
     let (mut verdict, mut sentence, mut evidence) = verdict_002(&gaps);
     if reproduce {
         let st = parse_idle_vma_state(&state_text);

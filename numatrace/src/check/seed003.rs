@@ -140,6 +140,32 @@ const TUNABLES_003: [(&str, &str); 3] = [
     ("scan_size_mb", "1024"),
 ];
 
+/// Every task's scanning, as seed 003 judges it.
+pub fn task_scans(r: &StatReport) -> Vec<TaskScan> {
+    r.tasks
+        .iter()
+        .map(|t| TaskScan {
+            task: format!("{} {}", t.pid, t.comm),
+            calls: t.counts.scan.calls,
+            runtime_ns: t.counts.scan.task_runtime_ns,
+            share: t.counts.scan.share_between_calls,
+        })
+        .collect()
+}
+
+/// Seed 003 from any window's report (a user's workload, a capture).
+pub fn judge(r: &StatReport) -> CheckResult {
+    let facts = match require(r, &["task_numa_work"]) {
+        Ok(f) => f,
+        Err(why) => return SEED.unsupported(why),
+    };
+    let (verdict, mut sentence, evidence) = verdict_003(&r.totals, &task_scans(r));
+    if let Some(off) = balancing_off(verdict, r) {
+        sentence = off;
+    }
+    SEED.result(verdict, sentence, evidence, facts)
+}
+
 pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
     let reproduce = args.command.is_empty();
     let command: Vec<OsString> = if reproduce {
@@ -176,16 +202,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     if !applied.is_empty() {
         facts.insert("tunables".into(), applied.join(", "));
     }
-    let tasks: Vec<TaskScan> = r
-        .tasks
-        .iter()
-        .map(|t| TaskScan {
-            task: format!("{} {}", t.pid, t.comm),
-            calls: t.counts.scan.calls,
-            runtime_ns: t.counts.scan.task_runtime_ns,
-            share: t.counts.scan.share_between_calls,
-        })
-        .collect();
+    let tasks = task_scans(&r);
     let (verdict, mut sentence, evidence) = verdict_003(&r.totals, &tasks);
     if let Some(off) = balancing_off(verdict, &r) {
         sentence = off;

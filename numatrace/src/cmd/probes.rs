@@ -19,6 +19,7 @@ pub fn run(json: bool, no_fentry: bool) -> Result<i32> {
         // Attach for real but count nothing: the followed set stays empty.
         filter_tgids: true,
         emit_events: false,
+        emit_spans: false,
         bpf_log: false,
         sample_hz: 99,
         no_fentry,

@@ -8,7 +8,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use crate::{
     bpf::loader::LoadOptions,
     cli::StatArgs,
-    engine::{Detail, Engine, Filter},
+    engine::{Detail, Engine, Filter, Snapshot},
     kernel::facts::KernelFacts,
     report::stat::{KernelSummary, Scope, StatReport, Window},
     sources::cgroups::relative_path,
@@ -84,13 +84,12 @@ async fn wait_window(duration: Option<Duration>, pid: Option<u32>, signals: &mut
     }
 }
 
-/// Runs the traced command to completion, forwarding SIGINT/SIGTERM to it.
-async fn run_command(
+/// Starts the traced command, followed by the kernel filter from its first instruction.
+fn start_command(
     command: &[std::ffi::OsString],
     quiet: bool,
     engine: &mut Engine,
-    signals: &mut Signals,
-) -> Result<i32> {
+) -> Result<(tokio::process::Child, u32)> {
     let gated = GatedChild::spawn(command, quiet).context("starting the command")?;
     let pid = gated
         .pid()
@@ -98,17 +97,53 @@ async fn run_command(
     engine
         .follow(pid)
         .context("registering the command with the kernel filter")?;
-    let mut child = gated.release().context("releasing the command")?;
+    let child = gated.release().context("releasing the command")?;
+    Ok((child, pid))
+}
+
+/// Runs `observer.tick` every `observer.interval()` until `window` ends.
+async fn tick_until<O: Observer + ?Sized>(
+    window: impl std::future::Future<Output = Result<Option<i32>>>,
+    engine: &mut Engine,
+    observer: &mut O,
+) -> Result<Option<i32>> {
+    let period = observer.interval();
+    let mut ticker = tokio::time::interval(period.unwrap_or(Duration::from_secs(3600)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate: the window has only just opened.
+    ticker.tick().await;
+    tokio::pin!(window);
     loop {
         tokio::select! {
-            status = child.wait() => return Ok(exit_code(status?)),
-            sig = signals.any() => {
-                // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
-                unsafe { libc::kill(pid as i32, sig) };
-            }
+            r = &mut window => return r,
+            _ = ticker.tick(), if period.is_some() => observer.tick(engine)?,
         }
     }
 }
+
+/// What a frontend does while a window is open (`record` writes samples and events).
+pub trait Observer {
+    /// Called with the first snapshot, once every hook is attached and before the window opens.
+    fn started(&mut self, _engine: &mut Engine, _first: &Snapshot) -> Result<()> {
+        Ok(())
+    }
+    /// How often [`Observer::tick`] runs while the window is open (None: never).
+    fn interval(&self) -> Option<Duration> {
+        None
+    }
+    fn tick(&mut self, _engine: &mut Engine) -> Result<()> {
+        Ok(())
+    }
+    /// Called once the window has closed (its last snapshot taken), before detaching.
+    fn finished(&mut self, _engine: &mut Engine) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// `stat` and `check` only need the two ends of the window.
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
 
 /// What one collection window is: its scope, its end, the view and the kernel side's sizes.
 /// `stat` fills it from its arguments, `check` for each reproducer it runs.
@@ -127,6 +162,8 @@ pub struct CollectOptions {
     pub sample_hz: u64,
     pub bpf_log: bool,
     pub no_fentry: bool,
+    /// Timed calls on the ring buffer (`record`'s timeline).
+    pub emit_spans: bool,
 }
 
 impl CollectOptions {
@@ -144,6 +181,7 @@ impl CollectOptions {
             sample_hz: a.sample_hz,
             bpf_log: a.bpf_log,
             no_fentry,
+            emit_spans: false,
         }
     }
 
@@ -162,6 +200,7 @@ impl CollectOptions {
             sample_hz: 99,
             bpf_log: false,
             no_fentry,
+            emit_spans: false,
         }
     }
 }
@@ -212,6 +251,39 @@ pub async fn collect(
     opts: &CollectOptions,
     signals: &mut Signals,
 ) -> Result<(StatReport, Option<i32>)> {
+    let w = collect_with(opts, signals, &mut NoObserver).await?;
+    Ok((w.report(), w.exit))
+}
+
+/// One collected window: its two snapshots and what the report of it needs.
+pub struct Collected {
+    pub facts: KernelFacts,
+    pub hooks: Vec<crate::bpf::loader::HookReport>,
+    pub first: Snapshot,
+    pub last: Snapshot,
+    pub window: Window,
+    pub filter: Filter,
+    pub exit: Option<i32>,
+}
+
+impl Collected {
+    pub fn report(&self) -> StatReport {
+        StatReport::new(
+            KernelSummary::from(&self.facts),
+            self.window.clone(),
+            self.hooks.clone(),
+            &self.last.delta(&self.first),
+            &self.filter,
+        )
+    }
+}
+
+/// [`collect`] with an observer of the open window.
+pub async fn collect_with<O: Observer + ?Sized>(
+    opts: &CollectOptions,
+    signals: &mut Signals,
+    observer: &mut O,
+) -> Result<Collected> {
     if let Some(prog) = opts.command.first()
         && resolve(Path::new(prog)).is_none()
     {
@@ -237,6 +309,7 @@ pub async fn collect(
         ringbuf_bytes: opts.ringbuf_size,
         filter_tgids: scope != Scope::System,
         emit_events: true,
+        emit_spans: opts.emit_spans,
         bpf_log: opts.bpf_log,
         sample_hz: opts.sample_hz,
         no_fentry: opts.no_fentry,
@@ -248,9 +321,23 @@ pub async fn collect(
     }
 
     let first = engine.snapshot(Detail::Full)?;
+    observer.started(&mut engine, &first)?;
     let exit = match scope {
         Scope::Command => {
-            Some(run_command(&opts.command, opts.quiet_command, &mut engine, signals).await?)
+            let (mut child, pid) = start_command(&opts.command, opts.quiet_command, &mut engine)?;
+            let sig_ref = &mut *signals;
+            let window = async move {
+                loop {
+                    tokio::select! {
+                        status = child.wait() => return Ok(Some(exit_code(status?))),
+                        sig = sig_ref.any() => {
+                            // SAFETY: plain kill(2) on our own child's pid, not yet reaped.
+                            unsafe { libc::kill(pid as i32, sig) };
+                        }
+                    }
+                }
+            };
+            tick_until(window, &mut engine, observer).await?
         }
         Scope::Pid | Scope::System => {
             // Every hook is attached and the first snapshot (with its vmstat bracket) taken:
@@ -262,40 +349,47 @@ pub async fn collect(
                 }
                 Some(d) => eprintln!("numatrace: counting for {}", humantime::format_duration(d)),
             }
-            wait_window(opts.duration, opts.pid, signals).await;
-            None
+            let window = async {
+                wait_window(opts.duration, opts.pid, signals).await;
+                Ok(None)
+            };
+            tick_until(window, &mut engine, observer).await?
         }
     };
     // The window closes at this snapshot, before detaching (which is slow and busy).
     let last = engine.snapshot(Detail::Full)?;
+    observer.finished(&mut engine)?;
     let (facts, hooks) = (engine.facts.clone(), engine.hooks.clone());
     engine.stop().await?;
-    let delta = last.delta(&first);
+    let span_ns = last.mono_ns.saturating_sub(first.mono_ns);
+    let consistent = first.consistent && last.consistent;
     let filter = Filter {
         comm: opts.comm.clone(),
         tgid: None,
         cgroup: cgroup_filter.clone(),
     };
-    let report = StatReport::new(
-        KernelSummary::from(&facts),
-        Window {
-            duration_s: delta.span_ns as f64 / 1e9,
-            scope,
-            pid: opts.pid,
-            command: (!opts.command.is_empty()).then(|| {
-                opts.command
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect()
-            }),
-            exit_code: exit,
-            comm_filter: opts.comm.clone(),
-            cgroup_filter,
-            consistent: delta.consistent,
-        },
+    let window = Window {
+        duration_s: span_ns as f64 / 1e9,
+        scope,
+        pid: opts.pid,
+        command: (!opts.command.is_empty()).then(|| {
+            opts.command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        }),
+        exit_code: exit,
+        comm_filter: opts.comm.clone(),
+        cgroup_filter,
+        consistent,
+    };
+    Ok(Collected {
+        facts,
         hooks,
-        &delta,
-        &filter,
-    );
-    Ok((report, exit))
+        first,
+        last,
+        window,
+        filter,
+        exit,
+    })
 }

@@ -22,6 +22,8 @@ pub struct Accum {
     pub vma_skips: BTreeMap<(u32, u64), [u64; SKIP_REASON_SLOTS]>,
     /// (tgid, vm_start) -> CLOCK_MONOTONIC times of change_prot_numa calls.
     pub scan_times: BTreeMap<(u32, u64), Vec<u64>>,
+    /// Exited tasks a frontend had the engine forget (`Engine::forget_exited`): seen, not lost.
+    pub forgotten: u64,
 }
 
 impl Accum {
@@ -43,6 +45,7 @@ impl Accum {
                 t.task_exit += 1;
                 self.exited.insert((e.stats.pid, e.stats.first_ns), e.stats);
             }
+            Event::Span(..) => t.spans += 1,
             Event::VmaScan(e) => {
                 t.vma_scan += 1;
                 let v = self.scan_times.entry((e.hdr.tgid, e.vm_start)).or_default();

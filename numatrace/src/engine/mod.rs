@@ -11,7 +11,7 @@ pub mod accum;
 pub mod snapshot;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap as StdHashMap},
     os::fd::{AsFd as _, OwnedFd},
     sync::{Arc, Mutex, MutexGuard},
 };
@@ -50,14 +50,32 @@ pub enum Detail {
 struct Shared {
     ring: RingBuf<MapData>,
     acc: Accum,
+    tap: Option<Tap>,
+}
+
+/// Decoded records kept for a frontend that wants each one (`record`), up to a bound.
+struct Tap {
+    events: Vec<ringbuf::Event>,
+    cap: usize,
+    /// Records not kept because the frontend had not taken the earlier ones yet.
+    lost: u64,
 }
 
 impl Shared {
     fn drain(&mut self) {
-        let Self { ring, acc } = self;
+        let Self { ring, acc, tap } = self;
         while let Some(item) = ring.next() {
             match ringbuf::decode(&item) {
-                Ok(ev) => acc.apply(&ev),
+                Ok(ev) => {
+                    acc.apply(&ev);
+                    if let Some(tap) = tap {
+                        if tap.events.len() < tap.cap {
+                            tap.events.push(ev);
+                        } else {
+                            tap.lost += 1;
+                        }
+                    }
+                }
                 Err(e) => {
                     acc.undecodable += 1;
                     tracing::warn!("ring buffer: {e}");
@@ -82,6 +100,8 @@ pub struct Engine {
     self_tgid: u32,
     /// The tasks of the previous snapshot, to carry forward those that went missing.
     previous: BTreeMap<(u32, u64), TaskRecord>,
+    /// Keys the latest read found in the kernel's task map.
+    live_keys: std::collections::HashSet<(u32, u64)>,
     /// Holds the kernel's BPF run-time statistics on (`enable_bpf_stats`).
     stats_fd: Option<OwnedFd>,
 }
@@ -151,6 +171,7 @@ impl Engine {
         let shared = Arc::new(Mutex::new(Shared {
             ring,
             acc: Accum::default(),
+            tap: None,
         }));
         // SAFETY: the duplicated descriptor is owned by the AsyncFd alone and closed with it.
         let fd = unsafe { AsyncFd::register_with_interest(ring_fd, tokio::io::Interest::READABLE) }
@@ -169,6 +190,7 @@ impl Engine {
             cgroups: CgroupResolver::new(),
             self_tgid: std::process::id(),
             previous: BTreeMap::new(),
+            live_keys: Default::default(),
             stats_fd: None,
         })
     }
@@ -231,7 +253,8 @@ impl Engine {
             let tasks = Snapshot::tasks_from(&live, &acc.exited);
             // Distinct entries that existed when `created` was read (a map walk can meet a
             // key twice; an exit can be both live and drained).
-            let seen = tasks.iter().filter(|t| t.first_ns <= created_by).count() as u64;
+            let seen =
+                tasks.iter().filter(|t| t.first_ns <= created_by).count() as u64 + acc.forgotten;
             let evicted = counters.get(Counter::TasksCreated).saturating_sub(seen);
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
             (tasks, acc.events.clone(), acc.undecodable, vmas, evicted)
@@ -242,6 +265,7 @@ impl Engine {
             .iter()
             .filter(|c| watched(**c))
             .all(|c| counters.get(*c) == after.get(*c));
+        self.live_keys = live.iter().map(|s| (s.pid, s.first_ns)).collect();
         let mut tasks = self.carry_forward(tasks);
         for t in &mut tasks {
             t.cgroup = self.cgroups.path(t.cgroup_id);
@@ -276,11 +300,28 @@ impl Engine {
     /// map evicted (counted under `evicted`), or an exit record not yet readable (behind a
     /// record another CPU has reserved but not committed). Without this, the next snapshot
     /// would count such a task's whole history again.
+    ///
+    /// A carried task is marked exited once it cannot be live any more: its pid has a newer
+    /// entry (reused, or the task was seen again after its entry was evicted) or is gone from
+    /// /proc. Such a task then settles and a long-running frontend may forget it.
     fn carry_forward(&mut self, tasks: Vec<TaskRecord>) -> Vec<TaskRecord> {
         let mut by_key: BTreeMap<(u32, u64), TaskRecord> =
             tasks.into_iter().map(|t| (t.key(), t)).collect();
+        let newest: StdHashMap<u32, u64> =
+            by_key.keys().fold(StdHashMap::new(), |mut m, (pid, f)| {
+                let e = m.entry(*pid).or_insert(*f);
+                *e = (*e).max(*f);
+                m
+            });
         for (k, t) in &self.previous {
-            by_key.entry(*k).or_insert_with(|| t.clone());
+            by_key.entry(*k).or_insert_with(|| {
+                let mut t = t.clone();
+                let superseded = newest.get(&t.pid).is_some_and(|f| *f > t.first_ns);
+                if !t.exited && (superseded || !procfs::pid_exists(t.pid)) {
+                    t.exited = true;
+                }
+                t
+            });
         }
         let tasks: Vec<TaskRecord> = by_key.into_values().collect();
         self.previous = tasks.iter().map(|t| (t.key(), t.clone())).collect();
@@ -319,19 +360,50 @@ impl Engine {
         Ok(rows)
     }
 
+    /// Keeps every decoded ring record from now on, up to `cap` not yet taken (see
+    /// [`Engine::take_events`]).
+    pub fn tap_events(&mut self, cap: usize) {
+        self.lock().tap = Some(Tap {
+            events: Vec::new(),
+            cap,
+            lost: 0,
+        });
+    }
+
+    /// The records kept since the last call (after draining what the ring holds now), and how
+    /// many were not kept since the tap started because it was full.
+    pub fn take_events(&mut self) -> (Vec<ringbuf::Event>, u64) {
+        let mut sh = self.lock();
+        sh.drain();
+        match &mut sh.tap {
+            Some(t) => (std::mem::take(&mut t.events), t.lost),
+            None => (Vec::new(), 0),
+        }
+    }
+
     /// Forgets exited tasks whose final counts a frontend has folded into its own aggregates
     /// (a long-running `serve` would otherwise keep every task that ever ran). Only tasks whose
     /// exit record arrived are forgotten: the kernel deleted their entry, so they never come
     /// back; one kept marked in the kernel map (ring buffer full at its exit) stays. Returns the
     /// keys forgotten.
     pub fn forget_exited(&mut self, keys: &[(u32, u64)]) -> Vec<(u32, u64)> {
-        let mut sh = self.shared.lock().unwrap_or_else(|p| p.into_inner());
-        let gone: Vec<(u32, u64)> = keys
-            .iter()
-            .filter(|k| sh.acc.exited.remove(k).is_some())
-            .copied()
-            .collect();
-        drop(sh);
+        let mut gone = Vec::new();
+        {
+            let mut sh = self.lock();
+            for k in keys {
+                if sh.acc.exited.remove(k).is_some() {
+                    // Seen, not lost: the eviction estimate still counts it.
+                    sh.acc.forgotten += 1;
+                    gone.push(*k);
+                } else if self.previous.get(k).is_some_and(|t| t.exited)
+                    && !self.live_keys.contains(k)
+                {
+                    // Carried forward and known gone (see `carry_forward`); already counted
+                    // as evicted when its entry went missing.
+                    gone.push(*k);
+                }
+            }
+        }
         for k in &gone {
             self.previous.remove(k);
         }

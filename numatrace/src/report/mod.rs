@@ -1,4 +1,8 @@
-//! Frontends that print: `probes` and `stat` reports, as text for people and JSON for tools.
+//! Frontends that print: `probes` and `stat` reports, as text for people and JSON for tools;
+//! a capture's findings, the diff of two windows and the Chrome trace of a capture.
+pub mod chrome;
+pub mod diff;
+pub mod findings;
 pub mod probes;
 pub mod stat;
 

@@ -268,6 +268,13 @@ fn fixed() -> Vec<Spec> {
             "Time this response took to read the kernel side and build (seconds).",
         ),
         spec(
+            "numatrace_cpu_seconds_total",
+            Counter,
+            &[],
+            "numatrace's own CPU time (user + system, seconds; process_cpu_seconds_total counts \
+             whole seconds only).",
+        ),
+        spec(
             "numatrace_snapshot_consistent",
             Gauge,
             &[],

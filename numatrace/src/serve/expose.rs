@@ -33,6 +33,8 @@ pub struct Inputs<'a> {
     pub bpf_stats: bool,
     pub scrape_seconds: f64,
     pub tasks_tracked: usize,
+    /// numatrace's own CPU time (utime + stime), at tick resolution.
+    pub own_cpu_ns: Option<u64>,
 }
 
 /// Histogram upper bounds exported: 2^10 ns (≈1 µs) to 2^34 ns (≈17 s); the log2 bucket `b`
@@ -309,8 +311,10 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
     nodes(&mut b, snap);
 
     for (name, v) in &snap.vmstat_hi {
-        if vmstat_exported(name) {
-            b.sample(&vmstat_family(name), &[], *v as f64);
+        let family = vmstat_family(name);
+        // Only the counters the kernel had when serve started are in the catalogue.
+        if vmstat_exported(name) && b.specs.contains_key(family.as_str()) {
+            b.sample(&family, &[], *v as f64);
         }
     }
 
@@ -407,6 +411,7 @@ fn own(b: &mut Builder, i: &Inputs) {
         ("migrate_pages", e.migrate_pages),
         ("task_exit", e.task_exit),
         ("vma_scan", e.vma_scan),
+        ("span", e.spans),
     ] {
         b.sample("numatrace_ringbuf_records_total", &[kind], n as f64);
     }
@@ -420,6 +425,9 @@ fn own(b: &mut Builder, i: &Inputs) {
         f64::from(u8::from(i.bpf_stats)),
     );
     b.sample("numatrace_scrape_duration_seconds", &[], i.scrape_seconds);
+    if let Some(ns) = i.own_cpu_ns {
+        b.sample("numatrace_cpu_seconds_total", &[], ns as f64 / 1e9);
+    }
     b.sample(
         "numatrace_snapshot_consistent",
         &[],
@@ -447,6 +455,77 @@ fn own(b: &mut Builder, i: &Inputs) {
         );
     }
     b.sample("numatrace_build_info", &[env!("CARGO_PKG_VERSION")], 1.0);
+}
+
+/// Counters never go below what they were last exported as. The kernel side adds to a total
+/// and to its part (e.g. hint faults, then the local ones) in two steps; a read between them
+/// makes a difference of the two (remote) one too high, and the next read one lower. Holding
+/// the highest value exported keeps every counter monotonic; the next read catches up.
+#[derive(Debug, Default)]
+pub struct HighWater(HashMap<String, f64>);
+
+fn series_key(name: &str, m: &Metric, extra: &str) -> String {
+    let mut k = name.to_owned();
+    for l in m.get_label() {
+        k.push('\0');
+        k.push_str(l.name());
+        k.push('=');
+        k.push_str(l.value());
+    }
+    k.push('\0');
+    k.push_str(extra);
+    k
+}
+
+impl HighWater {
+    pub fn apply(&mut self, families: &mut [MetricFamily]) {
+        let mut next = HashMap::new();
+        for f in families.iter_mut() {
+            let name = f.name().to_owned();
+            let kind = f.get_field_type();
+            for m in f.mut_metric().iter_mut() {
+                let mut hold = |extra: &str, v: f64| -> f64 {
+                    let k = series_key(&name, m, extra);
+                    let v = self.0.get(&k).map_or(v, |old| v.max(*old));
+                    next.insert(k, v);
+                    v
+                };
+                match kind {
+                    MetricType::COUNTER => {
+                        let v = hold("", m.get_counter().get_value());
+                        let mut c = proto::Counter::default();
+                        c.set_value(v);
+                        m.set_counter(c);
+                    }
+                    MetricType::HISTOGRAM => {
+                        let h = m.get_histogram().clone();
+                        let mut out = proto::Histogram::default();
+                        out.set_sample_count(hold("count", h.get_sample_count() as f64) as u64);
+                        out.set_sample_sum(hold("sum", h.get_sample_sum()));
+                        out.set_bucket(
+                            h.get_bucket()
+                                .iter()
+                                .map(|bk| {
+                                    let mut nb = proto::Bucket::default();
+                                    nb.set_upper_bound(bk.upper_bound());
+                                    nb.set_cumulative_count(hold(
+                                        &bk.upper_bound().to_string(),
+                                        bk.cumulative_count() as f64,
+                                    )
+                                        as u64);
+                                    nb
+                                })
+                                .collect(),
+                        );
+                        m.set_histogram(out);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Series no longer exported are forgotten: a task that leaves the top N frees its key.
+        self.0 = next;
+    }
 }
 
 /// The registry's view of the catalogue: its descriptors, and the families of the latest
@@ -600,6 +679,7 @@ mod tests {
             bpf_stats: true,
             scrape_seconds: 0.0125,
             tasks_tracked: 3,
+            own_cpu_ns: Some(2_500_000_000),
         };
         let collector = SnapshotCollector::new(specs).unwrap();
         collector.set(build(specs, fold, &inputs));

@@ -56,7 +56,14 @@ pub struct Fold {
     pub tasks: Vec<TaskSeries>,
     /// (comm, pid) of the previous scrape's task series, and whose they were.
     exported: HashMap<(String, u32), (u32, u64)>,
+    /// Scrapes taken, and the latest scrape at which each cgroup label had a live task.
+    scrapes: u64,
+    cgroup_live: BTreeMap<String, u64>,
 }
+
+/// A cgroup series with no live task for this many scrapes is dropped (its counts stay in the
+/// totals), so that cgroups that come and go (pods) do not fill `--max-cgroups` for good.
+pub const CGROUP_IDLE_SCRAPES: u64 = 60;
 
 /// `/a/b/c` with depth 2 is `/a/b`; the root stays `/`.
 pub fn cgroup_label(path: Option<&str>, depth: usize) -> String {
@@ -68,6 +75,15 @@ pub fn cgroup_label(path: Option<&str>, depth: usize) -> String {
         return "/".to_owned();
     }
     format!("/{}", parts[..parts.len().min(depth)].join("/"))
+}
+
+/// Nothing was counted: every sum is zero (maxima and levels carry over in a delta).
+fn nothing(inc: &Counts) -> bool {
+    let mut z = inc.clone();
+    z.scan.max_ns = 0;
+    z.scan.scan_seq = 0;
+    z.scan.share_between_calls = None;
+    z.finished() == Counts::default().finished()
 }
 
 /// Ranking of live tasks for the top N: PTE-scan time, then hint faults, then pid.
@@ -86,6 +102,8 @@ impl Fold {
             other_tasks: Counts::default(),
             tasks: Vec::new(),
             exported: HashMap::new(),
+            scrapes: 0,
+            cgroup_live: BTreeMap::new(),
         }
     }
 
@@ -98,15 +116,16 @@ impl Fold {
         self.last.len()
     }
 
-    fn cgroup_slot(&mut self, path: Option<&str>) -> &mut Counts {
-        let mut label = cgroup_label(path, self.limits.cgroup_depth);
+    /// The label a task's increments go to (its cgroup, or `other` past `max_cgroups`).
+    fn cgroup_slot(&mut self, path: Option<&str>) -> String {
+        let label = cgroup_label(path, self.limits.cgroup_depth);
         if !self.cgroups.contains_key(&label) {
             let named = self.cgroups.keys().filter(|k| *k != OTHER).count();
             if named >= self.limits.max_cgroups {
-                label = OTHER.to_owned();
+                return OTHER.to_owned();
             }
         }
-        self.cgroups.entry(label).or_default()
+        label
     }
 
     /// Takes in the next snapshot (cumulative, like every engine snapshot).
@@ -125,8 +144,22 @@ impl Fold {
                 self.own.add(&inc);
                 continue;
             }
-            self.totals.add(&inc);
-            self.cgroup_slot(t.cgroup.as_deref()).add(&inc);
+            // An unchanged task (an exited one, until forgotten) adds nothing, and must not
+            // bring back a cgroup series that was dropped.
+            let quiet = nothing(&inc);
+            if !quiet {
+                self.totals.add(&inc);
+                let label = self.cgroup_slot(t.cgroup.as_deref());
+                if !t.exited {
+                    self.cgroup_live.insert(label.clone(), self.scrapes);
+                }
+                self.cgroups.entry(label).or_default().add(&inc);
+            } else if !t.exited {
+                let label = cgroup_label(t.cgroup.as_deref(), self.limits.cgroup_depth);
+                if self.cgroups.contains_key(&label) {
+                    self.cgroup_live.insert(label, self.scrapes);
+                }
+            }
             if chosen.contains(&key) {
                 exported.insert((t.comm.clone(), t.pid), key);
                 series.push(TaskSeries {
@@ -134,12 +167,28 @@ impl Fold {
                     pid: t.pid,
                     counts: t.counts.clone().finished(),
                 });
-            } else {
+            } else if !quiet {
                 self.other_tasks.add(&inc);
             }
         }
         self.exported = exported;
         self.tasks = series;
+        let now = self.scrapes;
+        let idle: Vec<String> = self
+            .cgroups
+            .keys()
+            .filter(|k| *k != OTHER)
+            .filter(|k| {
+                now.saturating_sub(self.cgroup_live.get(*k).copied().unwrap_or(0))
+                    >= CGROUP_IDLE_SCRAPES
+            })
+            .cloned()
+            .collect();
+        for k in idle {
+            self.cgroups.remove(&k);
+            self.cgroup_live.remove(&k);
+        }
+        self.scrapes += 1;
         self.totals = std::mem::take(&mut self.totals).finished();
         self.own = std::mem::take(&mut self.own).finished();
         self.other_tasks = std::mem::take(&mut self.other_tasks).finished();
@@ -148,14 +197,22 @@ impl Fold {
         }
     }
 
-    /// The live tasks exported on their own this time. A (comm, pid) pair that named another
-    /// task at the previous scrape (a reused pid) waits one scrape, so that no series restarts
-    /// lower than it was.
+    /// The live tasks exported on their own this time: those exported last time that are still
+    /// among the 2N busiest (so that series do not flap at the boundary), then the busiest. A
+    /// (comm, pid) pair that named another task at the previous scrape (a reused pid) waits one
+    /// scrape, so that no series restarts lower than it was; of two live entries with one pid
+    /// (an evicted entry carried forward), the newer counts.
     fn choose(&self, snap: &Snapshot) -> BTreeSet<(u32, u64)> {
+        let mut newest: HashMap<u32, u64> = HashMap::new();
+        for t in snap.tasks.iter().filter(|t| !t.exited) {
+            let e = newest.entry(t.pid).or_insert(t.first_ns);
+            *e = (*e).max(t.first_ns);
+        }
         let mut live: Vec<&TaskRecord> = snap
             .tasks
             .iter()
             .filter(|t| !t.exited && t.tgid != snap.self_tgid && rank(t) > (0, 0))
+            .filter(|t| newest.get(&t.pid) == Some(&t.first_ns))
             .filter(|t| {
                 self.exported
                     .get(&(t.comm.clone(), t.pid))
@@ -163,10 +220,22 @@ impl Fold {
             })
             .collect();
         live.sort_by(|a, b| rank(b).cmp(&rank(a)).then(a.pid.cmp(&b.pid)));
-        live.iter()
-            .take(self.limits.top_tasks)
+        let n = self.limits.top_tasks;
+        let before: BTreeSet<(u32, u64)> = self.exported.values().copied().collect();
+        let mut chosen: BTreeSet<(u32, u64)> = live
+            .iter()
+            .take(2 * n)
             .map(|t| t.key())
-            .collect()
+            .filter(|k| before.contains(k))
+            .take(n)
+            .collect();
+        for t in &live {
+            if chosen.len() >= n {
+                break;
+            }
+            chosen.insert(t.key());
+        }
+        chosen
     }
 
     /// Exited tasks that were already exited at the previous scrape: their counts are in the
@@ -256,10 +325,10 @@ mod tests {
         b.counts.scan.pte_updates = 100;
         f.advance(&snap(vec![task(1, 1, "a", "/x", 12), b]));
         assert_eq!(f.totals.hint_faults.faults, 62);
-        assert_eq!(f.tasks[0].pid, 2);
-        assert_eq!(f.tasks[0].counts.hint_faults.faults, 50);
-        // a's +2 went to other now; b's earlier 5 stayed there.
-        assert_eq!(f.other_tasks.hint_faults.faults, 7);
+        // a is still in the top 2N: it keeps its series; b's increments stay in other.
+        assert_eq!(f.tasks[0].pid, 1);
+        assert_eq!(f.tasks[0].counts.hint_faults.faults, 12);
+        assert_eq!(f.other_tasks.hint_faults.faults, 50);
         assert_eq!(f.cgroups["/x"].hint_faults.faults, 12);
         assert_eq!(f.cgroups["/y"].hint_faults.faults, 5);
         // max_cgroups = 2: the third cgroup counts under other.
@@ -306,6 +375,58 @@ mod tests {
         f.advance(&snap(vec![old, task(7, 9, "w", "/x", 4)]));
         assert_eq!(f.tasks.len(), 1);
         assert_eq!(f.tasks[0].counts.hint_faults.faults, 4);
+    }
+
+    #[test]
+    fn a_cgroup_without_live_tasks_is_dropped_after_a_while() {
+        let mut f = Fold::new(limits(5));
+        let mut gone = task(1, 1, "a", "/pod1", 10);
+        f.advance(&snap(vec![gone.clone(), task(2, 2, "b", "/pod2", 1)]));
+        gone.exited = true;
+        for _ in 0..CGROUP_IDLE_SCRAPES {
+            assert!(f.cgroups.contains_key("/pod1"));
+            f.advance(&snap(vec![gone.clone(), task(2, 2, "b", "/pod2", 1)]));
+        }
+        assert!(!f.cgroups.contains_key("/pod1"), "{:?}", f.cgroups.keys());
+        assert!(f.cgroups.contains_key("/pod2"));
+        assert_eq!(
+            f.totals.hint_faults.faults, 11,
+            "its counts stay in the totals"
+        );
+    }
+
+    #[test]
+    fn exported_tasks_stay_while_in_the_top_2n() {
+        let mut f = Fold::new(limits(1));
+        f.advance(&snap(vec![
+            task(1, 1, "a", "/x", 10),
+            task(2, 2, "b", "/x", 9),
+        ]));
+        assert_eq!(f.tasks[0].pid, 1);
+        // b overtakes a, but a is still in the top 2: it keeps its series.
+        f.advance(&snap(vec![
+            task(1, 1, "a", "/x", 10),
+            task(2, 2, "b", "/x", 11),
+        ]));
+        assert_eq!(f.tasks[0].pid, 1);
+        // A third task pushes a out of the top 2.
+        f.advance(&snap(vec![
+            task(1, 1, "a", "/x", 10),
+            task(2, 2, "b", "/x", 11),
+            task(3, 3, "c", "/x", 12),
+        ]));
+        assert_eq!(f.tasks[0].pid, 3);
+    }
+
+    #[test]
+    fn one_series_per_pid_even_with_a_carried_entry() {
+        let mut f = Fold::new(limits(5));
+        f.advance(&snap(vec![
+            task(4, 1, "w", "/x", 100),
+            task(4, 9, "w", "/x", 2),
+        ]));
+        assert_eq!(f.tasks.len(), 1);
+        assert_eq!(f.tasks[0].counts.hint_faults.faults, 2, "the newer entry");
     }
 
     #[test]

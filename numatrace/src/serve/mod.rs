@@ -37,6 +37,7 @@ struct Live {
     engine: Option<Engine>,
     fold: Fold,
     prev: Option<Snapshot>,
+    high_water: expose::HighWater,
     /// The latest response body and when it was complete.
     cached: Option<(Instant, Arc<String>)>,
 }
@@ -94,6 +95,7 @@ impl Exporter {
                 engine: Some(engine),
                 fold: Fold::new(limits),
                 prev: None,
+                high_water: expose::HighWater::default(),
                 cached: None,
             }),
             specs,
@@ -149,8 +151,10 @@ impl Exporter {
             bpf_stats: self.bpf_stats,
             scrape_seconds: started.elapsed().as_secs_f64(),
             tasks_tracked: live.fold.remembered(),
+            own_cpu_ns: crate::sources::procfs::own_cpu_ns(),
         };
-        let families = expose::build(&self.specs, &live.fold, &inputs);
+        let mut families = expose::build(&self.specs, &live.fold, &inputs);
+        live.high_water.apply(&mut families);
         live.prev = Some(snap);
         self.collector.set(families);
         let mut out = Vec::new();
@@ -209,6 +213,7 @@ pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
         // Per-event records feed only the per-VMA detail; serve exports the kernel maps'
         // aggregates, so the ring buffer carries task exits alone.
         emit_events: false,
+        emit_spans: false,
         bpf_log: false,
         sample_hz: args.sample_hz,
         no_fentry,

@@ -22,6 +22,22 @@ pub fn process_mapping_names(tgid: u32) -> BTreeMap<u64, String> {
         .unwrap_or_default()
 }
 
+/// numatrace's own CPU time so far, in nanoseconds (utime + stime of the whole process).
+/// Whether a process or thread with this id exists now.
+pub fn pid_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+pub fn own_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no side effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1_000_000_000 / hz)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

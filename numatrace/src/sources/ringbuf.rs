@@ -3,8 +3,8 @@
 use std::mem::size_of;
 
 use numatrace_common::{
-    EventHeader, EventKind, MigratePagesEvent, PlacementEvent, SkipVmaEvent, TaskExitEvent,
-    VmaScanEvent,
+    EventHeader, EventKind, MigratePagesEvent, PlacementEvent, SkipVmaEvent, SpanEvent,
+    TaskExitEvent, VmaScanEvent,
 };
 use thiserror::Error;
 
@@ -17,6 +17,8 @@ pub enum Event {
     /// Boxed: a task snapshot is ten times the size of the other records.
     TaskExit(Box<TaskExitEvent>),
     VmaScan(VmaScanEvent),
+    /// A timed task_numa_work call, migration or migration stall (`record` only).
+    Span(EventKind, SpanEvent),
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -60,6 +62,9 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
         EventKind::MigratePages => Event::MigratePages(read(b, kind)?),
         EventKind::TaskExit => Event::TaskExit(Box::new(read(b, kind)?)),
         EventKind::VmaScan => Event::VmaScan(read(b, kind)?),
+        EventKind::ScanCall | EventKind::Migration | EventKind::Stall => {
+            Event::Span(kind, read(b, kind)?)
+        }
     })
 }
 

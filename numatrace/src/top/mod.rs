@@ -20,20 +20,10 @@ use crate::{
     engine::{Detail, Engine, Filter, Snapshot},
     kernel::facts::KernelFacts,
     report::stat::{KernelSummary, Scope, StatReport, Window},
+    sources::procfs::own_cpu_ns,
 };
 use app::{App, Key, View};
 use view::{FrameView, History, OwnCost};
-
-/// numatrace's own CPU time so far, in nanoseconds (utime + stime of the whole process).
-fn own_cpu_ns() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no side effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Some(ticks * 1_000_000_000 / hz)
-}
 
 /// Cost meters between two refreshes.
 struct Meter {
@@ -102,6 +92,7 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
         ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
         filter_tgids: args.pid.is_some(),
         emit_events: true,
+        emit_spans: false,
         bpf_log: false,
         sample_hz: args.sample_hz,
         no_fentry,

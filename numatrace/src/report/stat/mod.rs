@@ -66,6 +66,22 @@ pub struct Window {
     pub consistent: bool,
 }
 
+impl Window {
+    /// A system-wide window with no command and no filter.
+    pub fn system_wide(duration_s: f64, consistent: bool) -> Self {
+        Self {
+            duration_s,
+            scope: Scope::System,
+            pid: None,
+            command: None,
+            exit_code: None,
+            comm_filter: None,
+            cgroup_filter: None,
+            consistent,
+        }
+    }
+}
+
 /// Everything that could not be counted or delivered. `total` = 0 means the report is complete.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dropped {

@@ -1,0 +1,338 @@
+//! The capture file `numatrace record` writes and `numatrace report` reads: everything a kernel
+//! developer needs from the reporter's machine, readable anywhere without root or BPF.
+//!
+//! Sections (each a JSON document in the container of [`format`]), in the order written:
+//! `machine` (kernel, nodes, sysctls, tunables, THP, config), `probes` (the hook report),
+//! `first` (the detailed snapshot at the start), then every `--interval`: `events` (the ring
+//! records since the previous one) and `sample` (a snapshot, for rates over time); at the end
+//! `last` (the detailed snapshot at the end) and `end` (the window and what was not written).
+//! A capture without `end` was cut short; the report then stops at its last `sample`.
+
+pub mod events;
+pub mod format;
+pub mod machine;
+pub mod redact;
+
+use std::{
+    fs::File,
+    io::{BufReader, Write as _},
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use thiserror::Error;
+
+use crate::{bpf::loader::HookReport, engine::Snapshot, report::stat::Window};
+pub use events::EventRecord;
+use format::{FormatError, Reader};
+pub use machine::Machine;
+
+pub const SECTION_MACHINE: u32 = 1;
+pub const SECTION_PROBES: u32 = 2;
+pub const SECTION_FIRST: u32 = 3;
+pub const SECTION_EVENTS: u32 = 4;
+pub const SECTION_SAMPLE: u32 = 5;
+pub const SECTION_LAST: u32 = 6;
+pub const SECTION_END: u32 = 7;
+
+/// The closing section: the window as `stat` reports it, and what did not fit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct End {
+    pub window: Window,
+    pub exit_code: Option<i32>,
+    pub events_written: u64,
+    /// Ring records past `--max-size`: counted here, not written.
+    pub events_over_max_size: u64,
+    /// Samples not written past `--max-size`.
+    pub samples_over_max_size: u64,
+    /// Ring records the recorder could not keep up with (its tap was full).
+    pub events_not_kept: u64,
+    pub bytes: u64,
+    pub ended_unix_s: f64,
+}
+
+#[derive(Debug, Error)]
+pub enum CaptureError {
+    #[error("{path}: {source}")]
+    Format {
+        path: PathBuf,
+        #[source]
+        source: FormatError,
+    },
+    #[error("{path}: section {what} at byte {offset} is not valid: {why}")]
+    Section {
+        path: PathBuf,
+        what: &'static str,
+        offset: u64,
+        why: String,
+    },
+    #[error("{path}: {what}")]
+    Missing { path: PathBuf, what: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes sections as they come; each reaches the file in one write, so a capture killed at
+/// any moment holds whole sections up to the last one written.
+pub struct CaptureWriter {
+    file: File,
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// Events and samples stop being written past this size (the closing sections still are).
+    pub max_size: u64,
+}
+
+impl CaptureWriter {
+    pub fn create(path: &Path, max_size: u64) -> std::io::Result<Self> {
+        let mut file = File::create(path)?;
+        let mut head = Vec::new();
+        format::write_header(
+            &mut head,
+            &format!("numatrace {}", env!("CARGO_PKG_VERSION")),
+        )?;
+        file.write_all(&head)?;
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+            bytes: head.len() as u64,
+            max_size,
+        })
+    }
+
+    pub fn section<T: Serialize>(&mut self, kind: u32, value: &T) -> std::io::Result<()> {
+        let raw = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+        let mut buf = Vec::new();
+        self.bytes += format::write_section(&mut buf, kind, &raw)?;
+        self.file.write_all(&buf)
+    }
+
+    /// Whether another section of optional data (events, samples) still fits.
+    pub fn has_room(&self) -> bool {
+        self.bytes < self.max_size
+    }
+
+    pub fn finish(self) -> std::io::Result<u64> {
+        self.file.sync_all()?;
+        Ok(self.bytes)
+    }
+}
+
+/// A capture as read, without its events (see [`for_each_event`]).
+#[derive(Debug)]
+pub struct Capture {
+    pub path: PathBuf,
+    pub writer: String,
+    pub machine: Machine,
+    pub hooks: Vec<HookReport>,
+    pub first: Snapshot,
+    /// Every sample, reduced to what the timeline and rates need.
+    pub samples: Vec<Snapshot>,
+    pub last: Option<Snapshot>,
+    pub end: Option<End>,
+    pub event_sections: usize,
+    pub events: u64,
+    pub unknown_sections: usize,
+    /// Where the file was cut short, if it was.
+    pub truncated_at: Option<u64>,
+}
+
+fn parse<T: DeserializeOwned>(
+    path: &Path,
+    what: &'static str,
+    s: &format::Section,
+) -> Result<T, CaptureError> {
+    serde_json::from_slice(&s.data).map_err(|e| CaptureError::Section {
+        path: path.to_owned(),
+        what,
+        offset: s.offset,
+        why: e.to_string(),
+    })
+}
+
+fn open_reader(path: &Path) -> Result<Reader<BufReader<File>>, CaptureError> {
+    let file = File::open(path).map_err(|source| CaptureError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    Reader::new(BufReader::new(file)).map_err(|source| CaptureError::Format {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+impl Capture {
+    /// Reads every section but the events (which only the timeline needs, streamed).
+    pub fn open(path: &Path) -> Result<Self, CaptureError> {
+        Self::read(path, open_reader(path)?)
+    }
+
+    /// Reads a capture from any reader (`path` names it in errors).
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self, CaptureError> {
+        let r = Reader::new(bytes).map_err(|source| CaptureError::Format {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::read(path, r)
+    }
+
+    fn read<R: std::io::Read>(path: &Path, mut r: Reader<R>) -> Result<Self, CaptureError> {
+        let writer = r.header.writer.clone();
+        let fmt = |source| CaptureError::Format {
+            path: path.to_owned(),
+            source,
+        };
+        let (mut machine, mut hooks, mut first, mut last, mut end) = (None, None, None, None, None);
+        let mut samples = Vec::new();
+        let (mut event_sections, mut events, mut unknown_sections) = (0, 0u64, 0);
+        while let Some(s) = r.next_section().map_err(fmt)? {
+            match s.kind {
+                SECTION_MACHINE => machine = Some(parse(path, "machine", &s)?),
+                SECTION_PROBES => hooks = Some(parse(path, "probes", &s)?),
+                SECTION_FIRST => first = Some(parse(path, "first", &s)?),
+                SECTION_SAMPLE => samples.push(slim(parse(path, "sample", &s)?)),
+                SECTION_LAST => last = Some(parse(path, "last", &s)?),
+                SECTION_END => end = Some(parse(path, "end", &s)?),
+                SECTION_EVENTS => {
+                    event_sections += 1;
+                    events += parse::<Vec<serde::de::IgnoredAny>>(path, "events", &s)?.len() as u64;
+                }
+                _ => unknown_sections += 1,
+            }
+        }
+        let missing = |what: &str| CaptureError::Missing {
+            path: path.to_owned(),
+            what: format!("no {what} section: the capture was cut short before recording began"),
+        };
+        Ok(Self {
+            path: path.to_owned(),
+            writer,
+            machine: machine.ok_or_else(|| missing("machine"))?,
+            hooks: hooks.ok_or_else(|| missing("probes"))?,
+            first: first.ok_or_else(|| missing("first snapshot"))?,
+            samples,
+            last,
+            end,
+            event_sections,
+            events,
+            unknown_sections,
+            truncated_at: r.truncated_at,
+        })
+    }
+
+    /// Whether the recording ended as it should (its closing sections are there).
+    pub fn complete(&self) -> bool {
+        self.end.is_some() && self.last.is_some()
+    }
+
+    /// The snapshot the window ends at: the last one, or for a capture cut short its latest
+    /// sample (or nothing after the first).
+    pub fn closing(&self) -> &Snapshot {
+        self.last
+            .as_ref()
+            .or(self.samples.last())
+            .unwrap_or(&self.first)
+    }
+}
+
+/// Samples keep what rates over time need: drop per-VMA detail and idle tasks.
+fn slim(mut s: Snapshot) -> Snapshot {
+    s.vmas.clear();
+    s.region_faults.clear();
+    s.tasks.retain(|t| !t.counts.is_empty());
+    s
+}
+
+/// Calls `f` with each event section's records, in file order (bounded memory: one section at
+/// a time).
+pub fn for_each_event(
+    path: &Path,
+    mut f: impl FnMut(Vec<EventRecord>) -> Result<(), CaptureError>,
+) -> Result<(), CaptureError> {
+    let mut r = open_reader(path)?;
+    while let Some(s) = r.next_section().map_err(|source| CaptureError::Format {
+        path: path.to_owned(),
+        source,
+    })? {
+        if s.kind == SECTION_EVENTS {
+            f(parse(path, "events", &s)?)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A whole small capture in memory, as `record` writes it.
+    fn sample_capture() -> Vec<u8> {
+        static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        BYTES.get_or_init(write_sample).clone()
+    }
+
+    fn write_sample() -> Vec<u8> {
+        let path = std::env::temp_dir().join(format!("numatrace-cap-{}", std::process::id()));
+        let mut w = CaptureWriter::create(&path, 1 << 30).unwrap();
+        w.section(SECTION_MACHINE, &Machine::default()).unwrap();
+        w.section(SECTION_PROBES, &Vec::<HookReport>::new())
+            .unwrap();
+        let mut s = Snapshot::default();
+        w.section(SECTION_FIRST, &s).unwrap();
+        let ev = vec![EventRecord::ScanCall {
+            ts_ns: 5,
+            dur_ns: 7,
+            pid: 1,
+            tgid: 1,
+            cpu: 0,
+        }];
+        w.section(SECTION_EVENTS, &ev).unwrap();
+        s.mono_ns = 1_000_000_000;
+        w.section(SECTION_SAMPLE, &s).unwrap();
+        w.section(SECTION_LAST, &s).unwrap();
+        w.finish().unwrap();
+        let b = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        b
+    }
+
+    #[test]
+    fn a_whole_capture_reads_back() {
+        let b = sample_capture();
+        let c = Capture::from_bytes(Path::new("x"), &b).unwrap();
+        assert_eq!(c.samples.len(), 1);
+        assert_eq!(c.events, 1);
+        assert!(c.last.is_some() && c.end.is_none() && !c.complete());
+        assert_eq!(c.closing().mono_ns, 1_000_000_000);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        /// Arbitrary bytes: an error or a capture, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..4096)) {
+            let _ = Capture::from_bytes(Path::new("fuzz"), &b);
+        }
+
+        /// A real capture with bytes changed and its tail cut: an error or a capture.
+        #[test]
+        fn mutated_captures_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut b = sample_capture();
+            for (at, x) in flips {
+                let i = at.index(b.len());
+                b[i] ^= x;
+            }
+            let end = cut.index(b.len() + 1);
+            let _ = Capture::from_bytes(Path::new("fuzz"), &b[..end]);
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! `numatrace record`: a window like `stat`'s, written to one capture file as it goes (see
+//! [`crate::capture`]): machine facts and the hook report first, then every `--interval` the
+//! ring records and a snapshot, and at the end the closing snapshot and the window.
+
+use std::{
+    io::IsTerminal as _,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::{
+    capture::{
+        CaptureWriter, End, EventRecord, Machine, SECTION_END, SECTION_EVENTS, SECTION_FIRST,
+        SECTION_LAST, SECTION_MACHINE, SECTION_PROBES, SECTION_SAMPLE,
+        machine::{hostname, unix_now},
+        redact::Redactor,
+    },
+    cli::RecordArgs,
+    cmd::stat::{CollectOptions, Observer, Signals, collect_with},
+    engine::{Detail, Engine, Snapshot},
+    sources::cgroups::relative_path,
+};
+
+/// Ring records kept between two ticks at most (the rest are counted as not kept).
+const TAP_CAPACITY: usize = 1 << 19;
+/// Records per events section (sections stay far below the format's size limit).
+const EVENTS_PER_SECTION: usize = 50_000;
+
+/// `numatrace-HOST-YYYYMMDD-HHMMSS.ntrace` in the current directory.
+pub fn default_path() -> PathBuf {
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let stamp: String = stamp
+        .trim_end_matches('Z')
+        .replace('T', "-")
+        .chars()
+        .filter(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    // 2026-11-30-185500 -> 20261130-185500
+    let (date, time) = stamp.split_at(stamp.len().min(10));
+    PathBuf::from(format!(
+        "numatrace-{}-{}{}.ntrace",
+        hostname(),
+        date.replace('-', ""),
+        time
+    ))
+}
+
+struct Recorder {
+    out: CaptureWriter,
+    redact: Option<Redactor>,
+    interval: Duration,
+    cgroup: Option<String>,
+    events_written: u64,
+    events_over: u64,
+    samples_over: u64,
+    not_kept: u64,
+    progress: Option<ProgressBar>,
+    started: Instant,
+}
+
+impl Recorder {
+    fn snapshot(&self, mut s: Snapshot) -> Snapshot {
+        if let Some(r) = &self.redact {
+            r.snapshot(&mut s);
+        }
+        s
+    }
+
+    fn write_events(&mut self, engine: &mut Engine) -> Result<()> {
+        let (events, not_kept) = engine.take_events();
+        self.not_kept = not_kept;
+        for chunk in events.chunks(EVENTS_PER_SECTION) {
+            if !self.out.has_room() {
+                self.events_over += chunk.len() as u64;
+                continue;
+            }
+            let records: Vec<EventRecord> = chunk.iter().map(EventRecord::from_event).collect();
+            self.out
+                .section(SECTION_EVENTS, &records)
+                .context("writing events")?;
+            self.events_written += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn show(&self) {
+        if let Some(p) = &self.progress {
+            p.set_message(format!(
+                "{:.0} s, {} events, {:.1} MiB{}",
+                self.started.elapsed().as_secs_f64(),
+                self.events_written,
+                self.out.bytes as f64 / (1 << 20) as f64,
+                match self.events_over + self.not_kept {
+                    0 => String::new(),
+                    n => format!(", {n} events not written"),
+                }
+            ));
+        }
+    }
+}
+
+impl Observer for Recorder {
+    fn started(&mut self, engine: &mut Engine, first: &Snapshot) -> Result<()> {
+        engine.tap_events(TAP_CAPACITY);
+        let cgroup = self
+            .cgroup
+            .as_deref()
+            .map(|c| relative_path(engine.cgroup_mount(), c));
+        let mut machine = Machine::gather(&engine.facts, engine.cgroup_mount(), cgroup.as_deref());
+        if let Some(r) = &self.redact {
+            machine.hostname = r.name(&machine.hostname);
+            machine.command_line = machine.command_line.iter().map(|a| r.path(a)).collect();
+            machine.redacted = true;
+        }
+        self.out.section(SECTION_MACHINE, &machine)?;
+        self.out.section(SECTION_PROBES, &engine.hooks)?;
+        self.out
+            .section(SECTION_FIRST, &self.snapshot(first.clone()))?;
+        self.show();
+        Ok(())
+    }
+
+    fn interval(&self) -> Option<Duration> {
+        Some(self.interval)
+    }
+
+    fn tick(&mut self, engine: &mut Engine) -> Result<()> {
+        self.write_events(engine)?;
+        if self.out.has_room() {
+            let s = engine.snapshot(Detail::Summary)?;
+            let mut s = self.snapshot(s);
+            s.tasks.retain(|t| !t.counts.is_empty());
+            self.out.section(SECTION_SAMPLE, &s)?;
+        } else {
+            self.samples_over += 1;
+        }
+        self.show();
+        Ok(())
+    }
+
+    fn finished(&mut self, engine: &mut Engine) -> Result<()> {
+        self.write_events(engine)
+    }
+}
+
+pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
+    let mut signals = Signals::new()?;
+    let path = args.output.clone().unwrap_or_else(default_path);
+    // Created before anything is attached: an unwritable place fails at once.
+    let out = CaptureWriter::create(&path, args.max_size)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let p = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        p.set_style(
+            ProgressStyle::with_template("{spinner} recording {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        p.enable_steady_tick(Duration::from_millis(200));
+        p
+    });
+    let mut rec = Recorder {
+        out,
+        redact: args.redact.then(Redactor::new),
+        interval: args.interval,
+        cgroup: args.cgroup.clone(),
+        events_written: 0,
+        events_over: 0,
+        samples_over: 0,
+        not_kept: 0,
+        progress,
+        started: Instant::now(),
+    };
+    let opts = CollectOptions {
+        duration: args.duration,
+        pid: args.pid,
+        command: args.command.clone(),
+        quiet_command: false,
+        comm: args.comm.clone(),
+        cgroup: args.cgroup.clone(),
+        max_tasks: args.max_tasks,
+        max_vmas: numatrace_common::MAX_VMAS,
+        ringbuf_size: args.ringbuf_size,
+        sample_hz: args.sample_hz,
+        bpf_log: false,
+        no_fentry,
+        emit_spans: true,
+    };
+    let collected = collect_with(&opts, &mut signals, &mut rec).await;
+    if let Some(p) = &rec.progress {
+        p.finish_and_clear();
+    }
+    let c = collected?;
+    let mut window = c.window.clone();
+    if let Some(r) = &rec.redact {
+        r.window(&mut window);
+    }
+    rec.out
+        .section(SECTION_LAST, &rec.snapshot(c.last.clone()))?;
+    let end = End {
+        window,
+        exit_code: c.exit,
+        events_written: rec.events_written,
+        events_over_max_size: rec.events_over,
+        samples_over_max_size: rec.samples_over,
+        events_not_kept: rec.not_kept,
+        bytes: rec.out.bytes,
+        ended_unix_s: unix_now(),
+    };
+    rec.out.section(SECTION_END, &end)?;
+    let bytes = rec.out.finish()?;
+    eprintln!(
+        "numatrace: wrote {} ({:.1} MiB, {} events{}); read it with `numatrace report {}`",
+        path.display(),
+        bytes as f64 / (1 << 20) as f64,
+        rec.events_written,
+        match rec.events_over + rec.not_kept {
+            0 => String::new(),
+            n => format!(", {n} more counted but not written"),
+        },
+        path.display()
+    );
+    Ok(c.exit.unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_name_has_host_and_time() {
+        let p = default_path().display().to_string();
+        assert!(p.starts_with(&format!("numatrace-{}-", hostname())), "{p}");
+        assert!(p.ends_with(".ntrace"));
+        let stamp = p
+            .trim_end_matches(".ntrace")
+            .rsplitn(3, '-')
+            .take(2)
+            .collect::<Vec<_>>();
+        assert_eq!(stamp[0].len(), 6, "{p}");
+        assert_eq!(stamp[1].len(), 8, "{p}");
+    }
+}

@@ -1,0 +1,342 @@
+//! Findings: plain sentences, with their numbers, about what in a window deserves a kernel
+//! developer's attention. Each rule reads only the report, so a capture gives the same findings
+//! on any machine.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::{
+    check::seed003::MIN_TASK_RUNTIME_NS, report::stat::StatReport, sources::maps::Log2Bucket,
+};
+
+/// seed 003's cap on the share of run time spent scanning.
+pub const SCAN_SHARE_CAP: f64 = 0.03;
+/// Migrations at least this slow at the 99th percentile are called slow.
+pub const SLOW_MIGRATION_NS: u64 = 1_000_000;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// A stable name for the rule (`scan_share_over_cap`, ...).
+    pub rule: String,
+    pub sentence: String,
+    pub evidence: BTreeMap<String, serde_json::Value>,
+}
+
+fn finding(rule: &str, sentence: String, evidence: serde_json::Value) -> Finding {
+    let evidence = match evidence {
+        serde_json::Value::Object(m) => m.into_iter().collect(),
+        _ => BTreeMap::new(),
+    };
+    Finding {
+        rule: rule.to_owned(),
+        sentence,
+        evidence,
+    }
+}
+
+/// Upper bound of the bucket holding quantile `q` (buckets hold values below `lt`).
+pub fn quantile(buckets: &[Log2Bucket], q: f64) -> Option<u64> {
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return None;
+    }
+    let want = (q * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    buckets.iter().find_map(|b| {
+        seen += b.count;
+        (seen >= want).then_some(b.lt)
+    })
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+/// Every rule that fires, in a fixed order.
+pub fn findings(r: &StatReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let t = &r.totals;
+
+    if r.kernel.numa_balancing == Some(0) {
+        out.push(finding(
+            "balancing_off",
+            "NUMA balancing was off (kernel.numa_balancing=0): nothing below reflects it.".into(),
+            json!({"kernel.numa_balancing": 0}),
+        ));
+    }
+
+    // Scan share above seed 003's cap, per task with enough run time to judge.
+    let mut over: Vec<_> = r
+        .tasks
+        .iter()
+        .filter(|x| x.counts.scan.task_runtime_ns >= MIN_TASK_RUNTIME_NS)
+        .filter_map(|x| x.counts.scan.share.map(|s| (s, x)))
+        .filter(|(s, _)| *s > SCAN_SHARE_CAP)
+        .collect();
+    over.sort_by(|a, b| b.0.total_cmp(&a.0));
+    if let Some((share, worst)) = over.first() {
+        out.push(finding(
+            "scan_share_over_cap",
+            format!(
+                "{} task(s) spent more than 3% of their run time scanning PTEs (the cap of seed \
+                 003); the most, {} {}, {} ({} of {}).",
+                over.len(),
+                worst.pid,
+                worst.comm,
+                pct(*share),
+                ms(worst.counts.scan.runtime_in_scan_ns),
+                ms(worst.counts.scan.task_runtime_ns)
+            ),
+            json!({"tasks_over_cap": over.len(), "max_share": share, "task": format!("{} {}", worst.pid, worst.comm)}),
+        ));
+    }
+
+    // Migrations failing.
+    let m = &t.migrations;
+    let tried = m.pages_ok + m.pages_failed;
+    let attempts = m.succeeded + m.not_migrated;
+    if (m.pages_failed > 0 && m.pages_failed * 100 >= tried)
+        || (m.not_migrated > 0 && m.not_migrated * 100 >= attempts)
+    {
+        out.push(finding(
+            "migrations_failing",
+            format!(
+                "Migrations failed: {} of {} pages migrate_pages() was asked to move for NUMA \
+                 balancing stayed put, and {} of {} migrate_misplaced calls did not migrate.",
+                m.pages_failed, tried, m.not_migrated, attempts
+            ),
+            json!({"pages_failed": m.pages_failed, "pages_tried": tried, "not_migrated": m.not_migrated, "attempts": attempts}),
+        ));
+    }
+
+    // Migrations slow.
+    let lat = &r.histograms.migrate_latency_ns;
+    // A log2 bucket holds [lt/2, lt): the 99th percentile is at least p99/2.
+    if let (Some(p50), Some(p99)) = (quantile(lat, 0.5), quantile(lat, 0.99))
+        && p99 / 2 >= SLOW_MIGRATION_NS
+    {
+        out.push(finding(
+            "migrations_slow",
+            format!(
+                "Migrations were slow: 1% of migrate_misplaced calls took {} or more (half under \
+                 {}).",
+                ms(p99 / 2),
+                ms(p50)
+            ),
+            json!({"p99_below_ns": p99, "p50_below_ns": p50}),
+        ));
+    }
+
+    // COW-shared pages faulted, and tasks stalled on migrating pages.
+    let h = &t.hint_faults;
+    if h.cow_shared > 0 {
+        out.push(finding(
+            "cow_shared_faults",
+            format!(
+                "{} hint faults hit copy-on-write pages mapped by more than one process ({} on \
+                 large folios), {} of which migrated them: seed 000's patch stops trapping such \
+                 4K pages.",
+                h.cow_shared, h.cow_shared_large, h.cow_shared_migrated
+            ),
+            json!({"cow_shared_faults": h.cow_shared, "large": h.cow_shared_large, "migrated": h.cow_shared_migrated}),
+        ));
+    }
+    if m.stalls > 0 {
+        out.push(finding(
+            "migration_stalls",
+            format!(
+                "Tasks waited {} times ({} in all) for pages under migration \
+                 (migration_entry_wait).",
+                m.stalls,
+                ms(m.stall_ns)
+            ),
+            json!({"stalls": m.stalls, "stall_ns": m.stall_ns}),
+        ));
+    }
+
+    // VMAs starved past seed 002's threshold.
+    let gaps: Vec<_> = r
+        .processes
+        .iter()
+        .flat_map(|p| p.vmas.iter().map(move |v| (p, v)))
+        .filter_map(|(p, v)| v.pid_inactive.map(|g| (p, v, g)))
+        .filter(|(_, _, g)| g.over_threads > 0)
+        .collect();
+    if let Some((p, v, g)) = gaps.iter().max_by_key(|(_, _, g)| g.max_gap) {
+        let skips: u64 = gaps.iter().map(|(_, _, g)| g.over_threads).sum();
+        out.push(finding(
+            "vmas_starved",
+            format!(
+                "{skips} pid_inactive skip(s) of {} VMA(s) came after more scan sequences than the \
+                 task has threads (seed 002 would have scanned them); the longest, {}-{} of {} {}, \
+                 went {} sequences unscanned with {} threads.",
+                gaps.len(),
+                v.start,
+                v.end,
+                p.tgid,
+                p.comm,
+                g.max_gap,
+                g.max_gap_threads
+            ),
+            json!({"skips_over_threads": skips, "vmas": gaps.len(), "max_gap": g.max_gap, "threads": g.max_gap_threads}),
+        ));
+    }
+
+    // Mostly remote, nothing migrated.
+    if h.faults >= 100 && h.remote * 2 >= h.faults && h.migrated_pages == 0 {
+        out.push(finding(
+            "remote_without_migration",
+            format!(
+                "{} of {} hint faults were remote, yet no page migrated: the memory stayed where \
+                 it was (pinned or shared pages, a memory policy, or migration failing).",
+                h.remote, h.faults
+            ),
+            json!({"remote": h.remote, "faults": h.faults, "migrated_pages": 0}),
+        ));
+    }
+
+    // Scanning that bought nothing.
+    let p = &t.placement;
+    if t.scan.pte_updates >= 1000 && h.migrated_pages == 0 && p.moves + p.swaps_out == 0 {
+        out.push(finding(
+            "scan_without_locality",
+            format!(
+                "Scanning made {} PTEs PROT_NONE and took {} hint faults ({} of scanning), but \
+                 neither migrated a page nor moved a task: it bought no locality.",
+                t.scan.pte_updates,
+                h.faults,
+                ms(t.scan.time_ns)
+            ),
+            json!({"pte_updates": t.scan.pte_updates, "hint_faults": h.faults, "scan_time_ns": t.scan.time_ns}),
+        ));
+    }
+
+    if r.dropped.total > 0 {
+        out.push(finding(
+            "events_lost",
+            format!(
+                "numatrace could not count {} events (see `dropped`): the numbers above are lower \
+                 bounds.",
+                r.dropped.total
+            ),
+            json!({"dropped": r.dropped.total}),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        engine::{Filter, Snapshot},
+        model::TaskRecord,
+        report::stat::{KernelSummary, Window},
+    };
+    use numatrace_common::TaskStats;
+
+    fn report(f: impl Fn(&mut TaskStats)) -> StatReport {
+        let mut s = TaskStats::new(5, 5);
+        s.comm[..2].copy_from_slice(b"db");
+        f(&mut s);
+        let snap = Snapshot {
+            self_tgid: 999,
+            tasks: vec![TaskRecord::from_stats(&s, false)],
+            ..Snapshot::default()
+        };
+        StatReport::new(
+            KernelSummary {
+                release: "6.12".into(),
+                numa_nodes: 2,
+                numa_balancing: Some(1),
+            },
+            Window::system_wide(10.0, true),
+            vec![],
+            &snap.delta(&Snapshot::default()),
+            &Filter::default(),
+        )
+    }
+
+    fn rules(r: &StatReport) -> Vec<String> {
+        findings(r).into_iter().map(|f| f.rule).collect()
+    }
+
+    #[test]
+    fn quiet_window_has_no_findings() {
+        assert!(rules(&report(|_| {})).is_empty());
+    }
+
+    #[test]
+    fn each_rule_fires_on_its_evidence() {
+        let r = report(|s| {
+            s.scan_runtime_ns = 50_000_000;
+            s.runtime_first_ns = 1;
+            s.runtime_last_ns = 1 + 1_000_000_000;
+            s.pte_updates = 5000;
+            s.hint_faults = 400;
+            s.hint_faults_local = 100;
+        });
+        let got = rules(&r);
+        assert!(got.contains(&"scan_share_over_cap".to_owned()), "{got:?}");
+        assert!(got.contains(&"remote_without_migration".to_owned()));
+        assert!(got.contains(&"scan_without_locality".to_owned()));
+        let r = report(|s| {
+            s.migrate_ok = 90;
+            s.migrate_failed = 10;
+            s.cow_shared_faults = 3;
+            s.migration_waits = 2;
+            s.migration_wait_ns = 4_000_000;
+            s.hint_migrated_pages = 90;
+        });
+        let got = rules(&r);
+        for want in [
+            "migrations_failing",
+            "cow_shared_faults",
+            "migration_stalls",
+        ] {
+            assert!(got.contains(&want.to_owned()), "{want} in {got:?}");
+        }
+        assert!(!got.contains(&"scan_without_locality".to_owned()));
+    }
+
+    #[test]
+    fn slow_only_when_the_bucket_lies_beyond_a_millisecond() {
+        let mut r = report(|_| {});
+        r.histograms.migrate_latency_ns = vec![Log2Bucket {
+            lt: 1 << 20,
+            count: 100,
+        }];
+        assert!(
+            !rules(&r).contains(&"migrations_slow".to_owned()),
+            "[0.52, 1.05) ms"
+        );
+        r.histograms.migrate_latency_ns[0].lt = 1 << 21;
+        assert!(
+            rules(&r).contains(&"migrations_slow".to_owned()),
+            "[1.05, 2.1) ms"
+        );
+    }
+
+    #[test]
+    fn quantile_of_log2_buckets() {
+        let b = [
+            Log2Bucket {
+                lt: 1024,
+                count: 98,
+            },
+            Log2Bucket {
+                lt: 1 << 22,
+                count: 2,
+            },
+        ];
+        assert_eq!(quantile(&b, 0.5), Some(1024));
+        assert_eq!(quantile(&b, 0.99), Some(1 << 22));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+}

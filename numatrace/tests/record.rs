@@ -1,0 +1,477 @@
+//! `numatrace record` and `report` as a reporter and a kernel developer use them: a capture of a
+//! workload read back as an unprivileged user equals `stat` of the same run; a capture killed
+//! with SIGKILL is read up to its last whole section; bad files get one line; `--diff` of a
+//! capture with itself shows no change; the Perfetto export is JSON with the documented fields.
+//! In the 2-node guests, a capture of a migrating workload reports migrations and node flows
+//! (and is printed on the console for `vm-test` to read on the host).
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    ffi::CString,
+    fs,
+    io::{BufRead as _, BufReader, Write as _},
+    os::unix::{ffi::OsStrExt as _, process::CommandExt as _},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use common::{numatrace_bin, wait_until, workload_bin};
+use numatrace::{
+    capture::{CaptureWriter, SECTION_FIRST, SECTION_MACHINE, SECTION_PROBES},
+    engine::Snapshot,
+};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("numatrace-record-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    // The unprivileged user that reports reads captures and writes traces here (like /tmp).
+    let _ = fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777));
+    dir.join(name)
+}
+
+fn report(args: &[&str], as_nobody: bool) -> Output {
+    let mut c = Command::new(numatrace_bin());
+    c.arg("report").args(args);
+    if as_nobody && common::is_root() {
+        c.uid(65534).gid(65534);
+    }
+    c.output().expect("numatrace report")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// A small valid capture written with the library, no kernel needed: header, machine, probes
+/// and a first snapshot (a capture cut short right after recording began).
+fn synthetic(path: &Path) {
+    let mut w = CaptureWriter::create(path, 1 << 30).unwrap();
+    w.section(
+        SECTION_MACHINE,
+        &serde_json::json!({"hostname": "box", "nodes": []}),
+    )
+    .unwrap();
+    w.section(SECTION_PROBES, &Vec::<serde_json::Value>::new())
+        .unwrap();
+    w.section(SECTION_FIRST, &Snapshot::default()).unwrap();
+    w.finish().unwrap();
+}
+
+/// The header `CaptureWriter` writes: 16 bytes and the writer's name.
+fn header_len() -> usize {
+    16 + format!("numatrace {}", env!("CARGO_PKG_VERSION")).len()
+}
+
+#[test]
+fn bad_files_get_one_line_naming_file_and_problem() {
+    let good = tmp("good.ntrace");
+    synthetic(&good);
+    let bytes = fs::read(&good).unwrap();
+    let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", vec![], "not a numatrace capture"),
+        (
+            "text",
+            b"hello, world\n".to_vec(),
+            "not a numatrace capture",
+        ),
+        ("header-only", bytes[..12].to_vec(), "cut short"),
+        (
+            "no-sections",
+            bytes[..header_len()].to_vec(),
+            "no machine section",
+        ),
+    ];
+    let mut newer = bytes.clone();
+    newer[8] = 7;
+    cases.push(("newer", newer, "newer numatrace"));
+    let mut flipped = bytes.clone();
+    let at = bytes.len() - 5;
+    flipped[at] ^= 0x55;
+    cases.push(("flipped", flipped, "checksum"));
+    for (name, data, says) in cases {
+        let p = tmp(&format!("{name}.ntrace"));
+        fs::write(&p, data).unwrap();
+        let out = report(&[p.to_str().unwrap()], true);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(
+            err.contains(p.to_str().unwrap()),
+            "{name} names the file: {err}"
+        );
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    let out = report(&["/nonexistent/x.ntrace"], false);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.ntrace"));
+}
+
+/// A process gated on a FIFO: started, its pid known, waiting for a byte.
+struct Gated {
+    child: Child,
+    pid: u32,
+    gate: PathBuf,
+}
+
+impl Gated {
+    fn start(workload: &[&str]) -> Self {
+        let gate = tmp("gate");
+        let pid_file = tmp("pid");
+        let _ = fs::remove_file(&gate);
+        let _ = fs::remove_file(&pid_file);
+        let c = CString::new(gate.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        let child = Command::new(workload_bin())
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg("--gate")
+            .arg(&gate)
+            .args(workload)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(30), || fs::read_to_string(&pid_file)
+                .is_ok_and(|s| !s.trim().is_empty())),
+            "no pid file"
+        );
+        let pid = fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        Self { child, pid, gate }
+    }
+
+    fn open(mut self) {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&self.gate)
+            .and_then(|mut f| f.write_all(b"g"))
+            .expect("open the gate");
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// Spawns numatrace with these arguments and returns once it says it is counting.
+fn counting(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(numatrace_bin())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l.contains("counting") => return (child, rx),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{args:?} never said it was counting");
+            }
+        }
+    }
+}
+
+/// The counts both instances see the same way (timings and CPU samples are each instance's own
+/// measurement, so they differ by nanoseconds and samples).
+fn counts(totals: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
+    let mut m = BTreeMap::new();
+    for (group, fields) in [
+        (
+            "hint_faults",
+            &[
+                "faults",
+                "local",
+                "pages",
+                "faults_4k",
+                "faults_thp",
+                "migrated_pages",
+                "cow_shared",
+            ][..],
+        ),
+        ("scan", &["calls", "pte_updates", "prot_numa_calls"][..]),
+        (
+            "migrations",
+            &["calls", "pages_ok", "pages_failed", "attempts", "succeeded"][..],
+        ),
+        (
+            "placement",
+            &["moves", "swaps_out", "swaps_in", "sticks"][..],
+        ),
+    ] {
+        for f in fields {
+            m.insert(format!("{group}.{f}"), totals[group][f].clone());
+        }
+    }
+    m.insert("skipped_vmas".into(), totals["skipped_vmas"].clone());
+    m
+}
+
+#[test]
+fn a_capture_read_as_nobody_equals_stat_of_the_same_run() {
+    const TEST: &str = "a_capture_read_as_nobody_equals_stat_of_the_same_run";
+    require_root!(TEST);
+    let _balancing = common::Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let w = Gated::start(&[
+        "threads",
+        "--threads",
+        "2",
+        "--mem-mib",
+        "32",
+        "--duration",
+        "5s",
+    ]);
+    let pid = w.pid.to_string();
+    let stat_out = tmp("stat.json");
+    let cap = tmp("run.ntrace");
+    let (stat, _) = counting(&[
+        "stat",
+        "--pid",
+        &pid,
+        "--json",
+        "-o",
+        stat_out.to_str().unwrap(),
+    ]);
+    let (record, _) = counting(&[
+        "record",
+        "--pid",
+        &pid,
+        "--interval",
+        "500ms",
+        "-o",
+        cap.to_str().unwrap(),
+    ]);
+    w.open();
+    for (name, c) in [("stat", stat), ("record", record)] {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{name}: {:?}", out.status);
+    }
+    fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let stat: serde_json::Value = serde_json::from_slice(&fs::read(&stat_out).unwrap()).unwrap();
+    let rep = json(&report(&[cap.to_str().unwrap(), "--json"], true));
+    assert_eq!(rep["schema"], "numatrace.report/1");
+    assert_eq!(rep["stat"]["schema"], "numatrace.stat/1");
+    assert_eq!(rep["capture"]["complete"], true);
+    assert!(
+        rep["capture"]["samples"].as_u64().unwrap() >= 2,
+        "{}",
+        rep["capture"]
+    );
+    let (a, b) = (counts(&stat["totals"]), counts(&rep["stat"]["totals"]));
+    println!("stat: {a:?}\nreport: {b:?}");
+    assert_eq!(a, b, "record and stat of one run");
+    assert_eq!(
+        stat["tasks"].as_array().unwrap().len(),
+        rep["stat"]["tasks"].as_array().unwrap().len()
+    );
+    assert!(
+        a["scan.calls"].as_u64().unwrap()
+            + a["hint_faults.faults"].as_u64().unwrap()
+            + rep["stat"]["totals"]["skipped_vmas_total"]
+                .as_u64()
+                .unwrap()
+            > 0,
+        "the workload was seen at all"
+    );
+    // The same text as stat's, verdicts and findings after it.
+    let text = report(&[cap.to_str().unwrap()], true);
+    let text = String::from_utf8_lossy(&text.stdout);
+    for want in [
+        "Capture ",
+        "Verdicts this capture's evidence supports:",
+        "002 ",
+        "003 ",
+        "Findings:",
+    ] {
+        assert!(text.contains(want), "{want} in:\n{text}");
+    }
+    // --diff of a capture with itself.
+    let d = report(
+        &["--diff", cap.to_str().unwrap(), cap.to_str().unwrap()],
+        true,
+    );
+    let d_text = String::from_utf8_lossy(&d.stdout);
+    assert!(
+        d.status.success() && d_text.contains("No change."),
+        "{d_text}"
+    );
+    let dj = json(&report(
+        &[
+            "--diff",
+            cap.to_str().unwrap(),
+            cap.to_str().unwrap(),
+            "--json",
+        ],
+        true,
+    ));
+    assert!(
+        dj["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["change"] == 0.0)
+    );
+    chrome_trace_is_valid(&cap, false);
+}
+
+/// The Perfetto export: valid JSON, every event with the documented fields, complete events
+/// never overlapping on one track; with `spans`, at least one complete event.
+fn chrome_trace_is_valid(cap: &Path, spans: bool) -> serde_json::Value {
+    let out = tmp("trace.json");
+    let r = report(
+        &[
+            cap.to_str().unwrap(),
+            "--format",
+            "chrome-trace",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        true,
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&fs::read(&out).unwrap()).expect("trace JSON");
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    assert!(!events.is_empty());
+    let mut tracks: BTreeMap<(u64, u64), Vec<(f64, f64)>> = BTreeMap::new();
+    for e in events {
+        let ph = e["ph"].as_str().expect("ph");
+        assert!(
+            e["name"].is_string() && e["pid"].is_u64() && e["tid"].is_u64(),
+            "{e}"
+        );
+        match ph {
+            "M" => assert!(e["args"]["name"].is_string(), "{e}"),
+            "X" => {
+                let (ts, dur) = (
+                    e["ts"].as_f64().expect("ts"),
+                    e["dur"].as_f64().expect("dur"),
+                );
+                assert!(dur >= 0.0);
+                tracks
+                    .entry((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
+                    .or_default()
+                    .push((ts, ts + dur));
+            }
+            "i" => assert!(e["ts"].is_f64() || e["ts"].is_u64(), "{e}"),
+            "C" => assert!(e["args"].is_object() && e["ts"].is_number(), "{e}"),
+            other => panic!("unexpected ph {other}: {e}"),
+        }
+    }
+    for (track, mut spans) in tracks.clone() {
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in spans.windows(2) {
+            assert!(w[1].0 >= w[0].1 - 1e-3, "overlap on track {track:?}: {w:?}");
+        }
+    }
+    if spans {
+        assert!(!tracks.is_empty(), "no complete events");
+    }
+    v
+}
+
+#[test]
+fn a_capture_killed_with_sigkill_is_read_up_to_its_last_section() {
+    const TEST: &str = "a_capture_killed_with_sigkill_is_read_up_to_its_last_section";
+    require_root!(TEST);
+    let cap = tmp("killed.ntrace");
+    let (mut record, _) = counting(&[
+        "record",
+        "-d",
+        "60s",
+        "--interval",
+        "200ms",
+        "-o",
+        cap.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    record.kill().unwrap();
+    record.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            common::numatrace_programs_loaded().is_empty()
+        }),
+        "programs left attached after SIGKILL"
+    );
+    fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let rep = json(&report(&[cap.to_str().unwrap(), "--json"], true));
+    assert_eq!(rep["capture"]["complete"], false);
+    assert!(
+        rep["capture"]["samples"].as_u64().unwrap() >= 3,
+        "{}",
+        rep["capture"]
+    );
+    assert!(rep["stat"]["window"]["duration_s"].as_f64().unwrap() > 0.4);
+    let text = report(&[cap.to_str().unwrap()], true);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("INCOMPLETE"));
+}
+
+#[test]
+fn a_capture_in_a_two_node_guest_shows_migrations_and_node_flows() {
+    const TEST: &str = "a_capture_in_a_two_node_guest_shows_migrations_and_node_flows";
+    require_root!(TEST);
+    let Some(probes) = common::migrating_guest(TEST) else {
+        return;
+    };
+    let _balancing = common::Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let cap = tmp("guest.ntrace");
+    let out = Command::new(numatrace_bin())
+        .args([
+            "record",
+            "--interval",
+            "500ms",
+            "-o",
+            cap.to_str().unwrap(),
+            "--",
+        ])
+        .arg(workload_bin())
+        .args(["migrate", "--mem-mib", "32", "--duration", "8s"])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rep = json(&report(&[cap.to_str().unwrap(), "--json"], true));
+    let totals = &rep["stat"]["totals"];
+    println!("totals: {}", totals["hint_faults"]);
+    assert!(totals["hint_faults"]["migrated_pages"].as_u64().unwrap() > 0);
+    assert!(!rep["stat"]["node_matrix"].as_array().unwrap().is_empty());
+    assert_eq!(rep["verdicts"].as_array().unwrap().len(), 2);
+    let trace = chrome_trace_is_valid(&cap, true);
+    if common::attached(&probes, "migrate_misplaced_folio|_page") {
+        let migrations = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "migration")
+            .count();
+        assert!(migrations > 0, "no migration spans");
+    }
+    // `vm-test` prints it on the console and reads it on the host with the host's numatrace.
+    if let Ok(dir) = std::env::var("NUMATRACE_CAPTURE_OUT") {
+        fs::copy(&cap, Path::new(&dir).join("migrate.ntrace")).unwrap();
+    }
+}
