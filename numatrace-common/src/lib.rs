@@ -59,6 +59,8 @@ mod tests {
         assert_eq!(size_of::<MigratePagesEvent>(), 24 + 40);
         assert_eq!(size_of::<TaskExitEvent>(), 24 + size_of::<TaskStats>());
         assert_eq!(size_of::<VmaScanEvent>(), 24 + 24);
+        assert_eq!(size_of::<SpanEvent>(), 24 + 24);
+        assert_eq!(size_of::<Config>(), 6 * 4);
         assert_eq!(size_of::<GapOffsets>(), 8 * 4);
         assert_eq!(size_of::<VmaGap>(), 8 * 8);
     }
@@ -73,10 +75,10 @@ mod tests {
 
     #[test]
     fn event_kinds_round_trip() {
-        for k in 1..=7 {
+        for k in 1..=10 {
             assert_eq!(EventKind::from_u32(k).map(|e| e as u32), Some(k));
         }
         assert_eq!(EventKind::from_u32(0), None);
-        assert_eq!(EventKind::from_u32(8), None);
+        assert_eq!(EventKind::from_u32(11), None);
     }
 }

@@ -311,6 +311,62 @@ mod tests {
         assert_eq!(c.closing().mono_ns, 1_000_000_000);
     }
 
+    /// A capture `record` wrote in a 2-node guest (Debian 6.12, `migrate --mem-mib 32`): older
+    /// captures must stay readable by newer numatrace.
+    const REAL: &[u8] = include_bytes!("../../tests/fixtures/capture-6.12-migrate.ntrace");
+
+    #[test]
+    fn a_real_capture_from_a_guest_still_reads() {
+        let c = Capture::from_bytes(Path::new("fixture"), REAL).unwrap();
+        assert!(c.complete());
+        assert_eq!(c.events, 16439);
+        assert_eq!(c.samples.len(), 16);
+        let r = crate::cmd::report::report_of(&c);
+        let h = &r.stat.totals.hint_faults;
+        assert_eq!((h.faults, h.migrated_pages), (8192, 8192));
+        assert_eq!(r.stat.node_matrix.len(), 1);
+        assert_eq!(r.stat.vmstat_delta["numa_pages_migrated"], 8192);
+        let mut spans = 0;
+        let mut migrations = 0;
+        let mut r = format::Reader::new(REAL).unwrap();
+        while let Some(s) = r.next_section().unwrap() {
+            if s.kind == SECTION_EVENTS {
+                let ev: Vec<EventRecord> = serde_json::from_slice(&s.data).unwrap();
+                spans += ev
+                    .iter()
+                    .filter(|e| matches!(e, EventRecord::ScanCall { .. }))
+                    .count();
+                migrations += ev
+                    .iter()
+                    .filter(|e| matches!(e, EventRecord::Migration { migrated: true, .. }))
+                    .count();
+            }
+        }
+        assert!(spans > 0);
+        assert_eq!(migrations, 8192, "one span per migrate_misplaced call");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// The real capture with bytes changed and its tail cut: an error or a capture.
+        #[test]
+        fn mutated_real_captures_never_panic(
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut b = REAL.to_vec();
+            for (at, x) in flips {
+                let i = at.index(b.len());
+                b[i] ^= x;
+            }
+            let end = cut.index(b.len() + 1);
+            if let Ok(c) = Capture::from_bytes(Path::new("fuzz"), &b[..end]) {
+                let _ = crate::cmd::report::report_of(&c);
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
