@@ -99,9 +99,9 @@ pub struct MigratePagesEvent {
 }
 
 /// A timed call of one task, for the timeline: `hdr.ts_ns` is when it started. ScanCall: one
-/// task_numa_work call (`a` = mm->numa_scan_seq after it). Migration: one
-/// migrate_misplaced_folio/_page call (`a` = source node, [`NODE_UNKNOWN`] when unresolved;
-/// `b` = destination node | 1 << 32 when it migrated). Stall: one migration_entry_wait.
+/// task_numa_work call. Migration: one migrate_misplaced_folio/_page call (`a` = source node,
+/// [`NODE_UNKNOWN`] when unresolved; `b` = destination node (at most `MAX_NODES`) | 1 << 32
+/// when it migrated). Stall: one migration_entry_wait. Unused fields are 0.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpanEvent {

@@ -578,7 +578,8 @@ fn on_migrate_exit(ret: i64) {
         start.ts_ns,
         ns,
         src,
-        start.arg | if ok { MIGRATED_BIT } else { 0 },
+        // The node argument is an int in a 64-bit slot: only its low half is the node.
+        (start.arg & 0xffff_ffff).min(u64::from(MAX_NODES)) | if ok { MIGRATED_BIT } else { 0 },
     );
     if !me {
         hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);

@@ -80,6 +80,9 @@ pub enum EventRecord {
         tgid: u32,
         cpu: u32,
     },
+    /// A kind written by a newer numatrace: read, and skipped.
+    #[serde(other)]
+    Unknown,
 }
 
 impl EventRecord {
@@ -177,6 +180,22 @@ impl EventRecord {
             | Self::ScanCall { ts_ns, .. }
             | Self::Migration { ts_ns, .. }
             | Self::Stall { ts_ns, .. } => *ts_ns,
+            Self::Unknown => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_from_a_newer_numatrace_is_skipped_not_an_error() {
+        let v: Vec<EventRecord> = serde_json::from_str(
+            r#"[{"kind":"stall","ts_ns":1,"dur_ns":2,"pid":3,"tgid":3,"cpu":0},
+                {"kind":"from_the_future","ts_ns":5,"whatever":[1,2]}]"#,
+        )
+        .unwrap();
+        assert_eq!(v[1], EventRecord::Unknown);
     }
 }

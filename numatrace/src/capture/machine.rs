@@ -37,6 +37,9 @@ pub struct Machine {
     /// numatrace's own command line.
     pub command_line: Vec<String>,
     pub redacted: bool,
+    /// The window as planned: scope, command and filters (the `end` section has the final one;
+    /// a capture cut short before it is reported with this).
+    pub window: Option<crate::report::stat::Window>,
 }
 
 fn read_trim(p: impl AsRef<Path>) -> Option<String> {
@@ -141,6 +144,7 @@ impl Machine {
             numatrace_version: env!("CARGO_PKG_VERSION").to_owned(),
             command_line: std::env::args().collect(),
             redacted: false,
+            window: None,
         }
     }
 }

@@ -22,7 +22,14 @@ use std::{
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use thiserror::Error;
 
-use crate::{bpf::loader::HookReport, engine::Snapshot, report::stat::Window};
+use std::collections::BTreeMap;
+
+use crate::{
+    bpf::loader::HookReport,
+    engine::{Filter, Snapshot},
+    model::{Counts, TaskRecord},
+    report::stat::Window,
+};
 pub use events::EventRecord;
 use format::{FormatError, Reader};
 pub use machine::Machine;
@@ -129,8 +136,11 @@ pub struct Capture {
     pub machine: Machine,
     pub hooks: Vec<HookReport>,
     pub first: Snapshot,
-    /// Every sample, reduced to what the timeline and rates need.
-    pub samples: Vec<Snapshot>,
+    /// Each sample's time and the traced tasks' totals then (rates over time).
+    pub samples: Vec<(u64, Counts)>,
+    /// The latest sample with every task as last written (samples carry only the tasks that
+    /// changed since the previous one).
+    pub latest: Option<Snapshot>,
     pub last: Option<Snapshot>,
     pub end: Option<End>,
     pub event_sections: usize,
@@ -187,13 +197,31 @@ impl Capture {
         };
         let (mut machine, mut hooks, mut first, mut last, mut end) = (None, None, None, None, None);
         let mut samples = Vec::new();
+        let mut latest: Option<Snapshot> = None;
+        // Every task as last written, by key: samples are deltas of the task list.
+        let mut tasks: BTreeMap<(u32, u64), TaskRecord> = BTreeMap::new();
         let (mut event_sections, mut events, mut unknown_sections) = (0, 0u64, 0);
         while let Some(s) = r.next_section().map_err(fmt)? {
             match s.kind {
                 SECTION_MACHINE => machine = Some(parse(path, "machine", &s)?),
                 SECTION_PROBES => hooks = Some(parse(path, "probes", &s)?),
-                SECTION_FIRST => first = Some(parse(path, "first", &s)?),
-                SECTION_SAMPLE => samples.push(slim(parse(path, "sample", &s)?)),
+                SECTION_FIRST => {
+                    let f: Snapshot = parse(path, "first", &s)?;
+                    tasks = f.tasks.iter().map(|t| (t.key(), t.clone())).collect();
+                    first = Some(f);
+                }
+                SECTION_SAMPLE => {
+                    let mut sample: Snapshot = parse(path, "sample", &s)?;
+                    for t in std::mem::take(&mut sample.tasks) {
+                        tasks.insert(t.key(), t);
+                    }
+                    let mut totals = Counts::default();
+                    for t in tasks.values().filter(|t| t.tgid != sample.self_tgid) {
+                        totals.add(&t.counts);
+                    }
+                    samples.push((sample.mono_ns, totals.finished()));
+                    latest = Some(sample);
+                }
                 SECTION_LAST => last = Some(parse(path, "last", &s)?),
                 SECTION_END => end = Some(parse(path, "end", &s)?),
                 SECTION_EVENTS => {
@@ -202,6 +230,9 @@ impl Capture {
                 }
                 _ => unknown_sections += 1,
             }
+        }
+        if let Some(l) = &mut latest {
+            l.tasks = tasks.into_values().collect();
         }
         let missing = |what: &str| CaptureError::Missing {
             path: path.to_owned(),
@@ -214,6 +245,7 @@ impl Capture {
             hooks: hooks.ok_or_else(|| missing("probes"))?,
             first: first.ok_or_else(|| missing("first snapshot"))?,
             samples,
+            latest,
             last,
             end,
             event_sections,
@@ -233,17 +265,17 @@ impl Capture {
     pub fn closing(&self) -> &Snapshot {
         self.last
             .as_ref()
-            .or(self.samples.last())
+            .or(self.latest.as_ref())
             .unwrap_or(&self.first)
     }
-}
 
-/// Samples keep what rates over time need: drop per-VMA detail and idle tasks.
-fn slim(mut s: Snapshot) -> Snapshot {
-    s.vmas.clear();
-    s.region_faults.clear();
-    s.tasks.retain(|t| !t.counts.is_empty());
-    s
+    /// (time, traced totals) at the first snapshot, every sample and the last snapshot.
+    pub fn points(&self) -> impl Iterator<Item = (u64, Counts)> + '_ {
+        let totals = |s: &Snapshot| s.totals(&Filter::default());
+        std::iter::once((self.first.mono_ns, totals(&self.first)))
+            .chain(self.samples.iter().cloned())
+            .chain(self.last.iter().map(move |l| (l.mono_ns, totals(l))))
+    }
 }
 
 /// Calls `f` with each event section's records, in file order (bounded memory: one section at
@@ -344,6 +376,63 @@ mod tests {
         }
         assert!(spans > 0);
         assert_eq!(migrations, 8192, "one span per migrate_misplaced call");
+    }
+
+    /// The real capture with numbers in its sections' JSON replaced (re-encoded with valid
+    /// checksums, so the JSON and the report code see them): every report format runs.
+    fn with_numbers_replaced(picks: &[(usize, u64)]) -> Vec<u8> {
+        fn visit(v: &mut serde_json::Value, n: &mut usize, picks: &[(usize, u64)]) {
+            match v {
+                serde_json::Value::Number(_) => {
+                    for (at, x) in picks {
+                        if *at == *n {
+                            *v = serde_json::Value::from(*x);
+                        }
+                    }
+                    *n += 1;
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(|x| visit(x, n, picks)),
+                serde_json::Value::Object(o) => o.values_mut().for_each(|x| visit(x, n, picks)),
+                _ => {}
+            }
+        }
+        let mut r = format::Reader::new(REAL).unwrap();
+        let mut out = Vec::new();
+        format::write_header(&mut out, &r.header.writer).unwrap();
+        while let Some(s) = r.next_section().unwrap() {
+            let mut v: serde_json::Value = serde_json::from_slice(&s.data).unwrap();
+            // Numbers counted per section, so that picks land in every kind of section.
+            let mut n = 0;
+            visit(&mut v, &mut n, picks);
+            format::write_section(&mut out, s.kind, &serde_json::to_vec(&v).unwrap()).unwrap();
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_numbers_in_a_real_capture_never_panic_any_report(
+            picks in proptest::collection::vec(
+                (0usize..400, prop_oneof![Just(0u64), Just(u64::MAX), Just(1u64 << 63), any::<u64>()]),
+                1..12,
+            ),
+        ) {
+            let bytes = with_numbers_replaced(&picks);
+            let path = std::env::temp_dir().join(format!("numatrace-fuzz-{}.ntrace", std::process::id()));
+            std::fs::write(&path, &bytes).unwrap();
+            if let Ok(c) = Capture::open(&path) {
+                let r = crate::cmd::report::report_of(&c);
+                let _ = r.to_text(25);
+                let _ = serde_json::to_string(&r).unwrap();
+                let d = crate::report::diff::diff(&r.stat, &r.stat);
+                let _ = d.to_text();
+                let mut sink = Vec::new();
+                let _ = crate::report::chrome::write_trace(&c, &mut sink);
+            }
+            let _ = std::fs::remove_file(&path);
+        }
     }
 
     proptest! {

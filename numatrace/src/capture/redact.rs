@@ -45,10 +45,17 @@ impl Redactor {
             .join("/")
     }
 
-    /// Bracketed kernel names (`[heap]`, `[stack]`) say nothing about the reporter: kept.
+    /// The kernel's own names (`[heap]`, `[stack]`, ...) say nothing about the reporter: kept.
+    /// Anything else, `[anon:NAME]` (a name the program chose) included, is hashed.
     fn mapping(&self, m: &str) -> String {
-        if m.starts_with('[') {
+        const KERNEL: [&str; 5] = ["[heap]", "[stack]", "[vdso]", "[vvar]", "[vsyscall]"];
+        if KERNEL.contains(&m) {
             m.to_owned()
+        } else if let Some(name) = m.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            match name.split_once(':') {
+                Some((kind, n)) => format!("[{kind}:{}]", self.name(n)),
+                None => format!("[{}]", self.name(name)),
+            }
         } else {
             self.path(m)
         }
@@ -72,7 +79,12 @@ impl Redactor {
                 *a = self.path(a);
             }
         }
-        w.comm_filter = w.comm_filter.as_deref().map(|c| self.name(c));
+        // Hashed as task comms are: the kernel keeps 15 bytes of a name, so the filter must
+        // be cut the same way before hashing, or it would never match.
+        w.comm_filter = w
+            .comm_filter
+            .as_deref()
+            .map(|c| self.name(&c.chars().take(15).collect::<String>()));
         w.cgroup_filter = w.cgroup_filter.as_deref().map(|c| self.path(c));
     }
 }
@@ -91,5 +103,10 @@ mod tests {
         assert!(p.starts_with("/~") && p.matches('/').count() == 2, "{p}");
         assert!(!p.contains("db"));
         assert_eq!(r.mapping("[heap]"), "[heap]");
+        let anon = r.mapping("[anon:secret cache]");
+        assert!(
+            anon.starts_with("[anon:~") && !anon.contains("secret"),
+            "{anon}"
+        );
     }
 }

@@ -11,6 +11,8 @@ use std::{
 use anyhow::{Context as _, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use std::collections::HashMap;
+
 use crate::{
     capture::{
         CaptureWriter, End, EventRecord, Machine, SECTION_END, SECTION_EVENTS, SECTION_FIRST,
@@ -21,6 +23,8 @@ use crate::{
     cli::RecordArgs,
     cmd::stat::{CollectOptions, Observer, Signals, collect_with},
     engine::{Detail, Engine, Snapshot},
+    model::Counts,
+    report::stat::{Scope, Window},
     sources::cgroups::relative_path,
 };
 
@@ -30,7 +34,7 @@ const TAP_CAPACITY: usize = 1 << 19;
 const EVENTS_PER_SECTION: usize = 50_000;
 
 /// `numatrace-HOST-YYYYMMDD-HHMMSS.ntrace` in the current directory.
-pub fn default_path() -> PathBuf {
+pub fn default_path(redact: bool) -> PathBuf {
     let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = stamp
         .trim_end_matches('Z')
@@ -40,11 +44,15 @@ pub fn default_path() -> PathBuf {
         .collect();
     // 2026-11-30-185500 -> 20261130-185500
     let (date, time) = stamp.split_at(stamp.len().min(10));
+    // A redacted capture's name does not give the host away either.
+    let host = if redact {
+        String::new()
+    } else {
+        format!("{}-", hostname())
+    };
     PathBuf::from(format!(
-        "numatrace-{}-{}{}.ntrace",
-        hostname(),
-        date.replace('-', ""),
-        time
+        "numatrace-{host}{}{time}.ntrace",
+        date.replace('-', "")
     ))
 }
 
@@ -59,6 +67,12 @@ struct Recorder {
     not_kept: u64,
     progress: Option<ProgressBar>,
     started: Instant,
+    /// Each task's counts at the previous sample: a sample carries only the tasks that changed.
+    sampled: HashMap<(u32, u64), Counts>,
+    /// The window as planned (its scope and filters), for a capture cut short before `end`.
+    planned: Window,
+    /// The first write that failed (a full disk): from then on everything is counted only.
+    write_error: Option<String>,
 }
 
 impl Recorder {
@@ -86,6 +100,32 @@ impl Recorder {
         Ok(())
     }
 
+    fn write_sample(&mut self, engine: &mut Engine) -> Result<()> {
+        if self.write_error.is_some() {
+            let (events, _) = engine.take_events();
+            self.events_over += events.len() as u64;
+            self.samples_over += 1;
+            return Ok(());
+        }
+        self.write_events(engine)?;
+        if !self.out.has_room() {
+            self.samples_over += 1;
+            return Ok(());
+        }
+        let mut s = engine.snapshot(Detail::Summary)?;
+        let sampled = &mut self.sampled;
+        s.tasks.retain(|t| {
+            let changed = sampled.get(&t.key()) != Some(&t.counts);
+            if changed {
+                sampled.insert(t.key(), t.counts.clone());
+            }
+            changed
+        });
+        let s = self.snapshot(s);
+        self.out.section(SECTION_SAMPLE, &s)?;
+        Ok(())
+    }
+
     fn show(&self) {
         if let Some(p) = &self.progress {
             p.set_message(format!(
@@ -110,11 +150,20 @@ impl Observer for Recorder {
             .as_deref()
             .map(|c| relative_path(engine.cgroup_mount(), c));
         let mut machine = Machine::gather(&engine.facts, engine.cgroup_mount(), cgroup.as_deref());
+        machine.window = Some(self.planned.clone());
         if let Some(r) = &self.redact {
             machine.hostname = r.name(&machine.hostname);
             machine.command_line = machine.command_line.iter().map(|a| r.path(a)).collect();
             machine.redacted = true;
+            if let Some(w) = &mut machine.window {
+                r.window(w);
+            }
         }
+        self.sampled = first
+            .tasks
+            .iter()
+            .map(|t| (t.key(), t.counts.clone()))
+            .collect();
         self.out.section(SECTION_MACHINE, &machine)?;
         self.out.section(SECTION_PROBES, &engine.hooks)?;
         self.out
@@ -128,27 +177,36 @@ impl Observer for Recorder {
     }
 
     fn tick(&mut self, engine: &mut Engine) -> Result<()> {
-        self.write_events(engine)?;
-        if self.out.has_room() {
-            let s = engine.snapshot(Detail::Summary)?;
-            let mut s = self.snapshot(s);
-            s.tasks.retain(|t| !t.counts.is_empty());
-            self.out.section(SECTION_SAMPLE, &s)?;
-        } else {
-            self.samples_over += 1;
+        // A failed write must not end the window (the command runs on, the kernel side stays
+        // attached until the normal end): say it once, and count from then on.
+        if let Err(e) = self.write_sample(engine) {
+            let e = format!("{e:#}");
+            if self.write_error.is_none() {
+                tracing::error!(
+                    "writing {}: {e}; recording goes on, counting only",
+                    self.out.path.display()
+                );
+                self.write_error = Some(e);
+            }
         }
         self.show();
         Ok(())
     }
 
     fn finished(&mut self, engine: &mut Engine) -> Result<()> {
-        self.write_events(engine)
+        if self.write_error.is_none() {
+            self.write_events(engine)?;
+        }
+        Ok(())
     }
 }
 
 pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     let mut signals = Signals::new()?;
-    let path = args.output.clone().unwrap_or_else(default_path);
+    let path = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_path(args.redact));
     // Created before anything is attached: an unwritable place fails at once.
     let out = CaptureWriter::create(&path, args.max_size)
         .with_context(|| format!("creating {}", path.display()))?;
@@ -172,6 +230,33 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
         not_kept: 0,
         progress,
         started: Instant::now(),
+        sampled: HashMap::new(),
+        planned: Window {
+            duration_s: 0.0,
+            scope: if !args.command.is_empty() {
+                Scope::Command
+            } else if args.pid.is_some() {
+                Scope::Pid
+            } else {
+                Scope::System
+            },
+            pid: args.pid,
+            command: (!args.command.is_empty()).then(|| {
+                args.command
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect()
+            }),
+            exit_code: None,
+            comm_filter: args.comm.clone(),
+            // Resolved under the cgroup2 mount, as the window's own filter is.
+            cgroup_filter: args
+                .cgroup
+                .as_deref()
+                .map(|c| relative_path(crate::sources::cgroups::CgroupResolver::new().mount(), c)),
+            consistent: false,
+        },
+        write_error: None,
     };
     let opts = CollectOptions {
         duration: args.duration,
@@ -211,6 +296,13 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     };
     rec.out.section(SECTION_END, &end)?;
     let bytes = rec.out.finish()?;
+    if let Some(e) = &rec.write_error {
+        eprintln!(
+            "numatrace: {} is incomplete: a write failed mid-way ({e}); what followed was counted, \
+             not written",
+            path.display()
+        );
+    }
     eprintln!(
         "numatrace: wrote {} ({:.1} MiB, {} events{}); read it with `numatrace report {}`",
         path.display(),
@@ -231,7 +323,13 @@ mod tests {
 
     #[test]
     fn default_name_has_host_and_time() {
-        let p = default_path().display().to_string();
+        assert!(
+            !default_path(true)
+                .display()
+                .to_string()
+                .contains(&hostname())
+        );
+        let p = default_path(false).display().to_string();
         assert!(p.starts_with(&format!("numatrace-{}-", hostname())), "{p}");
         assert!(p.ends_with(".ntrace"));
         let stamp = p

@@ -55,8 +55,16 @@ pub fn stat_of(cap: &Capture) -> StatReport {
     let delta = closing.delta(&cap.first);
     let window = match &cap.end {
         Some(end) => end.window.clone(),
-        // Cut short before its end: the scope was not written; the tasks are what was counted.
-        None => Window::system_wide(delta.span_ns as f64 / 1e9, delta.consistent),
+        // Cut short before its end: the window as planned, as long as it lasted.
+        None => Window {
+            duration_s: delta.span_ns as f64 / 1e9,
+            consistent: delta.consistent,
+            ..cap
+                .machine
+                .window
+                .clone()
+                .unwrap_or_else(|| Window::system_wide(0.0, false))
+        },
     };
     let filter = Filter {
         comm: window.comm_filter.clone(),
@@ -99,9 +107,14 @@ impl Report {
     pub fn to_text(&self, rows: usize) -> String {
         let c = &self.capture;
         let mut s = String::new();
-        let when = humantime::format_rfc3339_seconds(
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(c.recorded_unix_s.max(0.0)),
-        );
+        // From the file: any number, so nothing here may panic on it.
+        let when = std::time::Duration::try_from_secs_f64(c.recorded_unix_s)
+            .ok()
+            .and_then(|d| std::time::UNIX_EPOCH.checked_add(d))
+            .map_or_else(
+                || "an unknown time".to_owned(),
+                |t| humantime::format_rfc3339_seconds(t).to_string(),
+            );
         let _ = writeln!(
             s,
             "Capture {} — {}, recorded on {} at {when}, {} samples, {} events{}",
@@ -160,13 +173,66 @@ fn open(path: &Path) -> Result<Capture> {
     Capture::open(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// Where the output goes: stdout, or a file written beside its final name and renamed into place
+/// once whole (a bad input never leaves a half-written or truncated file, and `-o` may even name
+/// the capture itself).
+enum Output {
+    Stdout(std::io::StdoutLock<'static>),
+    File {
+        tmp: std::path::PathBuf,
+        dest: std::path::PathBuf,
+        w: std::io::BufWriter<std::fs::File>,
+    },
+}
+
+impl Output {
+    fn new(dest: Option<&Path>) -> Result<Self> {
+        Ok(match dest {
+            None => Self::Stdout(std::io::stdout().lock()),
+            Some(dest) => {
+                let mut name = dest.file_name().unwrap_or_default().to_owned();
+                name.push(format!(".tmp-{}", std::process::id()));
+                let tmp = dest.with_file_name(name);
+                let f = std::fs::File::create(&tmp)
+                    .with_context(|| format!("creating {}", tmp.display()))?;
+                Self::File {
+                    tmp,
+                    dest: dest.to_owned(),
+                    w: std::io::BufWriter::new(f),
+                }
+            }
+        })
+    }
+
+    fn writer(&mut self) -> &mut dyn std::io::Write {
+        match self {
+            Self::Stdout(s) => s,
+            Self::File { w, .. } => w,
+        }
+    }
+
+    fn commit(mut self) -> Result<()> {
+        match &mut self {
+            Self::Stdout(s) => Ok(s.flush()?),
+            Self::File { tmp, dest, w } => {
+                w.flush()?;
+                std::fs::rename(&*tmp, &*dest)
+                    .with_context(|| format!("writing {}", dest.display()))
+            }
+        }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if let Self::File { tmp, .. } = self {
+            // Left only when not committed (committing renamed it away).
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
 pub fn run(args: &ReportArgs) -> Result<i32> {
-    let mut out: Box<dyn std::io::Write> = match &args.output {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => Box::new(std::io::stdout().lock()),
-    };
     let format = if args.json {
         ReportFormat::Json
     } else {
@@ -177,31 +243,41 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             bail!("--diff takes two captures: BEFORE AFTER");
         };
         let d = diff(&stat_of(&open(before)?), &stat_of(&open(after)?));
-        match format {
-            ReportFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&d)?)?,
-            ReportFormat::Text => write!(out, "{}", d.to_text())?,
+        let text = match format {
+            ReportFormat::Json => serde_json::to_string_pretty(&d)? + "\n",
+            ReportFormat::Text => d.to_text(),
             ReportFormat::ChromeTrace => bail!("--diff prints text or JSON"),
-        }
-        out.flush()?;
+        };
+        let mut out = Output::new(args.output.as_deref())?;
+        out.writer().write_all(text.as_bytes())?;
+        out.commit()?;
         return Ok(0);
     }
     let Some(file) = &args.file else {
         bail!("which capture? `numatrace report FILE` (or --diff BEFORE AFTER)");
     };
+    // The capture is read before anything is created.
     let cap = open(file)?;
+    let mut out = Output::new(args.output.as_deref())?;
     match format {
-        ReportFormat::Text => write!(out, "{}", report_of(&cap).to_text(args.rows))?,
-        ReportFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report_of(&cap))?)?,
+        ReportFormat::Text => write!(out.writer(), "{}", report_of(&cap).to_text(args.rows))?,
+        ReportFormat::Json => writeln!(
+            out.writer(),
+            "{}",
+            serde_json::to_string_pretty(&report_of(&cap))?
+        )?,
         ReportFormat::ChromeTrace => {
-            write_trace(&cap, &mut out).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if let Some(p) = &args.output {
-                eprintln!(
-                    "numatrace: wrote {}; open it in https://ui.perfetto.dev or chrome://tracing",
-                    p.display()
-                );
-            }
+            write_trace(&cap, out.writer()).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
-    out.flush()?;
+    out.commit()?;
+    if format == ReportFormat::ChromeTrace
+        && let Some(p) = &args.output
+    {
+        eprintln!(
+            "numatrace: wrote {}; open it in https://ui.perfetto.dev or chrome://tracing",
+            p.display()
+        );
+    }
     Ok(0)
 }

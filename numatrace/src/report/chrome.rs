@@ -20,13 +20,13 @@ use crate::capture::{Capture, CaptureError, EventRecord, for_each_event};
 pub const MIGRATION_TRACK: u64 = 1 << 22;
 pub const STALL_TRACK: u64 = 1 << 23;
 
-struct Writer<'a, W: Write> {
+struct Writer<'a, W: Write + ?Sized> {
     out: &'a mut W,
     first: bool,
     t0_ns: u64,
 }
 
-impl<W: Write> Writer<'_, W> {
+impl<W: Write + ?Sized> Writer<'_, W> {
     fn event(&mut self, v: &Value) -> std::io::Result<()> {
         if !self.first {
             self.out.write_all(b",\n")?;
@@ -42,14 +42,14 @@ impl<W: Write> Writer<'_, W> {
 }
 
 /// Writes the whole trace; events are streamed from the file one section at a time.
-pub fn write_trace<W: Write>(cap: &Capture, out: &mut W) -> Result<(), CaptureError> {
+pub fn write_trace<W: Write + ?Sized>(cap: &Capture, out: &mut W) -> Result<(), CaptureError> {
     let io = |source| CaptureError::Io {
         path: cap.path.clone(),
         source,
     };
     let mut names: BTreeMap<u32, (u32, String)> = BTreeMap::new();
     for s in std::iter::once(&cap.first)
-        .chain(cap.samples.iter())
+        .chain(cap.latest.iter())
         .chain(cap.last.iter())
     {
         for t in &s.tasks {
@@ -79,7 +79,8 @@ pub fn write_trace<W: Write>(cap: &Capture, out: &mut W) -> Result<(), CaptureEr
         "args": {"name": format!("NUMA balancing on {host} ({release})")}}),
     )
     .map_err(io)?;
-    let mut seen: BTreeSet<(u32, u64)> = BTreeSet::new();
+    // (pid, track) -> the tgid its events carried, so names land where the events are.
+    let mut seen: BTreeMap<(u32, u64), u32> = BTreeMap::new();
     let mut procs: BTreeSet<u32> = BTreeSet::new();
     for_each_event(&cap.path, |events| {
         for e in events {
@@ -97,8 +98,10 @@ pub fn write_trace<W: Write>(cap: &Capture, out: &mut W) -> Result<(), CaptureEr
         )
         .map_err(io)?;
     }
-    for (pid, track) in &seen {
-        let (tgid, comm) = names.get(pid).cloned().unwrap_or((*pid, "?".to_owned()));
+    for ((pid, track), tgid) in &seen {
+        let comm = names
+            .get(pid)
+            .map_or_else(|| "?".to_owned(), |n| n.1.clone());
         let what = match *track {
             0 => "",
             MIGRATION_TRACK => " migrations",
@@ -114,11 +117,11 @@ pub fn write_trace<W: Write>(cap: &Capture, out: &mut W) -> Result<(), CaptureEr
     w.out.write_all(b"\n]}\n").map_err(io)
 }
 
-fn trace_event<W: Write>(
+fn trace_event<W: Write + ?Sized>(
     w: &mut Writer<W>,
     e: &EventRecord,
     names: &BTreeMap<u32, (u32, String)>,
-    seen: &mut BTreeSet<(u32, u64)>,
+    seen: &mut BTreeMap<(u32, u64), u32>,
     procs: &mut BTreeSet<u32>,
 ) -> std::io::Result<()> {
     let tgid_of = |pid: u32, tgid: u32| {
@@ -138,9 +141,12 @@ fn trace_event<W: Write>(
                     ts: u64,
                     dur: u64,
                     args: Value| {
-        seen.insert((pid, track));
-        procs.insert(tgid_of(pid, tgid));
-        let v = json!({"ph": "X", "name": name, "cat": cat, "pid": tgid_of(pid, tgid),
+        let g = tgid_of(pid, tgid);
+        seen.insert((pid, track), g);
+        procs.insert(g);
+        // A call that began before the recording did is cut at its start, not moved.
+        let dur = dur.saturating_sub(w.t0_ns.saturating_sub(ts));
+        let v = json!({"ph": "X", "name": name, "cat": cat, "pid": g,
             "tid": pid as u64 + track, "ts": w.us(ts), "dur": dur as f64 / 1e3, "args": args});
         w.event(&v)
     };
@@ -202,6 +208,7 @@ fn trace_event<W: Write>(
             *dur_ns,
             json!({}),
         ),
+        EventRecord::Unknown => Ok(()),
         other => {
             let (name, cat, pid, tgid, ts, args) = match other {
                 EventRecord::Placement {
@@ -273,7 +280,7 @@ fn trace_event<W: Write>(
                 } => ("exit".to_owned(), "task", *pid, *tgid, *ts_ns, json!({})),
                 _ => unreachable!("spans are handled above"),
             };
-            seen.insert((pid, 0));
+            seen.insert((pid, 0), tgid_of(pid, tgid));
             procs.insert(tgid_of(pid, tgid));
             let v = json!({"ph": "i", "s": "t", "name": name, "cat": cat,
                 "pid": tgid_of(pid, tgid), "tid": pid, "ts": w.us(ts), "args": args});
@@ -282,30 +289,38 @@ fn trace_event<W: Write>(
     }
 }
 
-/// Rates between consecutive samples (first, samples, last) as counter tracks of process 0.
-fn counters<W: Write>(w: &mut Writer<W>, cap: &Capture) -> std::io::Result<()> {
-    let points: Vec<_> = std::iter::once(&cap.first)
-        .chain(cap.samples.iter())
-        .chain(cap.last.iter())
-        .collect();
+/// Rates between consecutive samples as counter tracks of process 0: each value holds from the
+/// start of its interval (a counter keeps its value until the next point), and a last point of
+/// zero closes the final interval.
+fn counters<W: Write + ?Sized>(w: &mut Writer<W>, cap: &Capture) -> std::io::Result<()> {
+    let points: Vec<(u64, crate::model::Counts)> = cap.points().collect();
     for pair in points.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        let secs = b.mono_ns.saturating_sub(a.mono_ns) as f64 / 1e9;
+        let ((a_ns, a), (b_ns, b)) = (&pair[0], &pair[1]);
+        let secs = b_ns.saturating_sub(*a_ns) as f64 / 1e9;
         if secs <= 0.0 {
             continue;
         }
-        let f = crate::engine::Filter::default();
-        let d = b.delta(a);
-        let t = d.totals(&f);
-        let ts = w.us(b.mono_ns);
+        let d = b.delta(a).finished();
+        let ts = w.us(*a_ns);
         w.event(
             &json!({"ph": "C", "name": "hint faults/s", "pid": 0, "tid": 0, "ts": ts,
-            "args": {"local": t.hint_faults.local as f64 / secs,
-                     "remote": t.hint_faults.remote as f64 / secs}}),
+            "args": {"local": d.hint_faults.local as f64 / secs,
+                     "remote": d.hint_faults.remote as f64 / secs}}),
         )?;
         w.event(
             &json!({"ph": "C", "name": "pages migrated/s", "pid": 0, "tid": 0, "ts": ts,
-            "args": {"pages": t.hint_faults.migrated_pages as f64 / secs}}),
+            "args": {"pages": d.hint_faults.migrated_pages as f64 / secs}}),
+        )?;
+    }
+    if let Some((end, _)) = points.last() {
+        let ts = w.us(*end);
+        w.event(
+            &json!({"ph": "C", "name": "hint faults/s", "pid": 0, "tid": 0, "ts": ts,
+            "args": {"local": 0.0, "remote": 0.0}}),
+        )?;
+        w.event(
+            &json!({"ph": "C", "name": "pages migrated/s", "pid": 0, "tid": 0, "ts": ts,
+            "args": {"pages": 0.0}}),
         )?;
     }
     Ok(())

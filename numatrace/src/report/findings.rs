@@ -38,14 +38,14 @@ fn finding(rule: &str, sentence: String, evidence: serde_json::Value) -> Finding
 
 /// Upper bound of the bucket holding quantile `q` (buckets hold values below `lt`).
 pub fn quantile(buckets: &[Log2Bucket], q: f64) -> Option<u64> {
-    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    let total = buckets.iter().fold(0u64, |a, b| a.saturating_add(b.count));
     if total == 0 {
         return None;
     }
     let want = (q * total as f64).ceil().max(1.0) as u64;
-    let mut seen = 0;
+    let mut seen = 0u64;
     buckets.iter().find_map(|b| {
-        seen += b.count;
+        seen = seen.saturating_add(b.count);
         (seen >= want).then_some(b.lt)
     })
 }
@@ -99,10 +99,10 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
 
     // Migrations failing.
     let m = &t.migrations;
-    let tried = m.pages_ok + m.pages_failed;
-    let attempts = m.succeeded + m.not_migrated;
-    if (m.pages_failed > 0 && m.pages_failed * 100 >= tried)
-        || (m.not_migrated > 0 && m.not_migrated * 100 >= attempts)
+    let tried = m.pages_ok.saturating_add(m.pages_failed);
+    let attempts = m.succeeded.saturating_add(m.not_migrated);
+    if (m.pages_failed > 0 && m.pages_failed.saturating_mul(100) >= tried)
+        || (m.not_migrated > 0 && m.not_migrated.saturating_mul(100) >= attempts)
     {
         out.push(finding(
             "migrations_failing",
@@ -169,7 +169,9 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
         .filter(|(_, _, g)| g.over_threads > 0)
         .collect();
     if let Some((p, v, g)) = gaps.iter().max_by_key(|(_, _, g)| g.max_gap) {
-        let skips: u64 = gaps.iter().map(|(_, _, g)| g.over_threads).sum();
+        let skips = gaps
+            .iter()
+            .fold(0u64, |a, (_, _, g)| a.saturating_add(g.over_threads));
         out.push(finding(
             "vmas_starved",
             format!(
@@ -189,7 +191,7 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
     }
 
     // Mostly remote, nothing migrated.
-    if h.faults >= 100 && h.remote * 2 >= h.faults && h.migrated_pages == 0 {
+    if h.faults >= 100 && h.remote.saturating_mul(2) >= h.faults && h.migrated_pages == 0 {
         out.push(finding(
             "remote_without_migration",
             format!(
@@ -203,7 +205,10 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
 
     // Scanning that bought nothing.
     let p = &t.placement;
-    if t.scan.pte_updates >= 1000 && h.migrated_pages == 0 && p.moves + p.swaps_out == 0 {
+    if t.scan.pte_updates >= 1000
+        && h.migrated_pages == 0
+        && p.moves.saturating_add(p.swaps_out) == 0
+    {
         out.push(finding(
             "scan_without_locality",
             format!(
