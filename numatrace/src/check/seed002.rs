@@ -165,11 +165,28 @@ pub fn judge(r: &StatReport) -> CheckResult {
         Ok(f) => f,
         Err(why) => return SEED.unsupported(why),
     };
-    let (verdict, mut sentence, evidence) = verdict_002(&gaps_of(r));
+    let (mut verdict, mut sentence, evidence) = verdict_002(&gaps_of(r));
+    (verdict, sentence) = offline(verdict, sentence);
     if let Some(off) = balancing_off(verdict, r) {
         sentence = off;
     }
     SEED.result(verdict, sentence, evidence, facts)
+}
+
+/// Without the reproducer only an unpatched kernel shows itself (a skip beyond the threshold):
+/// a VMA that stopped being skipped at the threshold may simply have been touched again, which
+/// only the reproducer's idle VMA rules out.
+fn offline(verdict: Verdict, sentence: String) -> (Verdict, String) {
+    match verdict {
+        Verdict::BehavesAsPatched => (
+            Verdict::NotExercised,
+            format!(
+                "{sentence} Whether the kernel scans a VMA that stays idle needs the reproducer: \
+                 run `sudo numatrace check --patch 002` on the machine."
+            ),
+        ),
+        v => (v, sentence),
+    }
 }
 
 pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
@@ -277,6 +294,15 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offline_never_claims_patched() {
+        let (v, why) = offline(Verdict::BehavesAsPatched, "At the threshold.".into());
+        assert_eq!(v, Verdict::NotExercised);
+        assert!(why.contains("check --patch 002"));
+        let (v, _) = offline(Verdict::BehavesAsUnpatched, String::new());
+        assert_eq!(v, Verdict::BehavesAsUnpatched);
+    }
 
     fn gaps(vma: &str, skips: u64, over: u64, at: u64, max_gap: u64) -> VmaGaps {
         VmaGaps {
