@@ -24,8 +24,7 @@ use crate::{
     cmd::stat::{CollectOptions, Observer, Signals, collect_with},
     engine::{Detail, Engine, Snapshot},
     model::Counts,
-    report::stat::{Scope, Window},
-    sources::cgroups::relative_path,
+    report::stat::Window,
 };
 
 /// Ring records kept between two ticks at most (the rest are counted as not kept).
@@ -60,7 +59,6 @@ struct Recorder {
     out: CaptureWriter,
     redact: Option<Redactor>,
     interval: Duration,
-    cgroup: Option<String>,
     events_written: u64,
     events_over: u64,
     samples_over: u64,
@@ -69,8 +67,6 @@ struct Recorder {
     started: Instant,
     /// Each task's counts at the previous sample: a sample carries only the tasks that changed.
     sampled: HashMap<(u32, u64), Counts>,
-    /// The window as planned (its scope and filters), for a capture cut short before `end`.
-    planned: Window,
     /// The first write that failed (a full disk): from then on everything is counted only.
     write_error: Option<String>,
 }
@@ -143,14 +139,15 @@ impl Recorder {
 }
 
 impl Observer for Recorder {
-    fn started(&mut self, engine: &mut Engine, first: &Snapshot) -> Result<()> {
+    fn started(&mut self, engine: &mut Engine, first: &Snapshot, planned: &Window) -> Result<()> {
         engine.tap_events(TAP_CAPACITY);
-        let cgroup = self
-            .cgroup
-            .as_deref()
-            .map(|c| relative_path(engine.cgroup_mount(), c));
-        let mut machine = Machine::gather(&engine.facts, engine.cgroup_mount(), cgroup.as_deref());
-        machine.window = Some(self.planned.clone());
+        let mut machine = Machine::gather(
+            &engine.facts,
+            engine.cgroup_mount(),
+            planned.cgroup_filter.as_deref(),
+        );
+        // For a capture cut short before `end`: its scope and filters.
+        machine.window = Some(planned.clone());
         if let Some(r) = &self.redact {
             machine.hostname = r.name(&machine.hostname);
             machine.command_line = machine.command_line.iter().map(|a| r.path(a)).collect();
@@ -223,7 +220,6 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
         out,
         redact: args.redact.then(Redactor::new),
         interval: args.interval,
-        cgroup: args.cgroup.clone(),
         events_written: 0,
         events_over: 0,
         samples_over: 0,
@@ -231,31 +227,6 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
         progress,
         started: Instant::now(),
         sampled: HashMap::new(),
-        planned: Window {
-            duration_s: 0.0,
-            scope: if !args.command.is_empty() {
-                Scope::Command
-            } else if args.pid.is_some() {
-                Scope::Pid
-            } else {
-                Scope::System
-            },
-            pid: args.pid,
-            command: (!args.command.is_empty()).then(|| {
-                args.command
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect()
-            }),
-            exit_code: None,
-            comm_filter: args.comm.clone(),
-            // Resolved under the cgroup2 mount, as the window's own filter is.
-            cgroup_filter: args
-                .cgroup
-                .as_deref()
-                .map(|c| relative_path(crate::sources::cgroups::CgroupResolver::new().mount(), c)),
-            consistent: false,
-        },
         write_error: None,
     };
     let opts = CollectOptions {

@@ -123,8 +123,14 @@ async fn tick_until<O: Observer + ?Sized>(
 
 /// What a frontend does while a window is open (`record` writes samples and events).
 pub trait Observer {
-    /// Called with the first snapshot, once every hook is attached and before the window opens.
-    fn started(&mut self, _engine: &mut Engine, _first: &Snapshot) -> Result<()> {
+    /// Called with the first snapshot and the window as planned (scope, command, filters), once
+    /// every hook is attached and before the window opens.
+    fn started(
+        &mut self,
+        _engine: &mut Engine,
+        _first: &Snapshot,
+        _planned: &Window,
+    ) -> Result<()> {
         Ok(())
     }
     /// How often [`Observer::tick`] runs while the window is open (None: never).
@@ -320,8 +326,23 @@ pub async fn collect_with<O: Observer + ?Sized>(
         engine.follow(pid).context("following --pid")?;
     }
 
+    let planned = Window {
+        duration_s: 0.0,
+        scope,
+        pid: opts.pid,
+        command: (!opts.command.is_empty()).then(|| {
+            opts.command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        }),
+        exit_code: None,
+        comm_filter: opts.comm.clone(),
+        cgroup_filter,
+        consistent: false,
+    };
     let first = engine.snapshot(Detail::Full)?;
-    observer.started(&mut engine, &first)?;
+    observer.started(&mut engine, &first, &planned)?;
     let exit = match scope {
         Scope::Command => {
             let (mut child, pid) = start_command(&opts.command, opts.quiet_command, &mut engine)?;
@@ -366,22 +387,13 @@ pub async fn collect_with<O: Observer + ?Sized>(
     let filter = Filter {
         comm: opts.comm.clone(),
         tgid: None,
-        cgroup: cgroup_filter.clone(),
+        cgroup: planned.cgroup_filter.clone(),
     };
     let window = Window {
         duration_s: span_ns as f64 / 1e9,
-        scope,
-        pid: opts.pid,
-        command: (!opts.command.is_empty()).then(|| {
-            opts.command
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect()
-        }),
         exit_code: exit,
-        comm_filter: opts.comm.clone(),
-        cgroup_filter,
         consistent,
+        ..planned
     };
     Ok(Collected {
         facts,

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::{findings::quantile, stat::StatReport};
+use super::stat::StatReport;
+use crate::sources::maps::quantile;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DiffRow {

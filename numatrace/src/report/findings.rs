@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::{
-    check::seed003::MIN_TASK_RUNTIME_NS, report::stat::StatReport, sources::maps::Log2Bucket,
+    check::seed003::MIN_TASK_RUNTIME_NS, report::stat::StatReport, sources::maps::quantile,
 };
 
 /// seed 003's cap on the share of run time spent scanning.
@@ -34,20 +34,6 @@ fn finding(rule: &str, sentence: String, evidence: serde_json::Value) -> Finding
         sentence,
         evidence,
     }
-}
-
-/// Upper bound of the bucket holding quantile `q` (buckets hold values below `lt`).
-pub fn quantile(buckets: &[Log2Bucket], q: f64) -> Option<u64> {
-    let total = buckets.iter().fold(0u64, |a, b| a.saturating_add(b.count));
-    if total == 0 {
-        return None;
-    }
-    let want = (q * total as f64).ceil().max(1.0) as u64;
-    let mut seen = 0u64;
-    buckets.iter().find_map(|b| {
-        seen = seen.saturating_add(b.count);
-        (seen >= want).then_some(b.lt)
-    })
 }
 
 fn ms(ns: u64) -> String {
@@ -239,6 +225,7 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::maps::Log2Bucket;
     use crate::{
         engine::{Filter, Snapshot},
         model::TaskRecord,
@@ -326,22 +313,5 @@ mod tests {
             rules(&r).contains(&"migrations_slow".to_owned()),
             "[1.05, 2.1) ms"
         );
-    }
-
-    #[test]
-    fn quantile_of_log2_buckets() {
-        let b = [
-            Log2Bucket {
-                lt: 1024,
-                count: 98,
-            },
-            Log2Bucket {
-                lt: 1 << 22,
-                count: 2,
-            },
-        ];
-        assert_eq!(quantile(&b, 0.5), Some(1024));
-        assert_eq!(quantile(&b, 0.99), Some(1 << 22));
-        assert_eq!(quantile(&[], 0.5), None);
     }
 }

@@ -103,6 +103,20 @@ pub fn log2_buckets(counts: &[u64]) -> Vec<Log2Bucket> {
         .collect()
 }
 
+/// Upper bound of the bucket holding quantile `q` (buckets hold values below `lt`).
+pub fn quantile(buckets: &[Log2Bucket], q: f64) -> Option<u64> {
+    let total = buckets.iter().fold(0u64, |a, b| a.saturating_add(b.count));
+    if total == 0 {
+        return None;
+    }
+    let want = (q * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0u64;
+    buckets.iter().find_map(|b| {
+        seen = seen.saturating_add(b.count);
+        (seen >= want).then_some(b.lt)
+    })
+}
+
 /// Every entry of a map keyed by VMA, as (tgid, vm_start, value).
 fn per_vma<V: aya::Pod>(map: &HashMap<MapData, VmaKey, V>) -> Result<Vec<(u32, u64, V)>, MapError> {
     map.iter()
@@ -175,6 +189,23 @@ impl Maps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantile_of_log2_buckets() {
+        let b = [
+            Log2Bucket {
+                lt: 1024,
+                count: 98,
+            },
+            Log2Bucket {
+                lt: 1 << 22,
+                count: 2,
+            },
+        ];
+        assert_eq!(quantile(&b, 0.5), Some(1024));
+        assert_eq!(quantile(&b, 0.99), Some(1 << 22));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
 
     #[test]
     fn matrix_cells_become_flows() {

@@ -11,7 +11,7 @@ use crate::{
     engine::{Filter, Snapshot},
     model::{Counts, TaskRecord},
     plan::Mechanism,
-    sources::maps::NodeFlow,
+    sources::maps::{NodeFlow, log2_buckets, quantile},
 };
 
 /// What this kernel lets numatrace supply; a column without it shows `-`, never 0.
@@ -311,23 +311,6 @@ pub struct FrameView {
     pub latency_p99_ns: Option<u64>,
 }
 
-/// Upper bound of the bucket holding quantile `q` of a log2 histogram (bucket b: < 2^b).
-pub fn quantile(buckets: &[u64], q: f64) -> Option<u64> {
-    let total: u64 = buckets.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let want = (q * total as f64).ceil().max(1.0) as u64;
-    let mut seen = 0;
-    for (b, n) in buckets.iter().enumerate() {
-        seen += n;
-        if seen >= want {
-            return Some(if b >= 64 { u64::MAX } else { 1u64 << b });
-        }
-    }
-    None
-}
-
 pub const NODE_COLUMNS: [&str; 9] = [
     "NODE", "CPUS", "MEM", "HINT/s", "LOCAL%", "IN/s", "OUT/s", "PREFER", "RAN",
 ];
@@ -468,8 +451,8 @@ impl FrameView {
             cgroups,
             nodes,
             flows: delta.node_flows(),
-            latency_p50_ns: quantile(&delta.migrate_latency, 0.5),
-            latency_p99_ns: quantile(&delta.migrate_latency, 0.99),
+            latency_p50_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.5),
+            latency_p99_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.99),
         }
     }
 
@@ -615,10 +598,11 @@ mod tests {
         b[1] = 10;
         b[10] = 89;
         b[20] = 1;
-        assert_eq!(quantile(&b, 0.5), Some(1024));
-        assert_eq!(quantile(&b, 0.05), Some(2));
-        assert_eq!(quantile(&b, 1.0), Some(1 << 20));
-        assert_eq!(quantile(&[0, 0], 0.5), None);
+        let q = |b: &[u64], x| quantile(&log2_buckets(b), x);
+        assert_eq!(q(&b, 0.5), Some(1024));
+        assert_eq!(q(&b, 0.05), Some(2));
+        assert_eq!(q(&b, 1.0), Some(1 << 20));
+        assert_eq!(q(&[0, 0], 0.5), None);
     }
 
     #[test]
