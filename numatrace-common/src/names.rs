@@ -53,6 +53,10 @@ pub const PROG_FENTRY_DO_HUGE_PMD_NUMA_PAGE: &str = "fentry_do_huge_pmd_numa_pag
 pub const PROG_KPROBE_DO_HUGE_PMD_NUMA_PAGE: &str = "kprobe_do_huge_pmd_numa_page";
 pub const PROG_FENTRY_MIGRATE_MISPLACED: &str = "fentry_migrate_misplaced";
 pub const PROG_FEXIT_MIGRATE_MISPLACED: &str = "fexit_migrate_misplaced";
+/// The same for `migrate_misplaced_folio(folio, node)` (no vma): fentry programs are checked
+/// against the function's BTF parameter count, so each signature has its own pair.
+pub const PROG_FENTRY_MIGRATE_MISPLACED_NO_VMA: &str = "fentry_migrate_misplaced_no_vma";
+pub const PROG_FEXIT_MIGRATE_MISPLACED_NO_VMA: &str = "fexit_migrate_misplaced_no_vma";
 pub const PROG_KPROBE_MIGRATE_MISPLACED: &str = "kprobe_migrate_misplaced";
 pub const PROG_KRETPROBE_MIGRATE_MISPLACED: &str = "kretprobe_migrate_misplaced";
 pub const PROG_FENTRY_MIGRATION_ENTRY_WAIT: &str = "fentry_migration_entry_wait";
@@ -142,6 +146,8 @@ pub const PROGRAMS: &[&str] = &[
     PROG_KPROBE_DO_HUGE_PMD_NUMA_PAGE,
     PROG_FENTRY_MIGRATE_MISPLACED,
     PROG_FEXIT_MIGRATE_MISPLACED,
+    PROG_FENTRY_MIGRATE_MISPLACED_NO_VMA,
+    PROG_FEXIT_MIGRATE_MISPLACED_NO_VMA,
     PROG_KPROBE_MIGRATE_MISPLACED,
     PROG_KRETPROBE_MIGRATE_MISPLACED,
     PROG_FENTRY_MIGRATION_ENTRY_WAIT,

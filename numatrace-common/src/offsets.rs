@@ -93,17 +93,43 @@ pub struct TaskOffsets {
     pub numa_preferred_nid: u32,
 }
 
-/// Per-kernel conventions of the function hooks.
+/// Per-kernel conventions of the function hooks. The `*_arg` fields are argument positions
+/// (0 = first), found by parameter name in the running kernel's BTF; the kprobe programs read
+/// the argument register at that position. (fentry programs have one variant per signature:
+/// the verifier checks every context read against the function's BTF.)
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FuncConfig {
-    /// Index of migrate_misplaced_*'s `node` argument (2 before 6.14's `(folio, node)`).
+    /// migrate_misplaced_*: the page/folio and the target node.
+    pub migrate_page_arg: u32,
     pub migrate_node_arg: u32,
-    /// Parameter count of migrate_misplaced_*: fexit finds the return value after them.
-    pub migrate_params: u32,
     /// Non-zero: 0 means migrated (6.10+); zero: 1 means migrated (older).
     pub migrate_ok_is_zero: u32,
+    /// mpol_misplaced: the page/folio, the vma (or vm_fault from 6.11) and the address.
+    pub mpol_page_arg: u32,
+    pub mpol_vma_arg: u32,
+    pub mpol_addr_arg: u32,
+    /// task_numa_fault: the memory node, the pages and the flags.
+    pub fault_node_arg: u32,
+    pub fault_pages_arg: u32,
+    pub fault_flags_arg: u32,
     pub _pad: u32,
+}
+
+impl FuncConfig {
+    /// The signatures every kernel from 4.x to 6.13 has.
+    pub const DEFAULT: Self = Self {
+        migrate_page_arg: 0,
+        migrate_node_arg: 2,
+        migrate_ok_is_zero: 0,
+        mpol_page_arg: 0,
+        mpol_vma_arg: 1,
+        mpol_addr_arg: 2,
+        fault_node_arg: 1,
+        fault_pages_arg: 2,
+        fault_flags_arg: 3,
+        _pad: 0,
+    };
 }
 
 /// Kernel text ranges whose presence on a sampled kernel stack means "NUMA scanning".

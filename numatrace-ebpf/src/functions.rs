@@ -26,12 +26,7 @@ use crate::tasks::{
 #[unsafe(no_mangle)]
 static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
 #[unsafe(no_mangle)]
-static FUNC_CONFIG: Global<FuncConfig> = Global::new(FuncConfig {
-    migrate_node_arg: 2,
-    migrate_params: 3,
-    migrate_ok_is_zero: 0,
-    _pad: 0,
-});
+static FUNC_CONFIG: Global<FuncConfig> = Global::new(FuncConfig::DEFAULT);
 
 #[unsafe(no_mangle)]
 static PAGE_OFFSETS: Global<PageOffsets> = Global::new(PageOffsets::ABSENT);
@@ -438,12 +433,44 @@ pub fn fentry_task_numa_fault(ctx: FEntryContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_task_numa_fault(ctx: ProbeContext) -> u32 {
+    let c = FUNC_CONFIG.load();
+    let args = kprobe_args(&ctx);
     on_task_numa_fault(
-        ctx.arg::<i32>(1).unwrap_or(-1),
-        ctx.arg::<i32>(2).unwrap_or(0),
-        ctx.arg::<i32>(3).unwrap_or(0),
+        pick(&args, c.fault_node_arg) as i32,
+        pick(&args, c.fault_pages_arg) as i32,
+        pick(&args, c.fault_flags_arg) as i32,
     );
     0
+}
+
+/// The six argument registers of a kprobe, each read at a constant offset (a read at a
+/// variable offset of the context is refused by the verifier).
+#[inline(always)]
+fn kprobe_args(ctx: &ProbeContext) -> [u64; 6] {
+    let regs = ctx.as_ptr().cast::<aya_ebpf::bindings::pt_regs>();
+    let rd = |p: *const u64| unsafe { core::ptr::read_volatile(p) };
+    unsafe {
+        [
+            rd(&raw const (*regs).rdi),
+            rd(&raw const (*regs).rsi),
+            rd(&raw const (*regs).rdx),
+            rd(&raw const (*regs).rcx),
+            rd(&raw const (*regs).r8),
+            rd(&raw const (*regs).r9),
+        ]
+    }
+}
+
+/// Argument `i` (a position the loader found by name in BTF) among plain numbers.
+#[inline(always)]
+fn pick(args: &[u64; 6], i: u32) -> u64 {
+    let mut v = 0;
+    for (k, a) in args.iter().enumerate() {
+        if k as u32 == i {
+            v = *a;
+        }
+    }
+    v
 }
 
 // ---- do_numa_page / do_huge_pmd_numa_page --------------------------------------------------
@@ -521,8 +548,21 @@ fn page_node(page: u64) -> u64 {
     u64::from(MAX_NODES)
 }
 
+/// The node argument is an `int` in a 64-bit slot whose upper half the ABI leaves undefined:
+/// only the low half is the node (a negative one becomes `MAX_NODES`, out of range).
+#[inline(always)]
+fn node_arg(raw: u64) -> u64 {
+    let n = raw as u32 as i32;
+    if n < 0 {
+        u64::from(MAX_NODES)
+    } else {
+        n as u64
+    }
+}
+
 #[inline(always)]
 fn on_migrate_enter(page: u64, node: u64) {
+    let node = node_arg(node);
     let cur = current();
     if !wanted(cur.tgid) {
         return;
@@ -540,10 +580,14 @@ fn on_migrate_enter(page: u64, node: u64) {
     );
 }
 
+/// Counts one migration call in the `[ok][src][dst]` matrix; one it cannot place is counted
+/// as out of range (shown as dropped), never left out silently. An unknown source is row
+/// `MAX_NODES`.
 #[inline(always)]
 fn matrix_add(ok: bool, src: u64, dst: u64) {
     let nodes = u64::from(MAX_NODES);
     if dst >= nodes || src > nodes {
+        count(Counter::NodeOutOfRange);
         return;
     }
     let idx = (if ok { 0 } else { nodes + 1 } + src) * nodes + dst;
@@ -578,8 +622,7 @@ fn on_migrate_exit(ret: i64) {
         start.ts_ns,
         ns,
         src,
-        // The node argument is an int in a 64-bit slot: only its low half is the node.
-        (start.arg & 0xffff_ffff).min(u64::from(MAX_NODES)) | if ok { MIGRATED_BIT } else { 0 },
+        start.arg.min(u64::from(MAX_NODES)) | if ok { MIGRATED_BIT } else { 0 },
     );
     if !me {
         hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
@@ -637,55 +680,51 @@ pub(crate) fn tracing_arg_scalar<const N: usize>(ctx: *mut core::ffi::c_void) ->
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(ctx.cast::<u64>().add(N)) }.unwrap_or(0)
 }
 
+// One fentry/fexit pair per signature (the verifier refuses a read past the last argument,
+// even on a path never taken); the loader picks the pair whose parameter names match the
+// running kernel's BTF. kprobes read any position.
+
+/// `(page|folio, vma, node)`: up to 6.13.
 #[fentry(function = "migrate_misplaced_folio")]
 pub fn fentry_migrate_misplaced(ctx: FEntryContext) -> u32 {
-    let (a0, a1, a2) = (
+    on_migrate_enter(
         tracing_arg_scalar::<0>(ctx.as_ptr()),
-        tracing_arg::<1>(ctx.as_ptr()),
         tracing_arg::<2>(ctx.as_ptr()),
     );
-    let node = if FUNC_CONFIG.load().migrate_node_arg == 1 {
-        a1
-    } else {
-        a2
-    };
-    on_migrate_enter(a0, node);
     0
 }
 
 #[fexit(function = "migrate_misplaced_folio")]
 pub fn fexit_migrate_misplaced(ctx: FExitContext) -> u32 {
-    let (a2, a3) = (
-        tracing_arg::<2>(ctx.as_ptr()),
-        tracing_arg::<3>(ctx.as_ptr()),
+    // The return value follows the three arguments; it is an int: its low 32 bits.
+    on_migrate_exit(i64::from(tracing_arg::<3>(ctx.as_ptr()) as i32));
+    0
+}
+
+/// `(folio, node)`: from 6.14.
+#[fentry(function = "migrate_misplaced_folio")]
+pub fn fentry_migrate_misplaced_no_vma(ctx: FEntryContext) -> u32 {
+    on_migrate_enter(
+        tracing_arg_scalar::<0>(ctx.as_ptr()),
+        tracing_arg::<1>(ctx.as_ptr()),
     );
-    let ret = if FUNC_CONFIG.load().migrate_params == 2 {
-        a2
-    } else {
-        a3
-    };
-    // The function returns int: only the low 32 bits are meaningful.
-    on_migrate_exit(i64::from(ret as i32));
+    0
+}
+
+#[fexit(function = "migrate_misplaced_folio")]
+pub fn fexit_migrate_misplaced_no_vma(ctx: FExitContext) -> u32 {
+    on_migrate_exit(i64::from(tracing_arg::<2>(ctx.as_ptr()) as i32));
     0
 }
 
 #[kprobe]
 pub fn kprobe_migrate_misplaced(ctx: ProbeContext) -> u32 {
-    // Candidate registers are read volatile at constant offsets (see `tracing_arg`).
-    let regs = ctx.as_ptr().cast::<aya_ebpf::bindings::pt_regs>();
-    let (a0, a1, a2) = unsafe {
-        (
-            core::ptr::read_volatile(&raw const (*regs).rdi),
-            core::ptr::read_volatile(&raw const (*regs).rsi),
-            core::ptr::read_volatile(&raw const (*regs).rdx),
-        )
-    };
-    let node = if FUNC_CONFIG.load().migrate_node_arg == 1 {
-        a1
-    } else {
-        a2
-    };
-    on_migrate_enter(a0, node);
+    let c = FUNC_CONFIG.load();
+    let args = kprobe_args(&ctx);
+    on_migrate_enter(
+        pick(&args, c.migrate_page_arg),
+        pick(&args, c.migrate_node_arg),
+    );
     0
 }
 
@@ -835,10 +874,12 @@ pub fn fentry_mpol_misplaced(ctx: FEntryContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_mpol_misplaced(ctx: ProbeContext) -> u32 {
+    let c = FUNC_CONFIG.load();
+    let args = kprobe_args(&ctx);
     on_mpol_misplaced(
-        ctx.arg::<u64>(0).unwrap_or(0),
-        ctx.arg::<u64>(1).unwrap_or(0),
-        ctx.arg::<u64>(2).unwrap_or(0),
+        pick(&args, c.mpol_page_arg),
+        pick(&args, c.mpol_vma_arg),
+        pick(&args, c.mpol_addr_arg),
     );
     0
 }

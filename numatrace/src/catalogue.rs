@@ -17,6 +17,9 @@ pub enum HookKind {
     Function {
         /// Candidate symbols in order of preference (renames across versions).
         symbols: &'static [&'static str],
+        /// The arguments the programs read, by parameter name (`a|b`: either name): the
+        /// kprobe programs are told their positions, found in the running kernel's BTF.
+        args: &'static [&'static str],
     },
     /// A BTF-typed tracepoint (tp_btf): the tracepoint's raw arguments, which its tracefs
     /// record does not carry. Needs the classic tracepoint too (its presence is the test).
@@ -35,13 +38,37 @@ pub enum HookKind {
 pub enum Programs {
     None,
     Tracepoint(&'static str),
-    /// `fentry_*`/`fexit_*` and `kprobe_*`/`kretprobe_*` programs; the prefix says the type.
+    /// `fentry_*`/`fexit_*` programs, one set per signature they are written for, and
+    /// `kprobe_*`/`kretprobe_*` programs; the prefix says the type.
     Function {
-        fentry: &'static [&'static str],
+        fentry: &'static [FentryVariant],
         kprobe: &'static [&'static str],
     },
     PerfEvent(&'static str),
     TpBtf(&'static str),
+}
+
+/// fentry programs and the signature they read: the verifier checks each argument read
+/// against the function's BTF, so a signature needs programs of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FentryVariant {
+    /// Parameter names in order (`a|b`: either); empty: the programs read no argument, any
+    /// signature will do.
+    pub params: &'static [&'static str],
+    pub programs: &'static [&'static str],
+}
+
+impl FentryVariant {
+    /// The parameter names of `sig` are the ones these programs read, in order.
+    pub fn matches(&self, sig: &[&str]) -> bool {
+        self.params.is_empty()
+            || (self.params.len() == sig.len()
+                && self
+                    .params
+                    .iter()
+                    .zip(sig)
+                    .all(|(want, got)| want.split('|').any(|w| w == *got)))
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -78,13 +105,14 @@ const fn tp(
 const fn func(
     name: &'static str,
     symbols: &'static [&'static str],
-    fentry: &'static [&'static str],
+    args: &'static [&'static str],
+    fentry: &'static [FentryVariant],
     kprobe: &'static [&'static str],
     what: &'static str,
 ) -> HookSpec {
     HookSpec {
         name,
-        kind: HookKind::Function { symbols },
+        kind: HookKind::Function { symbols, args },
         programs: Programs::Function { fentry, kprobe },
         what,
     }
@@ -160,49 +188,90 @@ pub const HOOKS: &[HookSpec] = &[
     func(
         "task_numa_work",
         &["task_numa_work"],
-        &[PROG_FENTRY_TASK_NUMA_WORK, PROG_FEXIT_TASK_NUMA_WORK],
+        &[],
+        &[FentryVariant {
+            params: &[],
+            programs: &[PROG_FENTRY_TASK_NUMA_WORK, PROG_FEXIT_TASK_NUMA_WORK],
+        }],
         &[PROG_KPROBE_TASK_NUMA_WORK, PROG_KRETPROBE_TASK_NUMA_WORK],
         "PTE scan calls, time and runtime share",
     ),
     func(
         "change_prot_numa",
         &["change_prot_numa"],
-        &[PROG_FEXIT_CHANGE_PROT_NUMA],
+        // The kretprobe sees only the return value (no per-VMA split).
+        &[],
+        &[FentryVariant {
+            params: &["vma", "addr", "end"],
+            programs: &[PROG_FEXIT_CHANGE_PROT_NUMA],
+        }],
         &[PROG_KRETPROBE_CHANGE_PROT_NUMA],
         "PTEs made PROT_NONE per scan",
     ),
     func(
         "task_numa_fault",
         &["task_numa_fault"],
-        &[PROG_FENTRY_TASK_NUMA_FAULT],
+        &["mem_node", "pages", "flags"],
+        &[FentryVariant {
+            params: &["last_cpupid", "mem_node", "pages", "flags"],
+            programs: &[PROG_FENTRY_TASK_NUMA_FAULT],
+        }],
         &[PROG_KPROBE_TASK_NUMA_FAULT],
         "every hint fault: node, pages, local/remote, migrated",
     ),
     func(
         "do_numa_page",
         &["do_numa_page"],
-        &[PROG_FENTRY_DO_NUMA_PAGE],
+        &[],
+        &[FentryVariant {
+            params: &[],
+            programs: &[PROG_FENTRY_DO_NUMA_PAGE],
+        }],
         &[PROG_KPROBE_DO_NUMA_PAGE],
         "4K/mTHP hint fault entry",
     ),
     func(
         "do_huge_pmd_numa_page",
         &["do_huge_pmd_numa_page"],
-        &[PROG_FENTRY_DO_HUGE_PMD_NUMA_PAGE],
+        &[],
+        &[FentryVariant {
+            params: &[],
+            programs: &[PROG_FENTRY_DO_HUGE_PMD_NUMA_PAGE],
+        }],
         &[PROG_KPROBE_DO_HUGE_PMD_NUMA_PAGE],
         "THP hint fault entry",
     ),
     func(
         "mpol_misplaced",
         &["mpol_misplaced"],
-        &[PROG_FENTRY_MPOL_MISPLACED],
+        // (page, vma, addr) up to 6.6, (folio, vma, addr) 6.8, (folio, vmf, addr) from 6.11.
+        &["page|folio", "vma|vmf", "addr"],
+        &[FentryVariant {
+            params: &["page|folio", "vma|vmf", "addr"],
+            programs: &[PROG_FENTRY_MPOL_MISPLACED],
+        }],
         &[PROG_KPROBE_MPOL_MISPLACED],
         "faulted page and VMA: COW-shared pages",
     ),
     func(
         "migrate_misplaced_folio|_page",
         &["migrate_misplaced_folio", "migrate_misplaced_page"],
-        &[PROG_FENTRY_MIGRATE_MISPLACED, PROG_FEXIT_MIGRATE_MISPLACED],
+        &["page|folio", "node"],
+        &[
+            // (page, vma, node) up to 6.6, (folio, vma, node) 6.8 to 6.13.
+            FentryVariant {
+                params: &["page|folio", "vma", "node"],
+                programs: &[PROG_FENTRY_MIGRATE_MISPLACED, PROG_FEXIT_MIGRATE_MISPLACED],
+            },
+            // (folio, node) from 6.14.
+            FentryVariant {
+                params: &["folio", "node"],
+                programs: &[
+                    PROG_FENTRY_MIGRATE_MISPLACED_NO_VMA,
+                    PROG_FEXIT_MIGRATE_MISPLACED_NO_VMA,
+                ],
+            },
+        ],
         &[
             PROG_KPROBE_MIGRATE_MISPLACED,
             PROG_KRETPROBE_MIGRATE_MISPLACED,
@@ -212,10 +281,14 @@ pub const HOOKS: &[HookSpec] = &[
     func(
         "migration_entry_wait",
         &["migration_entry_wait"],
-        &[
-            PROG_FENTRY_MIGRATION_ENTRY_WAIT,
-            PROG_FEXIT_MIGRATION_ENTRY_WAIT,
-        ],
+        &[],
+        &[FentryVariant {
+            params: &[],
+            programs: &[
+                PROG_FENTRY_MIGRATION_ENTRY_WAIT,
+                PROG_FEXIT_MIGRATION_ENTRY_WAIT,
+            ],
+        }],
         &[
             PROG_KPROBE_MIGRATION_ENTRY_WAIT,
             PROG_KRETPROBE_MIGRATION_ENTRY_WAIT,

@@ -57,6 +57,11 @@ pub enum Command {
         /// Print JSON (schema numatrace.probes/1) instead of a table.
         #[arg(long)]
         json: bool,
+        /// Print everything numatrace read about this kernel (BTF signatures and fields,
+        /// tracepoint formats, fentry tests) as JSON: what its plan is decided from. Attach
+        /// it to a bug report about a kernel numatrace misreads.
+        #[arg(long, conflicts_with = "json")]
+        facts: bool,
     },
     /// Count NUMA balancing activity for a while, then print a per-task summary.
     ///

@@ -15,6 +15,8 @@ pub mod engine;
 pub mod kernel;
 pub mod model;
 pub mod plan;
+#[cfg(test)]
+mod plan_lines;
 pub mod report;
 pub mod serve;
 pub mod sources;

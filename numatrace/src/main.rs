@@ -81,7 +81,7 @@ fn main() -> ExitCode {
     }
 
     let result = match cli.command {
-        Command::Probes { json } => cmd::probes::run(json, cli.no_fentry),
+        Command::Probes { json, facts } => cmd::probes::run(json, facts, cli.no_fentry),
         Command::Stat(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::stat::run(args, cli.no_fentry)))
         }

@@ -4,12 +4,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::{
+    btf::BtfParam,
     facts::{FentryTest, KernelFacts, KernelVersion},
     tracefs::Format,
 };
 use numatrace_common::*;
 
-pub use crate::catalogue::{GAP_FIELDS, HOOKS, HookKind, HookSpec, Programs};
+pub use crate::catalogue::{FentryVariant, GAP_FIELDS, HOOKS, HookKind, HookSpec, Programs};
 
 /// How a hook is (or would be) attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +47,8 @@ pub struct HookPlan {
     pub symbol: Option<String>,
     /// Why a better mechanism, or any, is not possible here.
     pub reasons: Vec<String>,
+    /// For fentry: which of the hook's fentry variants matches this kernel's signature.
+    pub fentry_variant: usize,
 }
 
 impl PartialEq for HookSpec {
@@ -59,7 +62,9 @@ impl HookPlan {
     /// The programs to attach: those of the chosen mechanism (empty: nothing to attach).
     pub fn programs(&self) -> Vec<&'static str> {
         match (self.spec.programs, self.mechanism) {
-            (Programs::Function { fentry, .. }, Mechanism::Fentry) => fentry.to_vec(),
+            (Programs::Function { fentry, .. }, Mechanism::Fentry) => fentry
+                .get(self.fentry_variant)
+                .map_or_else(Vec::new, |v| v.programs.to_vec()),
             (Programs::Function { kprobe, .. }, Mechanism::Kprobe) => kprobe.to_vec(),
             (Programs::Tracepoint(p), Mechanism::Tracepoint)
             | (Programs::PerfEvent(p), Mechanism::PerfEvent)
@@ -101,12 +106,7 @@ impl Default for Offsets {
             migrate: MigrateOffsets::ABSENT,
             fork: ForkOffsets::ABSENT,
             task: TaskOffsets::ABSENT,
-            func: FuncConfig {
-                migrate_node_arg: 2,
-                migrate_params: 3,
-                migrate_ok_is_zero: 0,
-                _pad: 0,
-            },
+            func: FuncConfig::DEFAULT,
             scan_ranges: ScanRanges {
                 task_numa_work: [0, 0],
                 change_prot_numa: [0, 0],
@@ -216,6 +216,7 @@ fn plan_tracepoint(facts: &KernelFacts, spec: HookSpec, offsets: &mut Offsets) -
         mechanism: Mechanism::None,
         symbol: None,
         reasons: Vec::new(),
+        fentry_variant: 0,
     };
     match facts.tracepoints.get(spec.name) {
         None if facts.tracefs.is_none() => plan.reasons.push("tracefs is not available".into()),
@@ -254,9 +255,28 @@ fn errno_name(errno: i32) -> &'static str {
 /// Kernel-internal ENOTSUPP, which BPF returns for trampolines it cannot build; not in libc.
 const ENOTSUPP: i32 = 524;
 
+/// `sig` as `(name, name)` for messages.
+fn signature_text(sig: &[BtfParam]) -> String {
+    let names: Vec<&str> = sig.iter().map(|p| p.name.as_str()).collect();
+    format!("({})", names.join(", "))
+}
+
+/// Position of the parameter named `names` (`a|b`: either) in `sig`.
+fn arg_position(sig: &[BtfParam], names: &str) -> Option<u32> {
+    sig.iter()
+        .position(|p| names.split('|').any(|n| n == p.name))
+        .map(|i| i as u32)
+}
+
 fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
-    let HookKind::Function { symbols } = spec.kind else {
+    let HookKind::Function { symbols, args } = spec.kind else {
         unreachable!("plan_function called for another kind of hook")
+    };
+    let Programs::Function {
+        fentry: variants, ..
+    } = spec.programs
+    else {
+        unreachable!("a function hook has function programs")
     };
     let mut reasons = Vec::new();
     // Prefer the first candidate the kernel has at all.
@@ -273,14 +293,29 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
             mechanism: Mechanism::None,
             symbol: None,
             reasons,
+            fentry_variant: 0,
         };
     };
+    let sig = facts.btf_signatures.get(*sym);
+    let names: Vec<&str> = sig.map_or_else(Vec::new, |s| s.iter().map(|p| &*p.name).collect());
+    let variant = variants.iter().position(|v| v.matches(&names));
 
     let fentry_ok = if !facts.btf_vmlinux {
         reasons.push("fentry: no kernel BTF (/sys/kernel/btf/vmlinux)".into());
         false
     } else if !facts.btf_functions.contains(*sym) {
         reasons.push(format!("fentry: {sym} has no BTF FUNC entry"));
+        false
+    } else if variant.is_none() {
+        reasons.push(format!(
+            "fentry: no program for {sym}{} (this numatrace reads {})",
+            sig.map_or_else(|| "(?)".into(), |s| signature_text(s)),
+            variants
+                .iter()
+                .map(|v| format!("({})", v.params.join(", ")))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ));
         false
     } else {
         match facts.fentry.get(*sym) {
@@ -302,6 +337,16 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
             }
         }
     };
+    // The kprobe programs read arguments at the positions BTF names; without BTF, at the
+    // positions every kernel up to 6.13 has.
+    let unknown_args: Vec<&str> = match sig {
+        Some(sig) => args
+            .iter()
+            .copied()
+            .filter(|a| arg_position(sig, a).is_none())
+            .collect(),
+        None => Vec::new(),
+    };
     let mechanism = if fentry_ok {
         Mechanism::Fentry
     } else if !facts.kprobes {
@@ -310,7 +355,19 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
     } else if !facts.kallsyms.contains(*sym) {
         reasons.push(format!("kprobe: {sym} is not in kallsyms (inlined?)"));
         Mechanism::None
+    } else if !unknown_args.is_empty() {
+        reasons.push(format!(
+            "kprobe: {sym}{} has no parameter named {}",
+            sig.map_or_else(String::new, |s| signature_text(s)),
+            unknown_args.join(", ")
+        ));
+        Mechanism::None
     } else {
+        if sig.is_none() && !args.is_empty() {
+            reasons.push(format!(
+                "kprobe: no BTF signature of {sym}: arguments read at their usual positions"
+            ));
+        }
         Mechanism::Kprobe
     };
     HookPlan {
@@ -318,7 +375,24 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
         mechanism,
         symbol: Some((*sym).to_owned()),
         reasons,
+        fentry_variant: variant.unwrap_or(0),
     }
+}
+
+/// Whether the kernel could take the hook's kprobe instead (after its fentry programs were
+/// refused at load): the same checks as the plan's, without the fentry test.
+pub fn kprobe_fallback(facts: &KernelFacts, h: &HookPlan) -> Option<HookPlan> {
+    if h.mechanism != Mechanism::Fentry {
+        return None;
+    }
+    let mut f = facts.clone();
+    f.btf_vmlinux = false;
+    let k = plan_function(&f, h.spec);
+    (k.mechanism == Mechanism::Kprobe).then(|| HookPlan {
+        mechanism: Mechanism::Kprobe,
+        reasons: h.reasons.clone(),
+        ..k
+    })
 }
 
 fn field(facts: &KernelFacts, name: &str) -> u32 {
@@ -330,6 +404,41 @@ fn field(facts: &KernelFacts, name: &str) -> u32 {
         .unwrap_or(FIELD_ABSENT)
 }
 
+/// mpol_misplaced's second argument is a `struct vm_fault *` (6.11+), not the vma.
+fn mpol_takes_vmf(facts: &KernelFacts) -> bool {
+    facts
+        .btf_signatures
+        .get("mpol_misplaced")
+        .and_then(|s| s.get(1))
+        .is_some_and(|p| p.name == "vmf" || p.ty == "struct vm_fault *")
+}
+
+/// The hooked functions' argument positions, by parameter name in BTF (the usual positions
+/// where BTF does not say), and the return convention of migrate_misplaced_*.
+fn func_config(facts: &KernelFacts) -> FuncConfig {
+    let mut c = FuncConfig::DEFAULT;
+    let sig = |f: &str| facts.btf_signatures.get(f).map(Vec::as_slice);
+    let migrate = sig("migrate_misplaced_folio").or_else(|| sig("migrate_misplaced_page"));
+    let set = |slot: &mut u32, sig: Option<&[BtfParam]>, names: &str| {
+        if let Some(i) = sig.and_then(|s| arg_position(s, names)) {
+            *slot = i;
+        }
+    };
+    set(&mut c.migrate_page_arg, migrate, "page|folio");
+    set(&mut c.migrate_node_arg, migrate, "node");
+    let mpol = sig("mpol_misplaced");
+    set(&mut c.mpol_page_arg, mpol, "page|folio");
+    set(&mut c.mpol_vma_arg, mpol, "vma|vmf");
+    set(&mut c.mpol_addr_arg, mpol, "addr");
+    let fault = sig("task_numa_fault");
+    set(&mut c.fault_node_arg, fault, "mem_node");
+    set(&mut c.fault_pages_arg, fault, "pages");
+    set(&mut c.fault_flags_arg, fault, "flags");
+    // int return, 0 on success, from 6.10; 1 = migrated before.
+    c.migrate_ok_is_zero = u32::from(facts.version >= KernelVersion::new(6, 10, 0));
+    c
+}
+
 /// Globals of the function hooks: BTF offsets, per-version conventions, sampled ranges.
 fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
     o.task = TaskOffsets {
@@ -339,15 +448,7 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         mm_numa_scan_seq: field(facts, "mm_struct.numa_scan_seq"),
         numa_preferred_nid: field(facts, "task_struct.numa_preferred_nid"),
     };
-    let params = facts.migrate_params.unwrap_or(3);
-    o.func = FuncConfig {
-        // (folio, node) from 6.14; (page|folio, vma, node) before.
-        migrate_node_arg: if params == 2 { 1 } else { 2 },
-        migrate_params: params,
-        // int return, 0 on success, from 6.10; 1 = migrated before.
-        migrate_ok_is_zero: u32::from(facts.version >= KernelVersion::new(6, 10, 0)),
-        _pad: 0,
-    };
+    o.func = func_config(facts);
     // A large folio's total mapcount: folio._large_mapcount (6.11+), else the PMD mappings in
     // folio._entire_mapcount (6.2-6.10) or in the first tail page's compound_mapcount (older).
     let large_mapcount = [
@@ -366,7 +467,7 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         head_bit: facts.page_head_bit.unwrap_or(FIELD_ABSENT),
         mapcount: field(facts, "page._mapcount"),
         large_mapcount,
-        vmf_vma: if facts.mpol_arg1.as_deref() == Some("vm_fault") {
+        vmf_vma: if mpol_takes_vmf(facts) {
             field(facts, "vm_fault.vma")
         } else {
             FIELD_ABSENT
@@ -428,7 +529,7 @@ fn field_notes(facts: &KernelFacts, h: &mut HookPlan) {
     if h.spec.name == "mpol_misplaced" {
         // Without these it could not tell a COW-shared page from any other: do not attach.
         let mut need = vec!["vm_area_struct.vm_flags", "page._mapcount"];
-        if facts.mpol_arg1.as_deref() == Some("vm_fault") {
+        if mpol_takes_vmf(facts) {
             need.push("vm_fault.vma");
         }
         let missing: Vec<_> = need
@@ -472,6 +573,7 @@ fn plan_btf_tracepoint(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
         mechanism: Mechanism::None,
         symbol: None,
         reasons: Vec::new(),
+        fentry_variant: 0,
     };
     let name = tracepoint.split(':').nth(1).unwrap_or(tracepoint);
     let missing: Vec<&str> = fields
@@ -503,6 +605,7 @@ fn plan_sampling(facts: &KernelFacts, spec: HookSpec, work: Option<&HookPlan>) -
         mechanism: Mechanism::None,
         symbol: Some("task_numa_work".into()),
         reasons: Vec::new(),
+        fentry_variant: 0,
     };
     let range = facts
         .scan_ranges
@@ -677,8 +780,15 @@ pub(crate) mod tests {
             ]
             .into(),
             btf_fields: btf_fields(100),
-            migrate_params: Some(2),
-            mpol_arg1: Some("vm_fault".into()),
+            btf_signatures: sigs(&[
+                ("migrate_misplaced_folio", &["folio", "node"]),
+                ("mpol_misplaced", &["folio", "vmf", "addr"]),
+                (
+                    "task_numa_fault",
+                    &["last_cpupid", "mem_node", "pages", "flags"],
+                ),
+                ("change_prot_numa", &["vma", "addr", "end"]),
+            ]),
             page_head_bit: Some(6),
             page_size: Some(64),
             btf_tracepoints: set(&["sched_skip_vma_numa"]),
@@ -733,8 +843,16 @@ pub(crate) mod tests {
                 f.insert("vma_numab_state.prev_scan_seq".into(), None);
                 f
             },
-            migrate_params: Some(3),
-            mpol_arg1: Some("vm_area_struct".into()),
+            btf_signatures: sigs(&[
+                ("migrate_misplaced_page", &["page", "vma", "node"]),
+                ("mpol_misplaced", &["page", "vma", "addr"]),
+                (
+                    "task_numa_fault",
+                    &["last_cpupid", "mem_node", "pages", "flags"],
+                ),
+                ("change_prot_numa", &["vma", "addr", "end"]),
+                ("task_numa_work", &["work"]),
+            ]),
             page_head_bit: Some(16),
             page_size: Some(64),
             btf_tracepoints: std::collections::BTreeSet::new(),
@@ -752,6 +870,29 @@ pub(crate) mod tests {
             numa_nodes: 2,
             numa_balancing: Some(1),
         }
+    }
+
+    /// BTF signatures from parameter names (types as the names imply).
+    fn sigs(s: &[(&str, &[&str])]) -> BTreeMap<String, Vec<BtfParam>> {
+        s.iter()
+            .map(|(f, names)| {
+                let params = names
+                    .iter()
+                    .map(|n| BtfParam {
+                        name: (*n).to_owned(),
+                        ty: match *n {
+                            "vmf" => "struct vm_fault *",
+                            "vma" => "struct vm_area_struct *",
+                            "folio" => "struct folio *",
+                            "page" => "struct page *",
+                            _ => "int",
+                        }
+                        .to_owned(),
+                    })
+                    .collect();
+                ((*f).to_owned(), params)
+            })
+            .collect()
     }
 
     fn hook<'a>(p: &'a Plan, name: &str) -> &'a HookPlan {
@@ -787,7 +928,7 @@ pub(crate) mod tests {
         assert_eq!(p.offsets.page.large_mapcount, 100 + 8 * 6);
         // 6.14+ migrate_misplaced_folio(folio, node): node is argument 1, 0 means migrated.
         assert_eq!(p.offsets.func.migrate_node_arg, 1);
-        assert_eq!(p.offsets.func.migrate_params, 2);
+        assert_eq!(p.offsets.func.mpol_vma_arg, 1);
         assert_eq!(p.offsets.func.migrate_ok_is_zero, 1);
         assert_eq!(p.offsets.scan_ranges.task_numa_work[0], 0xffffffff813b0bb0);
         assert_eq!(p.offsets.task.sum_exec_runtime, 100);

@@ -42,10 +42,14 @@ enum Step {
         #[arg(long)]
         no_vm: bool,
     },
-    /// Run the real-kernel tests in 2-node QEMU guests on Debian's 6.1 and 6.12 cloud kernels
-    /// and Ubuntu's 6.8.0-31 (installs qemu-system-x86, busybox-static, cpio and curl with apt
+    /// Run the real-kernel tests in 2-node QEMU guests, one boot per kernel line: Debian's
+    /// newest 5.10, 6.1, 6.12 and 7.x cloud kernels (from the mirror's package indexes) and
+    /// Ubuntu's 6.8.0-31 (installs qemu-system-x86, busybox-static, cpio and curl with apt
     /// when missing; downloads the kernels once into the cache; needs root).
     VmTest {
+        /// Only these kernel lines (e.g. `--kernels 5.10,7.x`).
+        #[arg(long, value_delimiter = ',')]
+        kernels: Vec<String>,
         /// Only these test binaries (e.g. `--only probes,numa_guest`).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
@@ -83,9 +87,13 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("xtask: --no-vm: QEMU guests skipped");
                 Ok(())
             } else {
-                vm::run(&tools, &[], None)
+                vm::run(&tools, &[], &[], None)
             }
         }
-        Step::VmTest { only, filter } => vm::run(&tools, &only, filter.as_deref()),
+        Step::VmTest {
+            kernels,
+            only,
+            filter,
+        } => vm::run(&tools, &kernels, &only, filter.as_deref()),
     }
 }

@@ -1,6 +1,7 @@
-//! `cargo xtask vm-test`: the real-kernel tests inside 2-node QEMU guests (TCG) running Debian's
-//! 6.1 and 6.12 cloud kernels and Ubuntu 24.04's release kernel 6.8.0-31 (which predates seed
-//! 002), where NUMA balancing really migrates pages and fentry works.
+//! `cargo xtask vm-test`: the real-kernel tests inside 2-node QEMU guests (TCG), one per kernel
+//! line a user runs — Debian 11 (5.10), 12 (6.1), 13 (6.12), 13's backports (7.x) and Ubuntu
+//! 24.04's release kernel 6.8.0-31 (which predates seed 002) — where NUMA balancing really
+//! migrates pages and fentry and kprobes work.
 //!
 //! The guests run the same integration-test binaries as the host (static, musl) from an
 //! initramfs whose /init runs each binary and prints `vm-test: END <name> rc=<n>`; the host
@@ -35,8 +36,14 @@ struct GuestKernel {
 }
 
 enum KernelSource {
-    /// apt-cache regex of a Debian package; the highest version is used.
-    Debian(&'static str),
+    /// The newest package named `prefix` + version + `suffix` in these suites' package indexes
+    /// on the machine's own Debian mirror (archive `debian` or `debian-security`): no apt source
+    /// is added, nothing is installed.
+    Index {
+        suites: &'static [(&'static str, &'static str)],
+        prefix: &'static str,
+        suffix: &'static str,
+    },
     /// A fixed .deb (its file name is the cache key), checked against its SHA-256.
     Url {
         url: &'static str,
@@ -44,10 +51,50 @@ enum KernelSource {
     },
 }
 
-const KERNELS: [GuestKernel; 3] = [
+/// One boot per kernel line a user runs: Debian 11, 12, 13, 13's backports, Ubuntu 24.04.
+/// Test binaries the guests do not run: nothing in them depends on the kernel line (the host
+/// runs them; every guest runs the same rest).
+const HOST_ONLY: &[(&str, &str)] = &[
+    ("cgroup", "cgroup attribution, the same on every kernel"),
+    ("deploy", "files and promtool"),
+    (
+        "engine",
+        "snapshot seam; its map/kernel_seen check is numa_guest's",
+    ),
+    (
+        "lifecycle",
+        "exit paths of the tracepoint programs, kernel-independent",
+    ),
+    ("privileges", "command-line errors"),
+    (
+        "scan_share",
+        "the sampling fallback, never used where task_numa_work is hooked",
+    ),
+];
+
+const KERNELS: [GuestKernel; 5] = [
+    GuestKernel {
+        label: "5.10",
+        source: KernelSource::Index {
+            suites: &[
+                ("debian", "bullseye"),
+                ("debian-security", "bullseye-security"),
+            ],
+            prefix: "linux-image-5.10.0-",
+            suffix: "-cloud-amd64-unsigned",
+        },
+        skip: &[],
+    },
     GuestKernel {
         label: "6.1",
-        source: KernelSource::Debian(r"^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$"),
+        source: KernelSource::Index {
+            suites: &[
+                ("debian", "bookworm"),
+                ("debian-security", "bookworm-security"),
+            ],
+            prefix: "linux-image-6.1.0-",
+            suffix: "-cloud-amd64-unsigned",
+        },
         skip: &[],
     },
     // Ubuntu 24.04's release pocket never changes: 6.8 as released, without the later
@@ -63,7 +110,21 @@ const KERNELS: [GuestKernel; 3] = [
     },
     GuestKernel {
         label: "6.12",
-        source: KernelSource::Debian(r"^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64-unsigned$"),
+        source: KernelSource::Index {
+            suites: &[("debian", "trixie"), ("debian-security", "trixie-security")],
+            prefix: "linux-image-6.12.",
+            suffix: "+deb13-cloud-amd64-unsigned",
+        },
+        skip: &[],
+    },
+    // From Debian 13 the image package is a meta package: the kernel is in linux-binary-*.
+    GuestKernel {
+        label: "7.x",
+        source: KernelSource::Index {
+            suites: &[("debian", "trixie-backports")],
+            prefix: "linux-binary-7.",
+            suffix: "+deb13-cloud-amd64",
+        },
         skip: &[],
     },
 ];
@@ -99,79 +160,124 @@ pub fn ensure_packages(pkgs: &[&str]) -> Result<()> {
     )
 }
 
-fn newest_package(regex: &str) -> Result<Option<String>> {
-    let out = output(Command::new("apt-cache").args(["search", "--names-only", regex]))?;
-    let mut names: Vec<String> = out
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .collect();
-    // Versions differ in one number (6.1.0-N, 6.12.N): order by the digits in the name.
-    let key = |n: &str| -> Vec<u64> {
-        n.split(|c: char| !c.is_ascii_digit())
-            .filter_map(|s| s.parse().ok())
-            .collect()
-    };
-    names.sort_by_key(|n| key(n));
-    Ok(names.pop())
-}
-
-/// Adds bookworm-backports from the mirror the machine already uses (for the 6.12 kernel when
-/// no configured suite has it).
-fn add_backports() -> Result<()> {
-    let dst = Path::new("/etc/apt/sources.list.d/numatrace-bookworm-backports.sources");
-    if dst.exists() {
-        return Ok(());
-    }
-    let mut uri = None;
+/// The host of the Debian mirror the machine's apt sources use (`deb.debian.org` if none).
+fn debian_mirror() -> String {
     for f in [
         "/etc/apt/sources.list.d/debian.sources",
         "/etc/apt/sources.list",
     ] {
-        if let Ok(text) = fs::read_to_string(f) {
-            uri = text.lines().find_map(|l| {
-                let l = l.trim();
-                l.strip_prefix("URIs:")
-                    .map(|u| u.trim().to_owned())
-                    .or_else(|| {
-                        l.strip_prefix("deb ")
-                            .and_then(|r| r.split_whitespace().find(|w| w.contains("://")))
-                            .map(str::to_owned)
-                    })
-                    .filter(|u| !u.contains("security"))
-            });
-            if uri.is_some() {
-                break;
-            }
+        let Ok(text) = fs::read_to_string(f) else {
+            continue;
+        };
+        let uri = text.lines().find_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("URIs:")
+                .map(|u| u.trim().to_owned())
+                .or_else(|| {
+                    l.strip_prefix("deb ")
+                        .and_then(|r| r.split_whitespace().find(|w| w.contains("://")))
+                        .map(str::to_owned)
+                })
+                .filter(|u| !u.contains("security") && !u.starts_with('#'))
+        });
+        // `http://host/debian` -> `http://host`: the security archive sits beside it.
+        if let Some(uri) = uri {
+            let uri = uri.trim_end_matches('/');
+            return uri.rsplit_once('/').map_or(uri, |(h, _)| h).to_owned();
         }
     }
-    let uri = uri.context("no Debian mirror found in the apt sources")?;
-    eprintln!("xtask: adding bookworm-backports from {uri}");
-    fs::write(
-        dst,
-        format!(
-            "Types: deb\nURIs: {uri}\nSuites: bookworm-backports\nComponents: main\n\
-             Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-        ),
-    )?;
-    apt_update()
+    "http://deb.debian.org".to_owned()
 }
 
-/// The Debian package name of `regex`'s newest version.
-fn debian_package(regex: &str, label: &str) -> Result<String> {
-    let mut pkg = newest_package(regex)?;
-    if pkg.is_none() {
-        apt_update()?;
-        pkg = newest_package(regex)?;
-    }
-    if pkg.is_none() && label == "6.12" {
-        add_backports()?;
-        pkg = newest_package(regex)?;
-    }
-    pkg.with_context(|| format!("no Debian package matches {regex}"))
+/// A package in an index: its name, Debian version and path on the mirror.
+#[derive(Debug, PartialEq)]
+struct IndexEntry {
+    name: String,
+    version: String,
+    filename: String,
 }
 
-/// Downloads `url` into `dir` and checks its SHA-256.
-fn download_deb(url: &str, sha256: &str, dir: &Path) -> Result<()> {
+/// The entries of a `Packages` index whose name is `prefix` + a version + `suffix`, where the
+/// version part starts with a digit (so `linux-binary-7.` skips `linux-binary-unsigned-…`).
+fn index_matches(index: &str, prefix: &str, suffix: &str) -> Vec<IndexEntry> {
+    let mut out = Vec::new();
+    for stanza in index.split("\n\n") {
+        let field = |f: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(f).map(|v| v.trim().to_owned()))
+        };
+        let (Some(name), Some(version), Some(filename)) =
+            (field("Package:"), field("Version:"), field("Filename:"))
+        else {
+            continue;
+        };
+        let middle = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(suffix));
+        if middle.is_some_and(|m| {
+            !m.is_empty()
+                && m.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && m.starts_with(|c: char| c.is_ascii_digit())
+        }) {
+            out.push(IndexEntry {
+                name,
+                version,
+                filename,
+            });
+        }
+    }
+    out
+}
+
+/// Orders Debian versions by their numbers (`5.10.223-1` < `5.10.240-1`, `7.2.12` < `7.3.4`):
+/// enough for one kernel line, whose versions differ only in numbers.
+fn version_key(v: &str) -> Vec<u64> {
+    v.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+/// A kernel line's packages across its suites, newest first, each with the archive URL to
+/// fetch it from.
+fn candidates_in_indexes(
+    mirror: &str,
+    suites: &[(&str, &str)],
+    prefix: &str,
+    suffix: &str,
+) -> Result<Vec<(IndexEntry, String)>> {
+    let mut all: Vec<(IndexEntry, String)> = Vec::new();
+    for (archive, suite) in suites {
+        let base = format!("{mirror}/{archive}");
+        let url = format!("{base}/dists/{suite}/main/binary-amd64/Packages.xz");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "set -o pipefail; curl -fsSL --retry 3 '{url}' | xz -dc"
+            ))
+            .output()
+            .context("curl | xz")?;
+        if !out.status.success() {
+            // A suite the mirror lacks is not fatal while another has the line.
+            eprintln!("xtask: {url}: not readable, skipped");
+            continue;
+        }
+        let index = String::from_utf8_lossy(&out.stdout);
+        all.extend(
+            index_matches(&index, prefix, suffix)
+                .into_iter()
+                .map(|e| (e, base.clone())),
+        );
+    }
+    all.sort_by_key(|(e, _)| std::cmp::Reverse(version_key(&e.version)));
+    if all.is_empty() {
+        bail!("no package {prefix}*{suffix} in {suites:?} on {mirror}");
+    }
+    Ok(all)
+}
+
+/// Downloads `url` into `dir`, checking its SHA-256 when one is pinned.
+fn download_deb(url: &str, sha256: Option<&str>, dir: &Path) -> Result<()> {
     let name = url.rsplit('/').next().unwrap_or("kernel.deb");
     let deb = dir.join(name);
     check(
@@ -180,65 +286,107 @@ fn download_deb(url: &str, sha256: &str, dir: &Path) -> Result<()> {
             .arg(&deb)
             .arg(url),
     )?;
-    let sum = output(Command::new("sha256sum").arg(&deb))?;
-    if sum.split_whitespace().next() != Some(sha256) {
-        bail!("{name}: SHA-256 {sum} is not the pinned {sha256}");
+    if let Some(sha256) = sha256 {
+        let sum = output(Command::new("sha256sum").arg(&deb))?;
+        if sum.split_whitespace().next() != Some(sha256) {
+            bail!("{name}: SHA-256 {sum} is not the pinned {sha256}");
+        }
     }
     Ok(())
 }
 
-/// The kernel image of `k`, downloaded once into the cache.
-fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
-    let pkg = match &k.source {
-        KernelSource::Debian(regex) => debian_package(regex, k.label)?,
-        KernelSource::Url { url, .. } => url
-            .rsplit('/')
-            .next()
-            .and_then(|f| f.strip_suffix(".deb"))
-            .unwrap_or(k.label)
-            .to_owned(),
-    };
-    let dir = cache_dir().join("kernels").join(&pkg);
-    let vmlinuz = dir.join("vmlinuz");
-    if vmlinuz.exists() {
-        return Ok((pkg, vmlinuz));
-    }
-    eprintln!("xtask: downloading {pkg}");
-    let tmp = dir.with_extension("partial");
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp)?;
-    match &k.source {
-        KernelSource::Debian(_) => check(
-            Command::new("apt-get")
-                .args(["download", "-qq", &pkg])
-                .current_dir(&tmp),
-        )?,
-        KernelSource::Url { url, sha256 } => download_deb(url, sha256, &tmp)?,
-    }
-    let deb = fs::read_dir(&tmp)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download left no .deb")?;
-    check(
-        Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(&deb)
-            .arg(tmp.join("x")),
-    )?;
-    let boot = tmp.join("x/boot");
-    let image = fs::read_dir(&boot)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
+/// `vmlinuz-*` under `/boot` (up to Debian 12, Ubuntu) or `vmlinuz` under
+/// `/usr/lib/modules/VERSION/` (from Debian 13).
+fn find_vmlinuz(root: &Path) -> Option<PathBuf> {
+    let in_boot = fs::read_dir(root.join("boot")).ok().and_then(|d| {
+        d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
             p.file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
         })
-        .context("no vmlinuz in the package")?;
-    fs::create_dir_all(&dir)?;
-    fs::copy(&image, &vmlinuz)?;
+    });
+    in_boot.or_else(|| {
+        fs::read_dir(root.join("usr/lib/modules"))
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("vmlinuz"))
+            .find(|p| p.exists())
+    })
+}
+
+/// The kernel image of `k`, downloaded once into the cache (keyed by package name). From a
+/// package index, the newest package whose file the mirror serves (an index can name a file
+/// its pool no longer has, as bullseye-security does for 5.10).
+fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
+    let candidates: Vec<(String, String, Option<&str>)> = match &k.source {
+        KernelSource::Index {
+            suites,
+            prefix,
+            suffix,
+        } => candidates_in_indexes(&debian_mirror(), suites, prefix, suffix)?
+            .into_iter()
+            .map(|(e, base)| (e.name, format!("{base}/{}", e.filename), None))
+            .collect(),
+        KernelSource::Url { url, sha256 } => vec![(
+            url.rsplit('/')
+                .next()
+                .and_then(|f| f.strip_suffix(".deb"))
+                .unwrap_or(k.label)
+                .to_owned(),
+            (*url).to_owned(),
+            Some(*sha256),
+        )],
+    };
+    let mut last_err = None;
+    for (pkg, url, sha256) in candidates {
+        let dir = cache_dir().join("kernels").join(&pkg);
+        let vmlinuz = dir.join("vmlinuz");
+        if vmlinuz.exists() {
+            return Ok((pkg, vmlinuz));
+        }
+        // A file the mirror did not serve is not asked for again on every run.
+        let missing = cache_dir().join("kernels").join(format!("{pkg}.missing"));
+        if missing.exists() {
+            continue;
+        }
+        match download_kernel(&pkg, &url, sha256, &vmlinuz) {
+            Ok(()) => return Ok((pkg, vmlinuz)),
+            Err(e) => {
+                eprintln!("xtask: {pkg}: {e:#}; trying the next older package");
+                let _ = fs::write(&missing, format!("{url}: {e:#}\n"));
+                last_err = Some(e);
+            }
+        }
+    }
+    Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no kernel package for {}", k.label)))
+}
+
+/// Downloads one kernel package and keeps only its image, at `vmlinuz`.
+fn download_kernel(pkg: &str, url: &str, sha256: Option<&str>, vmlinuz: &Path) -> Result<()> {
+    let dir = vmlinuz.parent().context("cache path")?;
+    eprintln!("xtask: downloading {pkg} ({url})");
+    let tmp = dir.with_file_name(format!("{pkg}.partial"));
     let _ = fs::remove_dir_all(&tmp);
-    Ok((pkg, vmlinuz))
+    fs::create_dir_all(&tmp)?;
+    let result = (|| {
+        download_deb(url, sha256, &tmp)?;
+        let deb = fs::read_dir(&tmp)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "deb"))
+            .context("the download left no .deb")?;
+        check(
+            Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(&deb)
+                .arg(tmp.join("x")),
+        )?;
+        let image = find_vmlinuz(&tmp.join("x")).context("no vmlinuz in the package")?;
+        fs::create_dir_all(dir)?;
+        fs::copy(&image, vmlinuz)?;
+        Ok(())
+    })();
+    let _ = fs::remove_dir_all(&tmp);
+    result
 }
 
 fn ensure_musl_target(tools: &Tools) -> Result<()> {
@@ -352,6 +500,12 @@ export NUMATRACE_CAPTURE_OUT=/tmp/captures
 mkdir -p /tmp/captures
 echo "vm-test: kernel $(uname -r), nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
 numatrace probes
+# What numatrace read about this kernel: the fixture its plan is unit-tested against.
+numatrace probes --facts > /tmp/captures/facts.json
+# One probes report for every test that only reads it (each load costs seconds under TCG), and
+# the tests the host run covers (no path specific to a kernel line) skip, saying so.
+numatrace probes --json > /tmp/probes.json
+export NUMATRACE_PROBES_JSON=/tmp/probes.json NUMATRACE_IN_GUEST=1
 skip=$(sed -n 's/.*numatrace\.skip=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
 for t in /numatrace/tests/*; do
   name=$(basename "$t")
@@ -360,9 +514,9 @@ for t in /numatrace/tests/*; do
   "$t" --test-threads=1 --show-output __FILTER__
   echo "vm-test: END $name rc=$?"
 done
-for f in /tmp/captures/*.ntrace; do
+for f in /tmp/captures/*; do
   [ -e "$f" ] || continue
-  echo "NUMATRACE-CAPTURE-BEGIN $(basename "$f" .ntrace)"
+  echo "NUMATRACE-CAPTURE-BEGIN $(basename "$f")"
   base64 "$f"
   echo "NUMATRACE-CAPTURE-END"
 done
@@ -500,6 +654,46 @@ fn guest_captures(log: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// The committed fixture of a kernel line's facts (`probes --facts`), which `plan()`'s unit
+/// tests read: a guest whose kernel no longer matches it in what the plan reads (a newer
+/// package changed a signature or a field) is reported, with the command that refreshes it.
+fn compare_facts(label: &str, fresh: &Path) -> String {
+    let fixture = workspace_root()
+        .join("numatrace/tests/fixtures/kernels")
+        .join(format!("{label}.json"));
+    let read = |p: &Path| -> Option<serde_json::Value> {
+        serde_json::from_str(&fs::read_to_string(p).ok()?).ok()
+    };
+    let Some(new) = read(fresh) else {
+        return format!("unreadable ({})", fresh.display());
+    };
+    // Addresses move with every boot (KASLR); the rest is the kernel build's.
+    let key = |v: &serde_json::Value| {
+        [
+            "release",
+            "btf_signatures",
+            "btf_fields",
+            "kallsyms",
+            "fentry",
+            "tracepoints",
+        ]
+        .map(|k| v[k].clone())
+    };
+    match read(&fixture) {
+        Some(old) if key(&old) == key(&new) => "same as the committed fixture".into(),
+        Some(_) => format!(
+            "DIFFERS from the committed fixture (new kernel package?): cp {} {}",
+            fresh.display(),
+            fixture.display()
+        ),
+        None => format!(
+            "no fixture yet: cp {} {}",
+            fresh.display(),
+            fixture.display()
+        ),
+    }
+}
+
 /// Reads a guest's capture on the host with the host's numatrace, as a developer receiving a
 /// bug report would: the summary must show migrations, node flows and the verdicts.
 fn host_report(numatrace: &Path, capture: &Path) -> Result<String> {
@@ -620,7 +814,17 @@ fn boot(vmlinuz: &Path, initrd: &Path, skip: &[&str], log_path: &Path, tcg: Tcg)
     Ok(log)
 }
 
-pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
+pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&str>) -> Result<()> {
+    if let Some(k) = kernels
+        .iter()
+        .find(|k| !KERNELS.iter().any(|g| g.label == k.as_str()))
+    {
+        let labels: Vec<&str> = KERNELS.iter().map(|g| g.label).collect();
+        bail!(
+            "--kernels: no kernel line {k} (lines: {})",
+            labels.join(", ")
+        );
+    }
     if !crate::process::is_root() {
         eprintln!(
             "SKIPPED vm-test: needs root (apt-get install of qemu-system-x86, busybox-static, cpio, \
@@ -631,6 +835,7 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
     ensure_packages(&["qemu-system-x86", "busybox-static", "cpio", "curl"])?;
     let bins = build_static(tools)?;
     let mut tests = build_static_tests(tools)?;
+    tests.retain(|name, _| !HOST_ONLY.iter().any(|(h, _)| h == name));
     if !only.is_empty() {
         tests.retain(|name, _| only.contains(name));
         if tests.is_empty() {
@@ -644,7 +849,10 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
 
     let mut rows = Vec::new();
     let mut ok = true;
-    for k in &KERNELS {
+    for k in KERNELS
+        .iter()
+        .filter(|k| kernels.is_empty() || kernels.iter().any(|l| l == k.label))
+    {
         let (pkg, vmlinuz) = kernel_image(k)?;
         eprintln!("xtask: booting {pkg} in a 2-node TCG guest");
         let skip: Vec<&str> = k.skip.iter().map(|(t, _)| *t).collect();
@@ -692,8 +900,16 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
         }
         let captures = guest_captures(&log);
         for (name, bytes) in &captures {
-            let file = out.join(format!("{}-{name}.ntrace", k.label));
+            let file = out.join(format!("{}-{name}", k.label));
             fs::write(&file, bytes)?;
+            if name == "facts.json" {
+                rows.push((
+                    k.label,
+                    "kernel facts".into(),
+                    compare_facts(k.label, &file),
+                ));
+                continue;
+            }
             let verdict = host_report(&bins.join("numatrace"), &file).unwrap_or_else(|e| {
                 ok = false;
                 format!("FAIL: {e:#} ({})", file.display())
@@ -701,7 +917,7 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
             rows.push((k.label, format!("capture {name}"), verdict));
         }
         let capture_test = "a_capture_in_a_two_node_guest_shows_migrations_and_node_flows";
-        if captures.is_empty()
+        if !captures.iter().any(|(n, _)| n.ends_with(".ntrace"))
             && filter.is_none()
             && r.binaries.get("record").is_some_and(|b| b.0 == 0)
             && !log.contains(&format!("SKIPPED {capture_test}"))
@@ -726,6 +942,9 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
             ));
         }
     }
+    for (name, why) in HOST_ONLY {
+        rows.push(("all", (*name).into(), format!("host only: {why}")));
+    }
     println!("\nvm-test results:");
     println!("{:<7} {:<16} result", "kernel", "test");
     for (k, t, v) in &rows {
@@ -740,6 +959,35 @@ pub fn run(tools: &Tools, only: &[String], filter: Option<&str>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_packages_are_found_in_an_index() {
+        let index = "Package: linux-binary-unsigned-7.3.4+deb13-cloud-amd64\nVersion: 7.3.4-1\n\
+                     Filename: pool/u.deb\n\n\
+                     Package: linux-binary-7.2.12+deb13-cloud-amd64\nVersion: 7.2.12-1~bpo13+1\n\
+                     Filename: pool/a.deb\n\n\
+                     Package: linux-binary-7.3.4+deb13-cloud-amd64\nVersion: 7.3.4-1~bpo13+1\n\
+                     Filename: pool/b.deb\n\n\
+                     Package: linux-binary-7.3.4+deb13-cloud-amd64-dbg\nVersion: 7.3.4-1\n\
+                     Filename: pool/c.deb\n";
+        let m = index_matches(index, "linux-binary-7.", "+deb13-cloud-amd64");
+        let names: Vec<&str> = m.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "linux-binary-7.2.12+deb13-cloud-amd64",
+                "linux-binary-7.3.4+deb13-cloud-amd64"
+            ]
+        );
+        assert!(version_key(&m[1].version) > version_key(&m[0].version));
+        assert!(version_key("5.10.240-1") > version_key("5.10.223-1"));
+        let old = "Package: linux-image-5.10.0-32-cloud-amd64-unsigned\nVersion: 5.10.223-1\n\
+                   Filename: pool/k.deb\n";
+        assert_eq!(
+            index_matches(old, "linux-image-5.10.0-", "-cloud-amd64-unsigned")[0].filename,
+            "pool/k.deb"
+        );
+    }
 
     #[test]
     fn captures_are_read_off_the_console() {

@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::{
     kernel::facts::{FentryTest, KernelFacts},
-    plan::{HookKind, HookPlan, Mechanism, Plan, plan},
+    plan::{HookKind, HookPlan, Mechanism, Plan, kprobe_fallback, plan},
 };
 use numatrace_common::{
     Config, GLOBAL_CONFIG, GLOBAL_FORK_OFFSETS, GLOBAL_FUNC_CONFIG, GLOBAL_MIGRATE_OFFSETS,
@@ -249,6 +249,27 @@ fn attach(
     Ok(())
 }
 
+/// Unloads a hook's programs (detaching whatever of them did attach).
+fn detach(ebpf: &mut Ebpf, h: &HookPlan) {
+    for name in h.programs() {
+        let Some(p) = ebpf.program_mut(name) else {
+            continue;
+        };
+        let result = if name.starts_with("fentry_") {
+            <&mut FEntry>::try_from(p).map(|p| p.unload())
+        } else if name.starts_with("fexit_") {
+            <&mut FExit>::try_from(p).map(|p| p.unload())
+        } else {
+            continue;
+        };
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(program = name, "unload: {e}"),
+            Err(e) => tracing::debug!(program = name, "unload: {e}"),
+        }
+    }
+}
+
 fn report(h: &HookPlan, attached: Result<(), String>) -> HookReport {
     let mut reasons = h.reasons.clone();
     let attached = match attached {
@@ -291,22 +312,31 @@ impl Session {
             (Err(e), false) => fentry_not_tried(&mut facts, &format!("kernel BTF unreadable: {e}")),
             (Ok(btf), false) => fentry_tests(&mut ebpf, &mut facts, btf),
         }
-        let plan = plan(&facts);
+        let mut plan = plan(&facts);
         let btf = btf.ok();
-        let hooks: Vec<HookReport> = plan
-            .hooks
-            .iter()
-            .map(|h| {
-                let outcome = if h.will_attach() {
-                    attach(&mut ebpf, h, btf.as_ref(), opts)
-                } else if h.mechanism == Mechanism::None {
-                    Err(String::new())
-                } else {
-                    Err("no program for this hook in this numatrace version".into())
-                };
-                report(h, outcome)
-            })
-            .collect();
+        let mut hooks = Vec::with_capacity(plan.hooks.len());
+        for h in &mut plan.hooks {
+            let mut outcome = if h.will_attach() {
+                attach(&mut ebpf, h, btf.as_ref(), opts)
+            } else if h.mechanism == Mechanism::None {
+                Err(String::new())
+            } else {
+                Err("no program for this hook in this numatrace version".into())
+            };
+            // The probe program loads where the real ones may not (a verifier that checks
+            // what they read, e.g. a changed signature): fall back to the kprobe.
+            if let Err(e) = &outcome
+                && let Some(mut k) = kprobe_fallback(&facts, h)
+            {
+                detach(&mut ebpf, h);
+                k.reasons
+                    .push(format!("fentry program refused, fell back to kprobe: {e}"));
+                tracing::warn!(hook = %h.spec.name, "fentry refused ({e}); using its kprobe");
+                outcome = attach(&mut ebpf, &k, btf.as_ref(), opts);
+                *h = k;
+            }
+            hooks.push(report(h, outcome));
+        }
         for h in &hooks {
             if h.attached {
                 tracing::debug!(hook = %h.name, mechanism = %h.mechanism, "attached");

@@ -10,7 +10,7 @@ use crate::{
 use numatrace_common::DEFAULT_MAX_TASKS;
 
 /// Prints the report; returns the process exit code (1 when nothing could attach).
-pub fn run(json: bool, no_fentry: bool) -> Result<i32> {
+pub fn run(json: bool, dump_facts: bool, no_fentry: bool) -> Result<i32> {
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let opts = LoadOptions {
         max_vmas: numatrace_common::MAX_VMAS,
@@ -29,6 +29,10 @@ pub fn run(json: bool, no_fentry: bool) -> Result<i32> {
         Err(LoadError::NothingAttached { facts, hooks, .. }) => (*facts, hooks, 1),
         Err(e) => return Err(e.into()),
     };
+    if dump_facts {
+        println!("{}", serde_json::to_string_pretty(&facts)?);
+        return Ok(code);
+    }
     let report = ProbesReport::new(&facts, &hooks);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -40,10 +40,18 @@ struct Type {
     /// size, or referenced type for modifiers/typedefs/functions.
     size_or_type: u32,
     members: Vec<Member>,
-    /// FUNC_PROTO parameter types.
-    params: Vec<u32>,
+    /// FUNC_PROTO parameters: (name offset, type).
+    params: Vec<(u32, u32)>,
     /// ENUM values by name offset.
     values: Vec<(u32, i64)>,
+}
+
+/// One parameter of a kernel function, from BTF.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BtfParam {
+    pub name: String,
+    /// C type, e.g. `struct folio *`.
+    pub ty: String,
 }
 
 /// Parsed BTF: types (id 1..) and the string section.
@@ -138,7 +146,8 @@ impl Btf {
                 }
                 KIND_FUNC_PROTO => {
                     for i in 0..vlen {
-                        t.params.push(u32_at(types_b, p + i * 8 + 4)?);
+                        t.params
+                            .push((u32_at(types_b, p + i * 8)?, u32_at(types_b, p + i * 8 + 4)?));
                     }
                     vlen * 8
                 }
@@ -251,21 +260,41 @@ impl Btf {
         self.func_proto(name).is_some()
     }
 
-    /// Number of parameters of kernel function `name`.
-    pub fn func_params(&self, name: &str) -> Option<u32> {
-        self.func_proto(name).map(|p| p.params.len() as u32)
+    /// The parameters of kernel function `name`, by name and C type, in order.
+    pub fn func_signature(&self, name: &str) -> Option<Vec<BtfParam>> {
+        Some(
+            self.func_proto(name)?
+                .params
+                .iter()
+                .map(|&(n, ty)| BtfParam {
+                    name: self.str_at(n).to_owned(),
+                    ty: self.type_name(ty, 0),
+                })
+                .collect(),
+        )
     }
 
-    /// The struct a pointer parameter of `func` points to (e.g. `vm_fault` for
-    /// `mpol_misplaced`'s second parameter on 6.11+).
-    pub fn func_param_struct(&self, func: &str, index: usize) -> Option<&str> {
-        let ty = *self.func_proto(func)?.params.get(index)?;
-        let ptr = self.ty(self.resolve(ty))?;
-        if ptr.kind != KIND_PTR {
-            return None;
+    /// A C spelling of type `id` (`struct folio *`, `int`, `pmd_t`), enough to tell
+    /// signatures apart.
+    fn type_name(&self, id: u32, depth: u32) -> String {
+        const KIND_INT: u32 = 1;
+        const KIND_FWD: u32 = 7;
+        let Some(t) = self.ty(id).filter(|_| id != 0 && depth < 16) else {
+            return "void".into();
+        };
+        let name = self.str_at(t.name);
+        match t.kind {
+            KIND_PTR => format!("{} *", self.type_name(t.size_or_type, depth + 1)),
+            KIND_STRUCT => format!("struct {name}"),
+            KIND_UNION => format!("union {name}"),
+            KIND_ENUM => format!("enum {name}"),
+            KIND_FWD => format!("struct {name}"),
+            KIND_INT | KIND_TYPEDEF => name.to_owned(),
+            KIND_CONST | KIND_VOLATILE | KIND_RESTRICT | KIND_TYPE_TAG => {
+                self.type_name(t.size_or_type, depth + 1)
+            }
+            _ => name.to_owned(),
         }
-        let target = self.ty(self.resolve(ptr.size_or_type))?;
-        matches!(target.kind, KIND_STRUCT | KIND_UNION).then(|| self.str_at(target.name))
     }
 
     /// Size in bytes of struct `name`.
@@ -373,7 +402,7 @@ mod tests {
             // 5: struct mm_struct { anon @ 0 }
             (n("mm_struct"), (4 << 24) | 1, 16, vec![0, 4, 0]),
             // 6: func_proto (3 params), 7: func task_numa_fault
-            (0, (13 << 24) | 3, 0, vec![0, 9, 0, 1, 0, 1]),
+            (0, (13 << 24) | 3, 0, vec![n("se"), 9, n("x"), 1, 0, 1]),
             (n("task_numa_fault"), 12 << 24, 6, vec![]),
             // 8: enum pageflags { PG_head = 6 }, 9: task_struct *
             (n("pageflags"), (6 << 24) | 1, 4, vec![n("PG_head"), 6]),
@@ -388,17 +417,13 @@ mod tests {
         assert_eq!(btf.offset_of("mm_struct", "numa_scan_seq"), Some(8));
         assert_eq!(btf.offset_of("task_struct", "nope"), None);
         assert_eq!(btf.offset_of("nope", "x"), None);
-        assert_eq!(btf.func_params("task_numa_fault"), Some(3));
-        assert_eq!(btf.func_params("nope"), None);
+        let sig = btf.func_signature("task_numa_fault").unwrap();
+        let sig: Vec<(&str, &str)> = sig.iter().map(|p| (&*p.name, &*p.ty)).collect();
         assert_eq!(
-            btf.func_param_struct("task_numa_fault", 0),
-            Some("task_struct")
+            sig,
+            [("se", "struct task_struct *"), ("x", "u64"), ("", "u64")]
         );
-        assert_eq!(
-            btf.func_param_struct("task_numa_fault", 1),
-            None,
-            "not a pointer"
-        );
+        assert_eq!(btf.func_signature("nope"), None);
         assert_eq!(btf.enum_value("pageflags", "PG_head"), Some(6));
         assert_eq!(btf.enum_value("pageflags", "PG_nope"), None);
         assert_eq!(btf.struct_size("task_struct"), Some(64));
@@ -432,7 +457,9 @@ mod tests {
         if std::path::Path::new("/proc/sys/kernel/numa_balancing").exists() {
             assert!(btf.offset_of("task_struct", "node_stamp").is_some());
             assert!(btf.offset_of("mm_struct", "numa_scan_seq").is_some());
-            assert!(btf.func_params("task_numa_fault") == Some(4));
+            let sig = btf.func_signature("task_numa_fault").unwrap();
+            let names: Vec<&str> = sig.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(names, ["last_cpupid", "mem_node", "pages", "flags"]);
         }
     }
 }

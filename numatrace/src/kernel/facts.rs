@@ -9,15 +9,18 @@ use std::{
     path::Path,
 };
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::tracefs::{Format, Tracefs, TracefsError};
+use super::{
+    btf::BtfParam,
+    tracefs::{Format, Tracefs, TracefsError},
+};
 use crate::catalogue::{HOOKS, HookKind};
 
 pub use super::version::KernelVersion;
 
 /// Outcome of loading the do-nothing fentry program against one function.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum FentryTest {
     Loaded,
@@ -26,7 +29,7 @@ pub enum FentryTest {
 }
 
 /// Everything the plan needs to know about the running kernel.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct KernelFacts {
     pub release: String,
     pub version: KernelVersion,
@@ -41,11 +44,10 @@ pub struct KernelFacts {
     pub scan_ranges: BTreeMap<String, [u64; 2]>,
     /// Kernel struct fields the function hooks read: byte offset from BTF, `None` if absent.
     pub btf_fields: BTreeMap<String, Option<u32>>,
-    /// Parameter count of the migrate_misplaced_* function this kernel has.
-    pub migrate_params: Option<u32>,
-    /// The struct mpol_misplaced's second parameter points to (`vm_area_struct`, or
-    /// `vm_fault` from 6.11).
-    pub mpol_arg1: Option<String>,
+    /// Parameters (name, C type) of the catalogue's functions that have BTF: which argument
+    /// is which is read from here, by name.
+    #[serde(default)]
+    pub btf_signatures: BTreeMap<String, Vec<BtfParam>>,
     /// Address of the kernel variable `vmemmap_base` (randomized memory layouts).
     pub vmemmap_base_sym: Option<u64>,
     /// PFN ranges per node, for the source node of migrations.
@@ -64,7 +66,7 @@ pub struct KernelFacts {
     pub tracefs: Option<String>,
     pub tracefs_mounted_by_us: bool,
     /// Formats of the catalogue's tracepoints that exist, by `category:name`.
-    #[serde(skip)]
+    #[serde(default)]
     pub tracepoints: BTreeMap<String, Format>,
     /// Per function: whether a do-nothing fentry program loads there.
     pub fentry: BTreeMap<String, FentryTest>,
@@ -78,7 +80,7 @@ pub fn catalogue_functions() -> impl Iterator<Item = &'static str> {
     HOOKS
         .iter()
         .flat_map(|h| match h.kind {
-            HookKind::Function { symbols } => symbols,
+            HookKind::Function { symbols, .. } => symbols,
             HookKind::Tracepoint { .. } | HookKind::BtfTracepoint { .. } | HookKind::Sampling => {
                 &[]
             }
@@ -260,14 +262,12 @@ impl KernelFacts {
                 (format!("{st}.{path}"), off)
             })
             .collect();
-        let migrate_params = btf.as_ref().and_then(|b| {
-            ["migrate_misplaced_folio", "migrate_misplaced_page"]
+        let btf_signatures = btf.as_ref().map_or_else(BTreeMap::new, |b| {
+            wanted
                 .iter()
-                .find_map(|f| b.func_params(f))
+                .filter_map(|f| Some(((*f).to_owned(), b.func_signature(f)?)))
+                .collect()
         });
-        let mpol_arg1 = btf
-            .as_ref()
-            .and_then(|b| b.func_param_struct("mpol_misplaced", 1).map(str::to_owned));
         let page_head_bit = btf
             .as_ref()
             .and_then(|b| b.enum_value("pageflags", "PG_head"))
@@ -329,8 +329,7 @@ impl KernelFacts {
             kallsyms,
             scan_ranges,
             btf_fields,
-            migrate_params,
-            mpol_arg1,
+            btf_signatures,
             page_head_bit,
             page_size,
             btf_tracepoints,

@@ -90,7 +90,7 @@ fn mount_tracefs(at: &Path) -> std::io::Result<()> {
 }
 
 /// One field of a tracepoint record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Field {
     pub offset: u32,
     pub size: u32,
@@ -98,7 +98,7 @@ pub struct Field {
 }
 
 /// The fields of a tracepoint record by name, parsed from its tracefs `format` file.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Format {
     pub id: Option<u32>,
     pub fields: BTreeMap<String, Field>,

@@ -1,9 +1,9 @@
 //! Kernel versions: what the catalogue and the facts both speak of.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// `major.minor.patch` of the running kernel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct KernelVersion {
     pub major: u32,
     pub minor: u32,

@@ -51,9 +51,27 @@ pub fn numatrace(args: &[&str]) -> Output {
         .expect("running numatrace")
 }
 
-/// `numatrace probes --json`.
+/// `numatrace probes --json`: in the QEMU guests, the report /init saved once (every load of
+/// the programs costs seconds under emulation; the report is the same for the same kernel).
 pub fn probes() -> serde_json::Value {
+    if let Ok(path) = std::env::var("NUMATRACE_PROBES_JSON") {
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        return serde_json::from_str(&text).expect("probes JSON");
+    }
     serde_json::from_slice(&numatrace(&["probes", "--json"]).stdout).expect("probes JSON")
+}
+
+/// In the QEMU guests (`NUMATRACE_IN_GUEST`), skips a test the host run covers: one with no
+/// path specific to a kernel line (so every guest runs the same set, in less time).
+pub fn host_covers(test: &str) -> bool {
+    let guest = std::env::var_os("NUMATRACE_IN_GUEST").is_some();
+    if guest {
+        skip(
+            test,
+            "covered by the host run (nothing in it depends on the kernel line)",
+        );
+    }
+    guest
 }
 
 /// The hook called `name` in a probes report.
