@@ -22,3 +22,12 @@ pub mod serve;
 pub mod sources;
 pub mod spawn;
 pub mod top;
+
+/// Panics when `NUMATRACE_TEST_PANIC` names this point (`attach`: every program attached;
+/// `frame`: `top` drew its first frame). For the reliability suite, which checks that a panic
+/// leaves nothing attached in the kernel and the terminal restored; unset, it does nothing.
+pub fn test_panic(point: &str) {
+    if std::env::var_os("NUMATRACE_TEST_PANIC").is_some_and(|v| v == point) {
+        panic!("NUMATRACE_TEST_PANIC={point}: forced panic");
+    }
+}

@@ -152,6 +152,16 @@ fn check_004_gives_the_documented_verdict() {
     // The flag is inherited across fork and kept across exec on every kernel since 3.15.
     assert_eq!(e["disabled.child"]["prctl_thp_disable"], 1, "{e}");
     assert_eq!(e["control.child"]["prctl_thp_disable"], 0, "{e}");
+    // A window in which neither run took a single hint fault (seen on 7.3 in TCG) proves
+    // nothing either way: the verdict must say so rather than claim the patch.
+    if e["control.hint_faults"] == 0 && e["disabled.hint_faults"] == 0 {
+        assert_eq!(c["verdict"], "not-exercised", "{c}");
+        common::skip(
+            "check_004_gives_the_documented_verdict",
+            "the reproducer drew no hint fault in its window on this kernel (not-exercised)",
+        );
+        return;
+    }
     assert_eq!(c["verdict"], "behaves-as-patched", "{c}");
     assert_eq!(e["disabled.thp_hint_faults"], 0, "{e}");
     assert!(e["control.thp_hint_faults"].as_u64().unwrap() > 0, "{e}");

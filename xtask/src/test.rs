@@ -41,13 +41,14 @@ pub fn run(tools: &Tools, lint: bool) -> Result<()> {
         ]))?;
     }
     // `top` is tested in a real terminal: tmux (and pgrep) from Debian; `serve`'s exposition
-    // and deploy/'s scrape config by promtool, from Debian's prometheus package. As root.
+    // and deploy/'s scrape config by promtool, from Debian's prometheus package; the kernel's
+    // BPF object lists by bpftool and mount namespaces by unshare (util-linux). As root.
     if crate::process::is_root() {
-        crate::vm::ensure_packages(&["tmux", "procps", "prometheus"])?;
+        crate::vm::ensure_packages(&["tmux", "procps", "prometheus", "bpftool", "util-linux"])?;
     } else {
         eprintln!(
-            "xtask: not root: tmux and promtool are not installed, the terminal test of `top` \
-             and the promtool checks will skip"
+            "xtask: not root: tmux, promtool and bpftool are not installed, the terminal test \
+             of `top`, the promtool checks and the reliability suite will skip"
         );
     }
     // Real-kernel tests share kernel state (sysctls, tracefs, attached programs): one at a time.

@@ -67,6 +67,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ),
     ("privileges", "command-line errors"),
     (
+        "reliability",
+        "ends by signal and panic, hostile mounts: checked in the host kernel's BPF object lists",
+    ),
+    (
         "scan_share",
         "the sampling fallback, never used where task_numa_work is hooked",
     ),

@@ -485,6 +485,8 @@ async fn run_tui(
         if let Err(e) = terminal.draw(|f| ui::draw(f, &app, &shown, &rows, &ctx)) {
             break Err(e.into());
         }
+        // The reliability suite's forced panic with the terminal in raw mode.
+        crate::test_panic("frame");
         tokio::select! {
             _ = tick.tick() => {
                 let detail = if app.detail.is_some() { Detail::Full } else { Detail::Summary };
