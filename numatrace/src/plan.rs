@@ -268,7 +268,8 @@ fn arg_position(sig: &[BtfParam], names: &str) -> Option<u32> {
         .map(|i| i as u32)
 }
 
-fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
+/// `fentry`: whether fentry may be chosen at all (not after its programs were refused).
+fn plan_function(facts: &KernelFacts, spec: HookSpec, fentry: bool) -> HookPlan {
     let HookKind::Function { symbols, args } = spec.kind else {
         unreachable!("plan_function called for another kind of hook")
     };
@@ -300,7 +301,9 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec) -> HookPlan {
     let names: Vec<&str> = sig.map_or_else(Vec::new, |s| s.iter().map(|p| &*p.name).collect());
     let variant = variants.iter().position(|v| v.matches(&names));
 
-    let fentry_ok = if !facts.btf_vmlinux {
+    let fentry_ok = if !fentry {
+        false
+    } else if !facts.btf_vmlinux {
         reasons.push("fentry: no kernel BTF (/sys/kernel/btf/vmlinux)".into());
         false
     } else if !facts.btf_functions.contains(*sym) {
@@ -385,9 +388,7 @@ pub fn kprobe_fallback(facts: &KernelFacts, h: &HookPlan) -> Option<HookPlan> {
     if h.mechanism != Mechanism::Fentry {
         return None;
     }
-    let mut f = facts.clone();
-    f.btf_vmlinux = false;
-    let k = plan_function(&f, h.spec);
+    let k = plan_function(facts, h.spec, false);
     (k.mechanism == Mechanism::Kprobe).then(|| HookPlan {
         mechanism: Mechanism::Kprobe,
         reasons: h.reasons.clone(),
@@ -633,7 +634,7 @@ pub fn plan(facts: &KernelFacts) -> Plan {
         let h = match spec.kind {
             HookKind::Tracepoint { .. } => plan_tracepoint(facts, *spec, &mut offsets),
             HookKind::Function { .. } => {
-                let mut h = plan_function(facts, *spec);
+                let mut h = plan_function(facts, *spec, true);
                 field_notes(facts, &mut h);
                 h
             }

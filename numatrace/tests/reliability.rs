@@ -226,13 +226,7 @@ fn end_one(cmd: &str, end: End, before: &Objects) -> String {
             assert!(err.contains("forced panic"), "{cmd}: {err}");
         }
     }
-    // The kernel frees programs and maps once the last reference goes (after RCU).
-    let mut left = Vec::new();
-    let gone = wait_until(Duration::from_secs(10), || {
-        left = Objects::read().unwrap().new_of_ours(before);
-        left.is_empty()
-    });
-    assert!(gone, "{cmd} {end:?} left in the kernel: {left:?}");
+    assert_nothing_left(before, &format!("{cmd} {end:?}"));
     assert_eq!(
         tunables(),
         tun_before,
@@ -240,6 +234,17 @@ fn end_one(cmd: &str, end: End, before: &Objects) -> String {
     );
     let _ = fs::remove_dir_all(&dir);
     format!("{cmd:<7} {end:<12} {status}: nothing left, tunables unchanged")
+}
+
+/// None of numatrace's objects created since `before` is in the kernel any more (it frees
+/// programs and maps once the last reference goes, after RCU: allowed a few seconds).
+fn assert_nothing_left(before: &Objects, what: &str) {
+    let mut left = Vec::new();
+    let gone = wait_until(Duration::from_secs(10), || {
+        left = Objects::read().unwrap().new_of_ours(before);
+        left.is_empty()
+    });
+    assert!(gone, "{what} left in the kernel: {left:?}");
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
@@ -430,12 +435,5 @@ fn two_instances_at_once() {
         let v = probes_json(&out, "one of two stats");
         assert_eq!(v["schema"], "numatrace.stat/1");
     }
-    let mut left = Vec::new();
-    assert!(
-        wait_until(Duration::from_secs(10), || {
-            left = Objects::read().unwrap().new_of_ours(&before);
-            left.is_empty()
-        }),
-        "left: {left:?}"
-    );
+    assert_nothing_left(&before, "two stats");
 }
