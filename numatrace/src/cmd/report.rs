@@ -108,8 +108,11 @@ impl Report {
         let c = &self.capture;
         let mut s = String::new();
         // From the file: any number, so nothing here may panic on it.
+        // humantime's RFC 3339 Display fails (an error, so a panic in `to_string`) from year 10000.
+        const YEAR_10000_S: u64 = 253_402_300_800;
         let when = std::time::Duration::try_from_secs_f64(c.recorded_unix_s)
             .ok()
+            .filter(|d| d.as_secs() < YEAR_10000_S)
             .and_then(|d| std::time::UNIX_EPOCH.checked_add(d))
             .map_or_else(
                 || "an unknown time".to_owned(),
