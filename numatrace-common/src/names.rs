@@ -117,6 +117,14 @@ pub const MAX_VMAS: u32 = 16384;
 /// accepts fentry there (and with which errno it refuses).
 pub const PROG_FENTRY_PROBE: &str = "fentry_probe";
 
+/// Do-nothing programs of each type (`fentry_probe` is the fentry one), for the benchmark's
+/// floor: the cost of any program of that type on the same hook.
+pub const PROG_FLOOR_TRACEPOINT: &str = "tp_floor";
+pub const PROG_FLOOR_KPROBE: &str = "kprobe_floor";
+pub const PROG_FLOOR_KRETPROBE: &str = "kretprobe_floor";
+pub const PROG_FLOOR_FEXIT: &str = "fexit_floor";
+pub const PROG_FLOOR_BTF_TRACEPOINT: &str = "btf_floor";
+
 /// tp_btf program on `sched_skip_vma_numa`: the scan-sequence gap of pid_inactive skips.
 pub const PROG_BTF_SKIP_VMA_GAP: &str = "btf_skip_vma_gap";
 pub const GLOBAL_GAP_OFFSETS: &str = "GAP_OFFSETS";
@@ -159,6 +167,11 @@ pub const PROGRAMS: &[&str] = &[
     PROG_SAMPLE,
     PROG_FENTRY_PROBE,
     PROG_BTF_SKIP_VMA_GAP,
+    PROG_FLOOR_TRACEPOINT,
+    PROG_FLOOR_KPROBE,
+    PROG_FLOOR_KRETPROBE,
+    PROG_FLOOR_FEXIT,
+    PROG_FLOOR_BTF_TRACEPOINT,
 ];
 
 /// Every map name above.

@@ -6,6 +6,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod floor;
 mod functions;
 mod gaps;
 mod sampling;

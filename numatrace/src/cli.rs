@@ -131,7 +131,9 @@ pub enum Command {
     /// (PR_SET_THP_DISABLE): THP state inherited across fork and exec, and no THP hint faults
     /// in THP-disabled processes, against a control.
     ///
-    /// The reproducers of 002 and 003 set fast scan tunables (debugfs) and restore them. All
+    /// The reproducers of 002 and 003 set fast scan tunables (debugfs) and restore them; if
+    /// check is killed outright (SIGKILL), the next check says so and `check
+    /// --restore-tunables` restores them. All
     /// but 002 need the function hooks (fentry or kprobes); all need kernel.numa_balancing=1,
     /// and 000 and 001 also 2+ NUMA nodes.
     Check(CheckArgs),
@@ -159,6 +161,11 @@ pub struct CheckArgs {
     /// MiB in seed 000's reproducer array.
     #[arg(long, default_value_t = 32)]
     pub mem_mib: usize,
+
+    /// Put back the NUMA balancing tunables a killed `check` left changed (their original
+    /// values are kept in /run/numatrace/tunables.saved while a reproducer runs), and exit.
+    #[arg(long, conflicts_with_all = ["command", "reproduce", "json"])]
+    pub restore_tunables: bool,
 
     /// Judge your own workload instead, after `--`.
     #[arg(last = true, value_name = "COMMAND")]

@@ -269,3 +269,132 @@ fn check_002_gives_the_documented_verdict() {
         assert!(ms < 4000.0, "{e}");
     }
 }
+
+/// Where `check` keeps the tunables' original values while it has them changed.
+const SAVED: &str = "/run/numatrace/tunables.saved";
+
+/// Puts tunables back through the documented command if a test left them changed.
+struct RestoreOnDrop;
+
+impl Drop for RestoreOnDrop {
+    fn drop(&mut self) {
+        if std::path::Path::new(SAVED).exists() {
+            let _ = std::process::Command::new(common::numatrace_bin())
+                .args(["check", "--restore-tunables"])
+                .status();
+        }
+    }
+}
+
+/// SIGKILL runs no destructor: a `check` killed while its reproducer has the scan tunables
+/// changed leaves them changed. The next numatrace says so, and one documented command
+/// (`check --restore-tunables`) puts every one back.
+#[test]
+fn a_killed_check_leaves_its_tunables_restorable_with_one_command() {
+    use std::{
+        os::unix::process::CommandExt as _,
+        process::{Command, Stdio},
+        time::Duration,
+    };
+    const TEST: &str = "a_killed_check_leaves_its_tunables_restorable_with_one_command";
+    require_root!(TEST);
+    if common::other_line_covers(TEST) {
+        return;
+    }
+    // Readable and writable tunables (a locked-down debugfs refuses even reads).
+    let before = tunables();
+    if before.is_empty() {
+        common::skip(TEST, "no readable NUMA balancing scan tunables here");
+        return;
+    }
+    if std::path::Path::new(SAVED).exists() {
+        common::skip(
+            TEST,
+            format!("{SAVED} exists: another numatrace check has tunables changed right now"),
+        );
+        return;
+    }
+    let _restore = RestoreOnDrop;
+    // Its own process group: the reproducer it forks dies with it.
+    let mut check = Command::new(common::numatrace_bin())
+        .args(["check", "--patch", "003", "--duration", "60s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("numatrace check");
+    let changed = common::wait_until(Duration::from_secs(60), || {
+        tunables() != before && std::path::Path::new(SAVED).exists()
+    });
+    // SAFETY: kill(2) on the process group we created.
+    unsafe { libc::kill(-(check.id() as i32), libc::SIGKILL) };
+    let _ = check.wait();
+    assert!(changed, "check 003 never changed the scan tunables");
+    let left = tunables();
+    assert_ne!(
+        left, before,
+        "nothing to restore: SIGKILL came after check restored"
+    );
+    let saved = std::fs::read_to_string(SAVED).expect("the saved originals");
+    for (path, old) in &before {
+        if left.iter().any(|(p, v)| p == path && v != old) {
+            assert!(
+                saved.contains(&format!("{path}\t{old}\n")),
+                "{path}'s original {old} not saved:\n{saved}"
+            );
+        }
+    }
+    // The next numatrace says so, naming the command.
+    let probes = Command::new(common::numatrace_bin())
+        .args(["probes", "--json"])
+        .output()
+        .unwrap();
+    let warn = String::from_utf8_lossy(&probes.stderr);
+    assert!(
+        warn.contains("check --restore-tunables"),
+        "probes did not report the changed tunables:\n{warn}"
+    );
+    let out = Command::new(common::numatrace_bin())
+        .args(["check", "--restore-tunables"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("(restored)"), "{text}");
+    assert_eq!(tunables(), before, "not every tunable restored:\n{text}");
+    assert!(!std::path::Path::new(SAVED).exists(), "{SAVED} left behind");
+    // Once more: nothing to do, said so.
+    let again = Command::new(common::numatrace_bin())
+        .args(["check", "--restore-tunables"])
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to restore"));
+}
+
+/// The NUMA balancing scan tunables this kernel lets us read (debugfs, or the older sysctls).
+fn tunables() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (dir, prefix) in [
+        ("/sys/kernel/debug/sched/numa_balancing", ""),
+        ("/proc/sys/kernel", "numa_balancing_scan"),
+    ] {
+        if let Ok(d) = std::fs::read_dir(dir) {
+            for e in d.filter_map(Result::ok) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with(prefix)
+                    && let Ok(v) = std::fs::read_to_string(e.path())
+                {
+                    out.push((e.path().display().to_string(), v.trim().to_owned()));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}

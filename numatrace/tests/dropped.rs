@@ -96,3 +96,86 @@ fn a_full_vma_map_is_reported() {
     assert!(d["vma_map_full"].as_u64().unwrap() > 0, "{d}");
     assert!(d["total"].as_u64().unwrap() > 0, "{d}");
 }
+
+/// A reader that cannot keep up: numatrace is stopped (SIGSTOP) while a workload migrates
+/// thousands of pages, each a ring buffer record, into a 64 KiB ring. Records that find the
+/// ring full are counted as dropped, none vanishes: every migration record was either read
+/// or is among the drops; and the counts kept in kernel maps stay exact against /proc/vmstat.
+#[test]
+fn an_overflowing_ring_buffer_counts_its_drops_and_the_maps_stay_exact() {
+    const TEST: &str = "an_overflowing_ring_buffer_counts_its_drops_and_the_maps_stay_exact";
+    require_root!(TEST);
+    if common::other_line_covers(TEST) {
+        return;
+    }
+    let Some(_probes) = common::migrating_guest(TEST) else {
+        return;
+    };
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let v = common::stat_window_pid(&[], &["--ringbuf-size", "65536"], |pid| {
+        // SAFETY: kill(2) on the numatrace the window started.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        run(&["migrate", "--mem-mib", "32", "--duration", "8s"]);
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    });
+    let (d, seen, t) = (&v["dropped"], &v["kernel_seen"], &v["totals"]);
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or(0);
+    let produced = n(&seen["migrate_numa"]);
+    println!(
+        "dropped {d}; migrate_pages records produced {produced}; received {}",
+        v["events_received"]
+    );
+    if produced < 2048 {
+        common::skip(
+            TEST,
+            format!("only {produced} migrate_pages records: too few to fill a 64 KiB ring"),
+        );
+        return;
+    }
+    let full = n(&d["ringbuf_full"]);
+    assert!(
+        full > 0,
+        "{produced} records into a 64 KiB ring while stopped, none dropped: {d}"
+    );
+    assert!(n(&d["total"]) >= full, "{d}");
+    // Every record produced was read or counted as dropped.
+    let read = n(&v["events_received"]["migrate_pages"]);
+    assert!(
+        read + full >= produced,
+        "{produced} migrate_pages records: {read} read, {full} dropped in all"
+    );
+    assert!(read < produced, "all {produced} read, yet {full} dropped");
+    // The maps do not go through the ring: exact, as without the flood.
+    for (path, counter) in [
+        (&["hint_faults", "faults"][..], "hint_faults"),
+        (&["hint_faults", "local"][..], "hint_faults_local"),
+        (
+            &["hint_faults", "migrated_pages"][..],
+            "hint_migrated_pages",
+        ),
+        (&["scan", "pte_updates"][..], "pte_updates"),
+    ] {
+        let traced = n(path.iter().fold(t, |x, k| &x[*k]));
+        assert_eq!(
+            traced,
+            n(&seen[counter]),
+            "{path:?} vs kernel_seen.{counter}"
+        );
+        let ours = traced + n(path.iter().fold(&v["self"], |x, k| &x[*k]));
+        let vm = format!(
+            "numa_{}",
+            match counter {
+                "hint_faults" => "hint_faults",
+                "hint_faults_local" => "hint_faults_local",
+                "hint_migrated_pages" => "pages_migrated",
+                _ => "pte_updates",
+            }
+        );
+        let (lo, hi) = (n(&v["vmstat_delta_min"][&vm]), n(&v["vmstat_delta"][&vm]));
+        assert!(
+            (lo..=hi).contains(&ours),
+            "{path:?}: numatrace {ours}, /proc/vmstat {vm} in [{lo}, {hi}]"
+        );
+    }
+}

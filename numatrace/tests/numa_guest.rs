@@ -88,15 +88,23 @@ fn agrees_with_vmstat(how: &str, v: &serde_json::Value) {
         v,
         "numa_pte_updates",
     );
-    bracketed(
+    // A hint fault whose migration failed and whose PTE/PMD then changed returns without
+    // task_numa_fault (mm/memory.c do_numa_page, mm/huge_memory.c do_huge_pmd_numa_page:
+    // `if (!pte_same(...)) return 0;` after the failed migrate_misplaced_folio), though the
+    // kernel counted it in numa_hint_faults: at most one per failed migration, which
+    // numatrace counts from migrate_misplaced's return (seen on 7.3: 1 in 8 224).
+    let failed = ours(v, &["migrations", "attempts"]) - ours(v, &["migrations", "succeeded"]);
+    bracketed_with(
         &format!("hint faults ({how})"),
         ours(v, &["hint_faults", "faults"]),
+        failed,
         v,
         "numa_hint_faults",
     );
-    bracketed(
+    bracketed_with(
         &format!("local hint faults ({how})"),
         ours(v, &["hint_faults", "local"]),
+        failed,
         v,
         "numa_hint_faults_local",
     );
@@ -173,17 +181,23 @@ fn all_function_hooks_attached(probes: &serde_json::Value, mechanism: Option<&st
 /// of the window reads /proc/vmstat just before and just after the kernel maps), and so must
 /// numatrace's, numatrace itself included: exact, no tolerance.
 fn bracketed(what: &str, ours: u64, v: &serde_json::Value, counter: &str) {
+    bracketed_with(what, ours, 0, v, counter);
+}
+
+/// [`bracketed`], where the kernel may count up to `unreported` events numatrace cannot see:
+/// `ours` ≤ the kernel's count ≤ `ours + unreported`.
+fn bracketed_with(what: &str, ours: u64, unreported: u64, v: &serde_json::Value, counter: &str) {
     let (lo, hi) = (
         n(&v["vmstat_delta_min"][counter]),
         n(&v["vmstat_delta"][counter]),
     );
     println!(
-        "{what}: numatrace {ours} (self {}), /proc/vmstat in [{lo}, {hi}]",
+        "{what}: numatrace {ours} (self {}, at most {unreported} unreported), /proc/vmstat in [{lo}, {hi}]",
         v["self"]["hint_faults"]["faults"]
     );
     assert!(
-        (lo..=hi).contains(&ours),
-        "{what}: numatrace {ours} outside the kernel's [{lo}, {hi}]"
+        ours <= hi && ours + unreported >= lo,
+        "{what}: numatrace {ours} (+ at most {unreported} unreported) outside the kernel's [{lo}, {hi}]"
     );
 }
 
@@ -412,4 +426,78 @@ fn kprobe_fallback_agrees_with_vmstat() {
         ],
     );
     agrees_with_vmstat("kprobe", &v);
+}
+
+/// Runs a small migrating process to its end; its pid.
+fn migrate_once() -> u32 {
+    let mut c = Command::new(workload_bin())
+        .args(["migrate", "--mem-mib", "16", "--duration", "4s"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = c.id();
+    assert!(c.wait().unwrap().success());
+    pid
+}
+
+/// Pid reuse: with a small pid_max the allocator wraps, and a second migrating process gets the
+/// pid of a first one that has exited. numatrace must show two tasks (told apart by when their
+/// kernel entries were created), each with its own hint faults — never one merged task.
+#[test]
+fn a_reused_pid_is_two_tasks_never_one() {
+    const TEST: &str = "a_reused_pid_is_two_tasks_never_one";
+    require_root!(TEST);
+    if common::other_line_covers(TEST) {
+        return;
+    }
+    if !has_numa_nodes(TEST) {
+        return;
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    // Scan soon and often, so that each 4-second process takes hint faults.
+    let (_tunables, notes) = ::numatrace::kernel::tunables::Tunables::set(&[
+        ("scan_delay_ms", "100"),
+        ("scan_period_min_ms", "100"),
+    ]);
+    println!("tunables: {notes:?}");
+    let _pid_max = Sysctl::set("kernel.pid_max", "4096").unwrap();
+    let mut reused = None;
+    let v = common::stat_window(&[], &[], || {
+        let first = migrate_once();
+        for _ in 0..3 {
+            // Walk the allocator round to just before `first` (it hands out pids in order).
+            for _ in 0..10_000 {
+                let mut c = Command::new("true").spawn().unwrap();
+                let p = c.id();
+                c.wait().unwrap();
+                if p + 1 == first {
+                    break;
+                }
+            }
+            let second = migrate_once();
+            if second == first {
+                reused = Some(first);
+                break;
+            }
+        }
+    });
+    let Some(pid) = reused else {
+        common::skip(TEST, "the second process never got the first one's pid");
+        return;
+    };
+    let tasks: Vec<&serde_json::Value> = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["pid"] == pid)
+        .collect();
+    println!("pid {pid}: {tasks:#?}");
+    assert_eq!(tasks.len(), 2, "pid {pid} reused: not two tasks");
+    assert_ne!(tasks[0]["first_ns"], tasks[1]["first_ns"]);
+    for t in &tasks {
+        assert!(
+            n(&t["hint_faults"]["faults"]) > 0,
+            "a task of pid {pid} without its own hint faults: {t}"
+        );
+    }
 }

@@ -211,6 +211,55 @@ fn top_in_a_real_terminal_shows_the_workload_and_restores_the_terminal() {
     let _ = w.wait();
 }
 
+/// A panic while the TUI owns the terminal (raw mode, alternate screen): the panic message is
+/// readable in the shell afterwards, the terminal modes are as before, the exit code is 101.
+#[test]
+fn a_panic_in_the_terminal_ui_restores_the_terminal() {
+    const TEST: &str = "a_panic_in_the_terminal_ui_restores_the_terminal";
+    require_root!(TEST);
+    if Command::new("tmux").arg("-V").output().is_err() {
+        common::skip(
+            TEST,
+            "tmux is not installed (`cargo xtask test` installs it as root)",
+        );
+        return;
+    }
+    let s = Session::new();
+    s.wait_for("the shell", Duration::from_secs(10), |t| {
+        t.contains("ready$")
+    });
+    let before = s.stty("before");
+    s.send(&["clear", "Enter"]);
+    s.send(&[
+        &format!(
+            "NUMATRACE_TEST_PANIC=frame {} top -d 1; echo exit=$?",
+            numatrace_bin()
+        ),
+        "Enter",
+    ]);
+    // The command line itself holds `exit=$?`: wait for the echoed line.
+    let shown = s.wait_for("the shell after the panic", Duration::from_secs(60), |t| {
+        t.lines().any(|l| l.trim_start().starts_with("exit="))
+    });
+    assert!(
+        shown.contains("exit=101"),
+        "not a panic's exit code:\n{shown}"
+    );
+    assert!(
+        shown.contains("NUMATRACE_TEST_PANIC=frame: forced panic"),
+        "the panic message is not readable on the restored screen:\n{shown}"
+    );
+    assert!(
+        !shown.contains("SCAN%"),
+        "the TUI's frame is still on the screen (alternate screen not left):\n{shown}"
+    );
+    assert_eq!(
+        s.stty("after-panic"),
+        before,
+        "the panic left the terminal modes changed"
+    );
+}
+
 #[test]
 fn batch_frames_work_in_a_pipe() {
     const TEST: &str = "batch_frames_work_in_a_pipe";

@@ -1,6 +1,7 @@
 //! numatrace's developer entry point: `cargo xtask <step>`. Every step installs what it needs
 //! first (idempotently), so a fresh machine needs nothing but this repository and rustup.
 
+mod bench;
 mod cmd;
 mod process;
 mod setup;
@@ -41,6 +42,33 @@ enum Step {
         /// Skip the QEMU guests.
         #[arg(long)]
         no_vm: bool,
+    },
+    /// Benchmarks (BENCHMARKS.md): per-program kernel cost against empty programs, workload
+    /// overhead untraced / under each command / under bpftrace, and the daemon's CPU, memory
+    /// and start-up time with 100 to 10 000 live tasks, in a 2-node QEMU guest (plus per-program
+    /// costs on the host). Prints the tables; writes target/bench/results.{md,jsonl}. Root.
+    Bench {
+        /// Kernel line of the guest.
+        #[arg(long, default_value = "6.12")]
+        kernel: String,
+        /// Rounds of the overhead comparison (configurations in rotating order).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Each workload run of the overhead comparison.
+        #[arg(long, default_value = "4s")]
+        duration: String,
+        /// Live task counts for the daemon cost.
+        #[arg(long, default_value = "100,1000,10000")]
+        tasks: String,
+        /// Measuring window of each daemon-cost run.
+        #[arg(long, default_value = "10s")]
+        window: String,
+        /// Only these phases (programs, overhead, daemon).
+        #[arg(long, value_delimiter = ',')]
+        phases: Vec<String>,
+        /// Skip the host's per-program costs.
+        #[arg(long)]
+        no_host: bool,
     },
     /// Run the real-kernel tests in 2-node QEMU guests, one boot per kernel line: Debian's
     /// newest 5.10, 6.1, 6.12 and 7.x cloud kernels (from the mirror's package indexes) and
@@ -95,5 +123,25 @@ fn run(cli: Cli) -> Result<()> {
             only,
             filter,
         } => vm::run(&tools, &kernels, &only, filter.as_deref()),
+        Step::Bench {
+            kernel,
+            rounds,
+            duration,
+            tasks,
+            window,
+            phases,
+            no_host,
+        } => bench::run(
+            &tools,
+            &bench::Opts {
+                kernel,
+                rounds,
+                duration,
+                tasks,
+                window,
+                phases,
+                no_host,
+            },
+        ),
     }
 }

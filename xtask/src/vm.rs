@@ -25,11 +25,14 @@ use crate::{
 };
 
 pub const MUSL: &str = "x86_64-unknown-linux-musl";
+/// The kernel line whose guest also runs the tests that need 2 nodes but nothing of a line.
+const PRIMARY_LINE: &str = "6.12";
+
 /// A guest that has not powered off by then has hung.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
-struct GuestKernel {
-    label: &'static str,
+pub struct GuestKernel {
+    pub label: &'static str,
     source: KernelSource,
     /// Test binaries not run on this kernel, with why.
     skip: &'static [(&'static str, &'static str)],
@@ -76,7 +79,7 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ),
 ];
 
-const KERNELS: [GuestKernel; 5] = [
+pub const KERNELS: [GuestKernel; 5] = [
     GuestKernel {
         label: "5.10",
         source: KernelSource::Index {
@@ -320,7 +323,7 @@ fn find_vmlinuz(root: &Path) -> Option<PathBuf> {
 /// The kernel image of `k`, downloaded once into the cache (keyed by package name). From a
 /// package index, the newest package whose file the mirror serves (an index can name a file
 /// its pool no longer has, as bullseye-security does for 5.10).
-fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
+pub fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
     let candidates: Vec<(String, String, Option<&str>)> = match &k.source {
         KernelSource::Index {
             suites,
@@ -486,7 +489,9 @@ fn build_static_tests(tools: &Tools) -> Result<BTreeMap<String, PathBuf>> {
     Ok(tests)
 }
 
-const INIT: &str = r#"#!/bin/busybox sh
+/// The start of every guest's /init: busybox, the kernel filesystems a distribution mounts,
+/// loopback up (`serve` is scraped on 127.0.0.1).
+pub const INIT_SETUP: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
@@ -495,8 +500,11 @@ mount -t tmpfs tmp /tmp
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
-# Loopback up, as any distribution brings it: `serve` is scraped on 127.0.0.1.
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+"#;
+
+/// The rest of the test guests' /init (after [`INIT_SETUP`]).
+const INIT: &str = r#"
 export PATH=/bin:/numatrace/bin HOME=/tmp TMPDIR=/tmp RUST_BACKTRACE=1
 export NUMATRACE_BIN=/numatrace/bin/numatrace NUMATRACE_WORKLOAD_BIN=/numatrace/bin/numatrace-workload
 # Captures a test leaves here are printed (base64) for the host to read them back.
@@ -510,6 +518,8 @@ numatrace probes --facts > /tmp/captures/facts.json
 # the tests the host run covers (no path specific to a kernel line) skip, saying so.
 numatrace probes --json > /tmp/probes.json
 export NUMATRACE_PROBES_JSON=/tmp/probes.json NUMATRACE_IN_GUEST=1
+# Tests that need 2 nodes but nothing of a kernel line run on the primary line only.
+grep -q 'numatrace.primary=1' /proc/cmdline && export NUMATRACE_PRIMARY_LINE=1
 skip=$(sed -n 's/.*numatrace\.skip=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
 for t in /numatrace/tests/*; do
   name=$(basename "$t")
@@ -546,30 +556,41 @@ fn pack_initramfs(
     filter: Option<&str>,
     out: &Path,
 ) -> Result<()> {
+    let mut files: Vec<(PathBuf, PathBuf)> = ["numatrace", "numatrace-workload"]
+        .iter()
+        .map(|b| (bins.join(b), Path::new("numatrace/bin").join(b)))
+        .collect();
+    files.extend(
+        tests
+            .iter()
+            .map(|(name, exe)| (exe.clone(), Path::new("numatrace/tests").join(name))),
+    );
+    pack_root(
+        &files,
+        &format!(
+            "{INIT_SETUP}{}",
+            INIT.replace("__FILTER__", filter.unwrap_or_default())
+        ),
+        out,
+    )
+}
+
+/// A gzipped initramfs with busybox, `files` (source, path inside) and `init` as /init.
+pub fn pack_root(files: &[(PathBuf, PathBuf)], init: &str, out: &Path) -> Result<()> {
     let root = out.with_extension("d");
     let _ = fs::remove_dir_all(&root);
-    for d in [
-        "bin",
-        "proc",
-        "sys",
-        "dev",
-        "tmp",
-        "numatrace/bin",
-        "numatrace/tests",
-    ] {
+    for d in ["bin", "proc", "sys", "dev", "tmp"] {
         fs::create_dir_all(root.join(d))?;
     }
     fs::copy("/bin/busybox", root.join("bin/busybox")).context("busybox-static")?;
-    for b in ["numatrace", "numatrace-workload"] {
-        fs::copy(bins.join(b), root.join("numatrace/bin").join(b))?;
+    for (src, dest) in files {
+        let to = root.join(dest);
+        if let Some(dir) = to.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        fs::copy(src, &to).with_context(|| format!("copying {}", src.display()))?;
     }
-    for (name, exe) in tests {
-        fs::copy(exe, root.join("numatrace/tests").join(name))?;
-    }
-    fs::write(
-        root.join("init"),
-        INIT.replace("__FILTER__", filter.unwrap_or_default()),
-    )?;
+    fs::write(root.join("init"), init)?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
     check(
@@ -749,13 +770,35 @@ fn tcg_text_patch_flake(log: &str) -> bool {
 /// How QEMU runs the guest's vCPUs: one host thread each (the default, faster), or all on one
 /// thread, where emulated cross-modifying code is coherent (the retry after a text-patch flake).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Tcg {
+pub enum Tcg {
     Multi,
     Single,
 }
 
-fn boot(vmlinuz: &Path, initrd: &Path, skip: &[&str], log_path: &Path, tcg: Tcg) -> Result<String> {
+pub fn boot(
+    vmlinuz: &Path,
+    initrd: &Path,
+    skip: &[&str],
+    log_path: &Path,
+    tcg: Tcg,
+    primary: bool,
+) -> Result<String> {
+    boot_for(vmlinuz, initrd, skip, log_path, tcg, GUEST_TIMEOUT, primary)
+}
+
+pub fn boot_for(
+    vmlinuz: &Path,
+    initrd: &Path,
+    skip: &[&str],
+    log_path: &Path,
+    tcg: Tcg,
+    timeout: Duration,
+    primary: bool,
+) -> Result<String> {
     let mut append = "console=ttyS0 quiet numa_balancing=enable panic=-1 oops=panic".to_owned();
+    if primary {
+        append.push_str(" numatrace.primary=1");
+    }
     if !skip.is_empty() {
         append.push_str(&format!(" numatrace.skip={}", skip.join(",")));
     }
@@ -805,10 +848,10 @@ fn boot(vmlinuz: &Path, initrd: &Path, skip: &[&str], log_path: &Path, tcg: Tcg)
         if child.try_wait()?.is_some() {
             break;
         }
-        if start.elapsed() > GUEST_TIMEOUT {
+        if start.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
-            eprintln!("xtask: guest hung: killed after {GUEST_TIMEOUT:?}");
+            eprintln!("xtask: guest hung: killed after {timeout:?}");
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -861,7 +904,8 @@ pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&s
         eprintln!("xtask: booting {pkg} in a 2-node TCG guest");
         let skip: Vec<&str> = k.skip.iter().map(|(t, _)| *t).collect();
         let log_path = out.join(format!("{}.log", k.label));
-        let mut log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Multi)?;
+        let primary = k.label == PRIMARY_LINE;
+        let mut log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Multi, primary)?;
         let mut r = parse_console(&log);
         if !r.done && tcg_text_patch_flake(&log) {
             // Not numatrace: see `tcg_text_patch_flake`. Once, loudly; a second crash fails.
@@ -881,7 +925,7 @@ pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&s
                     first.display()
                 ),
             ));
-            log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Single)?;
+            log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Single, primary)?;
             r = parse_console(&log);
         }
         for name in tests.keys() {

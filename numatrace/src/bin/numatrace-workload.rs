@@ -151,6 +151,32 @@ enum Workload {
         #[arg(long)]
         thp: bool,
     },
+    /// Fault-heavy: many small threads, each first-touching its own buffer on one node and then
+    /// writing it from a CPU of another, for as long as asked: every scan makes each of its
+    /// pages a hinting fault, remote until NUMA balancing migrates it (needs 2+ nodes; run with
+    /// aggressive scan tunables for a high fault rate). Prints pages touched per second.
+    Remote {
+        #[arg(long, default_value_t = 16)]
+        threads: usize,
+        /// MiB per thread (4K pages).
+        #[arg(long, default_value_t = 4)]
+        mem_mib: usize,
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
+    /// Many live, mostly sleeping tasks: `tasks` threads over processes of at most
+    /// `per_process` threads, each writing its own page once per `period` (so that NUMA
+    /// balancing sees each of them). Prints `sleepers: ready N` once all exist.
+    Sleepers {
+        #[arg(long, default_value_t = 1000)]
+        tasks: usize,
+        #[arg(long, default_value_t = 1000)]
+        per_process: usize,
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        period: Duration,
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
     /// Many short-lived processes: `tasks` forks in all, at most `parallel` alive at once, each
     /// spinning `spin_ms` over a private buffer, then exiting (pid churn for the exporters).
     Churn {
@@ -618,6 +644,17 @@ fn main() -> Result<()> {
             parallel,
             spin_ms,
         } => churn(tasks, parallel.max(1), Duration::from_millis(spin_ms)),
+        Workload::Remote {
+            threads,
+            mem_mib,
+            duration,
+        } => remote(threads, mem_mib, duration),
+        Workload::Sleepers {
+            tasks,
+            per_process,
+            period,
+            duration,
+        } => sleepers(tasks, per_process.max(1), period, duration),
     }
 }
 
@@ -659,5 +696,142 @@ fn churn(tasks: usize, parallel: usize, spin: Duration) -> Result<()> {
         "churn: {tasks} processes in {:.1} s",
         start.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+fn remote(threads: usize, mem_mib: usize, duration: Duration) -> Result<()> {
+    let n = nodes();
+    if n < 2 {
+        anyhow::bail!("remote needs 2 or more NUMA nodes (this machine has {n})");
+    }
+    let cpus: Vec<usize> = (0..n).map(node_cpu).collect::<Result<_>>()?;
+    let bytes = mem_mib << 20;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let (home, away) = (cpus[i % cpus.len()], cpus[(i + 1) % cpus.len()]);
+            std::thread::spawn(move || -> Result<u64> {
+                set_thread_name(&format!("ntw-remote-{i}"));
+                pin_to_cpu(home)?;
+                let buf = anon_mapping(bytes, false)?;
+                for page in buf.chunks_mut(1024) {
+                    page[0] = 1;
+                }
+                pin_to_cpu(away)?;
+                Ok(touch_pages(&mut [buf], start + duration))
+            })
+        })
+        .collect();
+    let mut passes = 0;
+    for h in handles {
+        passes += h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a thread panicked"))??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let pages = passes as f64 * (bytes / 4096) as f64;
+    println!(
+        "remote: {threads} x {mem_mib} MiB, {passes} passes in {secs:.1} s, {:.3} M pages touched/s",
+        pages / secs / 1e6
+    );
+    Ok(())
+}
+
+/// One process of `sleepers`: `count` threads on small stacks, each writing its own page every
+/// `period` until `until`.
+fn sleeper_threads(count: usize, period: Duration, until: Instant) -> Result<()> {
+    let handles: Vec<_> = (0..count)
+        .map(|_| {
+            std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    let mut page = vec![0u8; 4096];
+                    while Instant::now() < until {
+                        page[0] = page[0].wrapping_add(1);
+                        std::hint::black_box(&page);
+                        std::thread::sleep(period);
+                    }
+                })
+                .context("spawning a sleeper thread")
+        })
+        .collect::<Result<_>>()?;
+    for h in handles {
+        let _ = h.join();
+    }
+    Ok(())
+}
+
+fn sleepers(tasks: usize, per_process: usize, period: Duration, duration: Duration) -> Result<()> {
+    let until = Instant::now() + duration;
+    let processes = tasks.div_ceil(per_process).max(1);
+    // Children first, while this process has one thread (fork copies only the caller).
+    let mut children = Vec::new();
+    for p in 1..processes {
+        let count = per_process.min(tasks - p * per_process);
+        // SAFETY: single-threaded here; the child runs its threads and exits without unwinding.
+        match unsafe { libc::fork() } {
+            0 => {
+                let code = i32::from(sleeper_threads(count, period, until).is_err());
+                // SAFETY: ends the forked child without running the parent's destructors.
+                unsafe { libc::_exit(code) }
+            }
+            -1 => return Err(std::io::Error::last_os_error()).context("fork"),
+            pid => children.push(pid),
+        }
+    }
+    let own = per_process.min(tasks);
+    let main = std::thread::spawn(move || sleeper_threads(own, period, until));
+    // Ready once every process has all its threads (/proc/PID/status: Threads).
+    let threads_of = |pid: i32| -> usize {
+        fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    };
+    let me = std::process::id() as i32;
+    while Instant::now() < until {
+        // A process that could not start its threads has exited: not ready, ever.
+        let child_gone = children.iter().any(|&c| {
+            // SAFETY: polls our own child without reaping anyone else.
+            unsafe { libc::waitpid(c, std::ptr::null_mut(), libc::WNOHANG) != 0 }
+        });
+        if main.is_finished() || child_gone {
+            for &c in &children {
+                // SAFETY: kills our own children, which would otherwise sleep on until `until`.
+                unsafe { libc::kill(c, libc::SIGKILL) };
+            }
+            anyhow::bail!("sleepers: not every thread could be started (see threads-max, pid_max)");
+        }
+        let live = threads_of(me).saturating_sub(2)
+            + children
+                .iter()
+                .map(|&c| threads_of(c).saturating_sub(1))
+                .sum::<usize>();
+        if live >= tasks {
+            println!("sleepers: ready {tasks} in {processes} processes");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    main.join()
+        .map_err(|_| anyhow::anyhow!("a thread panicked"))??;
+    let mut failed = 0;
+    for c in children {
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(c, &mut status, 0) };
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} sleeper process(es) failed");
+    }
     Ok(())
 }

@@ -185,7 +185,7 @@ fn load_err(e: ProgramError) -> String {
 }
 
 /// Loads and attaches one program; its type is in its name (see `plan::Programs`).
-fn attach_program(
+pub fn attach_program(
     ebpf: &mut Ebpf,
     program: &str,
     h: &HookPlan,

@@ -46,6 +46,23 @@ fn to_text(results: &[CheckResult]) -> String {
 }
 
 pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
+    use crate::kernel::tunables;
+    if args.restore_tunables {
+        let notes = tunables::restore_saved()
+            .map_err(|e| anyhow::anyhow!("restoring from {}: {e}", tunables::SAVED))?;
+        if notes.is_empty() {
+            println!("nothing to restore: no numatrace check left tunables changed");
+        }
+        for n in &notes {
+            println!("{n}");
+        }
+        return Ok(i32::from(
+            notes.iter().any(|n| n.contains("could not restore")),
+        ));
+    }
+    if let Some(w) = tunables::pending_warning() {
+        eprintln!("numatrace: warning: {w}");
+    }
     let mut signals = Signals::new()?;
     let mut results = Vec::new();
     for seed in SEEDS

@@ -11,6 +11,9 @@ use numatrace_common::DEFAULT_MAX_TASKS;
 
 /// Prints the report; returns the process exit code (1 when nothing could attach).
 pub fn run(json: bool, dump_facts: bool, no_fentry: bool) -> Result<i32> {
+    if let Some(w) = crate::kernel::tunables::pending_warning() {
+        eprintln!("numatrace: warning: {w}");
+    }
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let opts = LoadOptions {
         max_vmas: numatrace_common::MAX_VMAS,

@@ -32,6 +32,7 @@ use crate::{
     bpf::loader::{HookReport, LoadOptions, Session},
     kernel::{facts::KernelFacts, nodes::system_nodes, vmstat::Vmstat},
     model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
+    plan::Plan,
     sources::{cgroups::CgroupResolver, maps::Maps, procfs, ringbuf},
 };
 use accum::Accum;
@@ -90,6 +91,8 @@ pub struct Engine {
     ebpf: Ebpf,
     pub facts: KernelFacts,
     pub hooks: Vec<HookReport>,
+    /// The plan as executed (a hook that fell back to its kprobe has its kprobe plan here).
+    pub plan: Plan,
     maps: Maps,
     tracked: HashMap<MapData, u32, u8>,
     shared: Arc<Mutex<Shared>>,
@@ -142,7 +145,7 @@ impl Engine {
             mut ebpf,
             facts,
             hooks,
-            ..
+            plan,
         } = Session::start(facts, opts)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let logger = if opts.bpf_log {
@@ -181,6 +184,7 @@ impl Engine {
             ebpf,
             facts,
             hooks,
+            plan,
             maps,
             tracked,
             shared,

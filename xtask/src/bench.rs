@@ -1,0 +1,483 @@
+//! `cargo xtask bench`: numatrace-bench in a 2-node guest (and on the host for what attaches
+//! there), its results as tables against the targets of BENCHMARKS.md.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Result, bail};
+use serde_json::Value;
+
+use crate::{
+    process::output,
+    setup::{Tools, workspace_root},
+    vm,
+};
+
+pub struct Opts {
+    pub kernel: String,
+    pub rounds: usize,
+    pub duration: String,
+    pub tasks: String,
+    pub window: String,
+    /// Phases to run (programs, overhead, daemon); empty: all.
+    pub phases: Vec<String>,
+    pub no_host: bool,
+}
+
+/// After [`vm::INIT_SETUP`].
+const BENCH_INIT: &str = r#"
+export PATH=/bin:/numatrace/bin:/usr/bin HOME=/tmp TMPDIR=/tmp RUST_BACKTRACE=1
+ulimit -u unlimited 2>/dev/null
+echo 65536 > /proc/sys/kernel/pid_max
+echo 65536 > /proc/sys/kernel/threads-max
+echo "bench: kernel $(uname -r), nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
+__PHASES__
+echo "bench: DONE"
+poweroff -f
+"#;
+
+/// Debian's bpftrace and every library it loads, at their own paths.
+fn bpftrace_files() -> Result<Vec<(PathBuf, PathBuf)>> {
+    let bin = PathBuf::from("/usr/bin/bpftrace");
+    if !bin.exists() {
+        bail!("/usr/bin/bpftrace missing");
+    }
+    let ldd = output(Command::new("ldd").arg(&bin))?;
+    let mut files = vec![(bin.clone(), bin.strip_prefix("/")?.to_owned())];
+    for line in ldd.lines() {
+        // `libx.so.1 => /lib/x/libx.so.1 (0x...)` or `/lib64/ld-linux-x86-64.so.2 (0x...)`.
+        let path = line
+            .split("=>")
+            .last()
+            .and_then(|r| r.split_whitespace().next())
+            .filter(|p| p.starts_with('/'));
+        if let Some(p) = path {
+            let p = PathBuf::from(p);
+            files.push((p.clone(), p.strip_prefix("/")?.to_owned()));
+        }
+    }
+    Ok(files)
+}
+
+fn phase_lines(o: &Opts, bpftrace: bool) -> String {
+    let wants = |p: &str| o.phases.is_empty() || o.phases.iter().any(|x| x == p);
+    let bt = if bpftrace {
+        " --bpftrace /usr/bin/bpftrace"
+    } else {
+        ""
+    };
+    let mut s = String::new();
+    if wants("programs") {
+        let _ = writeln!(s, "numatrace-bench{bt} programs");
+    }
+    if wants("overhead") {
+        let _ = writeln!(
+            s,
+            "numatrace-bench{bt} overhead --rounds {} --duration {}",
+            o.rounds, o.duration
+        );
+    }
+    if wants("daemon") {
+        let _ = writeln!(
+            s,
+            "numatrace-bench daemon --tasks {} --window {}",
+            o.tasks, o.window
+        );
+    }
+    s
+}
+
+/// The `NUMATRACE-BENCH {json}` records in a log.
+fn records(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter_map(|l| {
+            let i = l.find("NUMATRACE-BENCH ")?;
+            serde_json::from_str(l[i + "NUMATRACE-BENCH ".len()..].trim_end_matches('\r')).ok()
+        })
+        .collect()
+}
+
+fn host_machine() -> String {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name")?.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let mem_gib = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1048576.0);
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpu}, {cores} cores, {mem_gib:.0} GiB, kernel {}",
+        kernel.trim()
+    )
+}
+
+pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
+    if !crate::process::is_root() {
+        bail!("bench needs root (guest boot, BPF statistics); run it as root");
+    }
+    let Some(k) = vm::KERNELS.iter().find(|k| k.label == o.kernel) else {
+        bail!("--kernel: no kernel line {}", o.kernel);
+    };
+    vm::ensure_packages(&[
+        "qemu-system-x86",
+        "busybox-static",
+        "cpio",
+        "curl",
+        "bpftrace",
+    ])?;
+    let bins = vm::build_static(tools)?;
+    let out = workspace_root().join("target/bench");
+    fs::create_dir_all(&out)?;
+    let mut files: Vec<(PathBuf, PathBuf)> = ["numatrace", "numatrace-workload", "numatrace-bench"]
+        .iter()
+        .map(|b| (bins.join(b), Path::new("numatrace/bin").join(b)))
+        .collect();
+    let bpftrace = match bpftrace_files() {
+        Ok(f) => {
+            files.extend(f);
+            true
+        }
+        Err(e) => {
+            eprintln!("xtask: bpftrace not put in the guest: {e:#}");
+            false
+        }
+    };
+    let initrd = out.join("initramfs.cpio.gz");
+    vm::pack_root(
+        &files,
+        &format!(
+            "{}{}",
+            vm::INIT_SETUP,
+            BENCH_INIT.replace("__PHASES__", &phase_lines(o, bpftrace))
+        ),
+        &initrd,
+    )?;
+    let (pkg, vmlinuz) = vm::kernel_image(k)?;
+    eprintln!("xtask: booting {pkg} in a 2-node TCG guest for the benchmarks");
+    let log_path = out.join(format!("{}.log", k.label));
+    let log = vm::boot_for(
+        &vmlinuz,
+        &initrd,
+        &[],
+        &log_path,
+        vm::Tcg::Multi,
+        Duration::from_secs(120 * 60),
+        false,
+    )?;
+    let guest = records(&log);
+    if !log.contains("bench: DONE") {
+        eprintln!(
+            "xtask: the guest did not finish (log: {})",
+            log_path.display()
+        );
+    }
+    let mut host = Vec::new();
+    if !o.no_host {
+        let wants = |p: &str| o.phases.is_empty() || o.phases.iter().any(|x| x == p);
+        let bench = |args: &[&str]| -> Vec<Value> {
+            let text = output(
+                Command::new(bins.join("numatrace-bench"))
+                    .arg("--numatrace")
+                    .arg(bins.join("numatrace"))
+                    .arg("--workload")
+                    .arg(bins.join("numatrace-workload"))
+                    .args(args),
+            );
+            match text {
+                Ok(t) => records(&t),
+                Err(e) => vec![serde_json::json!({"kind": "note", "text": format!("host: {e:#}")})],
+            }
+        };
+        if wants("programs") {
+            eprintln!("xtask: host: per-program costs of what attaches here");
+            host.extend(bench(&["programs", "--host"]));
+        }
+        if wants("daemon") {
+            eprintln!("xtask: host: daemon cost at native speed");
+            host.extend(bench(&[
+                "daemon", "--tasks", &o.tasks, "--window", &o.window,
+            ]));
+        }
+    }
+    let mut raw = String::new();
+    for (place, rs) in [("guest", &guest), ("host", &host)] {
+        for r in rs.iter() {
+            let _ = writeln!(raw, "{place} {r}");
+        }
+    }
+    fs::write(out.join("results.jsonl"), &raw)?;
+    let md = render(&host_machine(), &pkg, &guest, &host, o);
+    fs::write(out.join("results.md"), &md)?;
+    println!("{md}");
+    eprintln!(
+        "xtask: tables in {}, raw records in {}",
+        out.join("results.md").display(),
+        out.join("results.jsonl").display()
+    );
+    Ok(())
+}
+
+fn f(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "–".into(), |x| format!("{x:.digits$}"))
+}
+
+/// Hooks on the hint-fault and migration paths (the ≤ 1.3× floor target).
+fn on_fault_or_migration_path(hook: &str) -> bool {
+    [
+        "task_numa_fault",
+        "do_numa_page",
+        "do_huge_pmd_numa_page",
+        "migrate_misplaced",
+        "migrate:mm_migrate_pages",
+    ]
+    .iter()
+    .any(|h| hook.starts_with(h))
+}
+
+fn kind<'a>(rs: &'a [Value], k: &'a str) -> impl Iterator<Item = &'a Value> {
+    rs.iter().filter(move |r| r["kind"] == k)
+}
+
+fn program_table(s: &mut String, rs: &[Value]) {
+    let _ = writeln!(
+        s,
+        "| hook | mechanism | program | events | ns/event | empty program ns/event | ratio | target |\n|---|---|---|---:|---:|---:|---:|---|"
+    );
+    for r in kind(rs, "program") {
+        let hook = r["hook"].as_str().unwrap_or_default();
+        let (ns, floor) = (f(&r["ns_per_run"]), f(&r["floor_ns_per_run"]));
+        let ratio = ns.zip(floor).map(|(a, b)| a / b);
+        let target = if !on_fault_or_migration_path(hook) {
+            "–".to_owned()
+        } else {
+            match ratio {
+                Some(x) if x <= 1.3 => "≤ 1.3×: met".into(),
+                Some(_) => "≤ 1.3×: GAP (see below)".into(),
+                None => "≤ 1.3×: no events".into(),
+            }
+        };
+        let _ = writeln!(
+            s,
+            "| {hook} | {} | {} | {} | {} | {} | {} | {target} |",
+            r["mechanism"].as_str().unwrap_or_default(),
+            r["program"].as_str().unwrap_or_default(),
+            r["runs"],
+            fmt_opt(ns, 0),
+            fmt_opt(floor, 0),
+            fmt_opt(ratio, 2),
+        );
+    }
+    for r in kind(rs, "ring") {
+        let secs = f(&r["seconds"]).unwrap_or(f64::NAN);
+        let n = f(&r["records"]).unwrap_or(0.0);
+        let _ = writeln!(
+            s,
+            "\nRing buffer (record's event kinds on): {} records in {secs:.1} s ({:.0}/s), {} dropped.",
+            r["records"],
+            n / secs,
+            r["dropped"]
+        );
+    }
+}
+
+fn overhead_table(s: &mut String, rs: &[Value]) {
+    let _ = writeln!(
+        s,
+        "| workload | tracer | throughput ratio (median) | per round | target |\n|---|---|---:|---|---|"
+    );
+    let mut by_workload: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for r in kind(rs, "overhead") {
+        let (w, c) = (
+            r["workload"].as_str().unwrap_or_default(),
+            r["config"].as_str().unwrap_or_default(),
+        );
+        let m = f(&r["median"]);
+        if let Some(m) = m {
+            by_workload.entry(w.into()).or_default().insert(c.into(), m);
+        }
+        let rounds: Vec<String> = r["ratios"]
+            .as_array()
+            .map(|a| a.iter().map(|x| fmt_opt(x.as_f64(), 3)).collect())
+            .unwrap_or_default();
+        let target = match (c, m) {
+            ("bpftrace" | "empty programs", _) => "–".to_owned(),
+            (_, Some(x)) if x >= 0.99 => "≥ 0.99: met".into(),
+            (_, Some(_)) => "≥ 0.99: GAP".into(),
+            (_, None) => "not measured".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {w} | {c} | {} | {} | {target} |",
+            fmt_opt(m, 3),
+            rounds.join(" ")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nnumatrace's slowdown against bpftrace's (target: ≤ ½ of bpftrace's), per workload:\n"
+    );
+    for (w, cs) in &by_workload {
+        let Some(bt) = cs.get("bpftrace") else {
+            let _ = writeln!(s, "- {w}: bpftrace not measured");
+            continue;
+        };
+        let bt_slow = 1.0 - bt;
+        for c in ["stat", "top -b", "serve", "record"] {
+            if let Some(x) = cs.get(c) {
+                let slow = 1.0 - x;
+                let verdict = if slow <= 0.5 * bt_slow.max(0.0) || slow <= 0.0 {
+                    "met"
+                } else {
+                    "GAP"
+                };
+                let _ = writeln!(
+                    s,
+                    "- {w}: {c} {:.1} % vs bpftrace {:.1} %: {verdict}",
+                    slow * 100.0,
+                    bt_slow * 100.0
+                );
+            }
+        }
+    }
+}
+
+fn daemon_table(s: &mut String, rs: &[Value]) {
+    let _ = writeln!(
+        s,
+        "| live tasks | command | CPU (% of a core) | peak RSS (MiB) | start → counting (ms) | scrape (ms) | targets (at 1 000 tasks: ≤ 1 %, ≤ 40 MiB, ≤ 1 s) |\n|---:|---|---:|---:|---:|---:|---|"
+    );
+    for r in kind(rs, "daemon") {
+        let tasks = r["tasks"].as_u64().unwrap_or(0);
+        let (cpu, rss, ready) = (
+            f(&r["cpu_pct"]).unwrap_or(f64::NAN),
+            f(&r["peak_rss_mib"]).unwrap_or(f64::NAN),
+            f(&r["ready_ms"]).unwrap_or(f64::NAN),
+        );
+        let verdict = if tasks == 1000 {
+            [
+                if cpu <= 1.0 { "CPU met" } else { "CPU GAP" },
+                if rss <= 40.0 { "RSS met" } else { "RSS GAP" },
+                if ready <= 1000.0 {
+                    "start met"
+                } else {
+                    "start GAP"
+                },
+            ]
+            .join(", ")
+        } else {
+            "–".into()
+        };
+        let _ = writeln!(
+            s,
+            "| {tasks} | {} | {cpu:.2} | {rss:.1} | {ready:.0} | {} | {verdict} |",
+            r["frontend"].as_str().unwrap_or_default(),
+            fmt_opt(f(&r["scrape_ms"]), 1),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n| live tasks | tasks in the snapshot | summary snapshot (ms) | full snapshot (ms) |\n|---:|---:|---:|---:|"
+    );
+    for r in kind(rs, "snapshot") {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            r["tasks"],
+            r["tracked"],
+            fmt_opt(f(&r["summary_ms"]), 1),
+            fmt_opt(f(&r["full_ms"]), 1)
+        );
+    }
+}
+
+fn render(host: &str, pkg: &str, guest: &[Value], hostr: &[Value], o: &Opts) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## Machine\n\n- host: {host}");
+    for r in kind(guest, "machine") {
+        let _ = writeln!(
+            s,
+            "- guest: {pkg} ({}), {} nodes, {} vCPUs, QEMU TCG (emulated, no KVM here); tunables: {}",
+            r["kernel"].as_str().unwrap_or_default(),
+            r["nodes"],
+            r["cpus"],
+            r["tunables"]
+                .as_array()
+                .map(|a| a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default()
+        );
+    }
+    let _ = writeln!(
+        s,
+        "- command: `cargo xtask bench --kernel {} --rounds {} --duration {} --tasks {} --window {}`",
+        o.kernel, o.rounds, o.duration, o.tasks, o.window
+    );
+    let _ = writeln!(s, "\n## 1. Per-event kernel cost (guest)\n");
+    program_table(&mut s, guest);
+    if !hostr.is_empty() {
+        let _ = writeln!(s, "\n### Host (what attaches on its kernel)\n");
+        program_table(&mut s, hostr);
+    }
+    let _ = writeln!(s, "\n## 2. Workload overhead (guest)\n");
+    overhead_table(&mut s, guest);
+    let _ = writeln!(s, "\n## 3. Daemon cost (guest)\n");
+    daemon_table(&mut s, guest);
+    if kind(hostr, "daemon").next().is_some() {
+        let _ = writeln!(
+            s,
+            "\n### Host, native speed (one node: the tasks exist, NUMA balancing has nothing to do with them)\n"
+        );
+        daemon_table(&mut s, hostr);
+    }
+    let notes: Vec<&str> = kind(guest, "note")
+        .chain(kind(hostr, "note"))
+        .filter_map(|r| r["text"].as_str())
+        .collect();
+    if !notes.is_empty() {
+        let _ = writeln!(s, "\n## Notes\n");
+        for n in notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_read_from_a_console() {
+        let log = "noise\n\x1b[0mNUMATRACE-BENCH {\"kind\":\"ring\",\"records\":5,\"seconds\":1.0,\"dropped\":0}\r\nx\n";
+        let r = records(log);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0]["records"], 5);
+        let mut s = String::new();
+        program_table(&mut s, &r);
+        assert!(s.contains("5 records in 1.0 s (5/s), 0 dropped"), "{s}");
+    }
+}
