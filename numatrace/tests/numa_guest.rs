@@ -462,19 +462,23 @@ fn a_reused_pid_is_two_tasks_never_one() {
     println!("tunables: {notes:?}");
     let _pid_max = Sysctl::set("kernel.pid_max", "4096").unwrap();
     let mut reused = None;
+    let mut tried = Vec::new();
     let v = common::stat_window(&[], &[], || {
         let first = migrate_once();
         for _ in 0..3 {
+            let mut last = 0;
             // Walk the allocator round to just before `first` (it hands out pids in order).
             for _ in 0..10_000 {
                 let mut c = Command::new("true").spawn().unwrap();
                 let p = c.id();
                 c.wait().unwrap();
+                last = p;
                 if p + 1 == first {
                     break;
                 }
             }
             let second = migrate_once();
+            tried.push((first, last, second));
             if second == first {
                 reused = Some(first);
                 break;
@@ -482,7 +486,12 @@ fn a_reused_pid_is_two_tasks_never_one() {
         }
     });
     let Some(pid) = reused else {
-        common::skip(TEST, "the second process never got the first one's pid");
+        common::skip(
+            TEST,
+            format!(
+                "the second process never got the first one's pid: (first, last spawned before, second) {tried:?}"
+            ),
+        );
         return;
     };
     let tasks: Vec<&serde_json::Value> = v["tasks"]
