@@ -69,6 +69,9 @@ enum Step {
         /// Skip the host's per-program costs.
         #[arg(long)]
         no_host: bool,
+        /// Only print the tables of an earlier run (its target/bench/results.jsonl).
+        #[arg(long, value_name = "RESULTS_JSONL")]
+        render: Option<std::path::PathBuf>,
     },
     /// Run the real-kernel tests in 2-node QEMU guests, one boot per kernel line: Debian's
     /// newest 5.10, 6.1, 6.12 and 7.x cloud kernels (from the mirror's package indexes) and
@@ -131,6 +134,7 @@ fn run(cli: Cli) -> Result<()> {
             window,
             phases,
             no_host,
+            render,
         } => bench::run(
             &tools,
             &bench::Opts {
@@ -141,6 +145,7 @@ fn run(cli: Cli) -> Result<()> {
                 window,
                 phases,
                 no_host,
+                render,
             },
         ),
     }

@@ -763,7 +763,7 @@ fn host_report(numatrace: &Path, capture: &Path) -> Result<String> {
 /// stat_skip_vma test set up its tracefs reference (6.12, and 6.8 with `__text_poke` on the
 /// stack). A crash of any other kind is not retried. 6.12 prints `Oops: int3: 0000 [#1]`,
 /// 6.8 `int3: 0000 [#1]`.
-fn tcg_text_patch_flake(log: &str) -> bool {
+pub fn tcg_text_patch_flake(log: &str) -> bool {
     log.lines().any(|l| l.contains("int3: 0000 [#"))
 }
 
