@@ -428,6 +428,14 @@ fn kprobe_fallback_agrees_with_vmstat() {
     agrees_with_vmstat("kprobe", &v);
 }
 
+/// Runs `true` to its end; its pid (one step of the pid allocator).
+fn spawn_true() -> u32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let p = c.id();
+    c.wait().unwrap();
+    p
+}
+
 /// Runs a small migrating process to its end; its pid.
 fn migrate_once() -> u32 {
     let mut c = Command::new(workload_bin())
@@ -467,10 +475,7 @@ fn a_reused_pid_is_two_tasks_never_one() {
         // Pids below 300 (RESERVED_PIDS) are never handed out again after a wrap: move the
         // allocator past them first (a quiet guest's pids are still low).
         for _ in 0..1_000 {
-            let mut c = Command::new("true").spawn().unwrap();
-            let p = c.id();
-            c.wait().unwrap();
-            if p >= 400 {
+            if spawn_true() >= 400 {
                 break;
             }
         }
@@ -479,9 +484,7 @@ fn a_reused_pid_is_two_tasks_never_one() {
             let mut last = 0;
             // Walk the allocator round to just before `first` (it hands out pids in order).
             for _ in 0..10_000 {
-                let mut c = Command::new("true").spawn().unwrap();
-                let p = c.id();
-                c.wait().unwrap();
+                let p = spawn_true();
                 last = p;
                 if p + 1 == first {
                     break;

@@ -32,6 +32,13 @@ pub struct Opts {
     pub render: Option<PathBuf>,
 }
 
+impl Opts {
+    /// Phase `p` is to run (no `--phases`: all).
+    fn wants(&self, p: &str) -> bool {
+        self.phases.is_empty() || self.phases.iter().any(|x| x == p)
+    }
+}
+
 /// After [`vm::INIT_SETUP`].
 const BENCH_INIT: &str = r#"
 export PATH=/bin:/numatrace/bin:/usr/bin HOME=/tmp TMPDIR=/tmp RUST_BACKTRACE=1
@@ -68,24 +75,23 @@ fn bpftrace_files() -> Result<Vec<(PathBuf, PathBuf)>> {
 }
 
 fn phase_lines(o: &Opts, bpftrace: bool) -> String {
-    let wants = |p: &str| o.phases.is_empty() || o.phases.iter().any(|x| x == p);
     let bt = if bpftrace {
         " --bpftrace /usr/bin/bpftrace"
     } else {
         ""
     };
     let mut s = String::new();
-    if wants("programs") {
+    if o.wants("programs") {
         let _ = writeln!(s, "numatrace-bench{bt} programs");
     }
-    if wants("overhead") {
+    if o.wants("overhead") {
         let _ = writeln!(
             s,
             "numatrace-bench{bt} overhead --rounds {} --duration {}",
             o.rounds, o.duration
         );
     }
-    if wants("daemon") {
+    if o.wants("daemon") {
         let _ = writeln!(
             s,
             "numatrace-bench daemon --tasks {} --window {}",
@@ -230,7 +236,6 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
     }
     let mut host = Vec::new();
     if !o.no_host {
-        let wants = |p: &str| o.phases.is_empty() || o.phases.iter().any(|x| x == p);
         let bench = |args: &[&str]| -> Vec<Value> {
             let text = output(
                 Command::new(bins.join("numatrace-bench"))
@@ -245,11 +250,11 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
                 Err(e) => vec![serde_json::json!({"kind": "note", "text": format!("host: {e:#}")})],
             }
         };
-        if wants("programs") {
+        if o.wants("programs") {
             eprintln!("xtask: host: per-program costs of what attaches here");
             host.extend(bench(&["programs", "--host"]));
         }
-        if wants("daemon") {
+        if o.wants("daemon") {
             eprintln!("xtask: host: daemon cost at native speed");
             host.extend(bench(&[
                 "daemon", "--tasks", &o.tasks, "--window", &o.window,
