@@ -91,6 +91,8 @@ pub struct TaskOffsets {
     pub mm_numa_scan_seq: u32,
     /// task_struct.numa_preferred_nid (int)
     pub numa_preferred_nid: u32,
+    /// task_struct.flags (PF_EXITING)
+    pub flags: u32,
 }
 
 /// Per-kernel conventions of the function hooks. The `*_arg` fields are argument positions
@@ -182,6 +184,7 @@ impl TaskOffsets {
         mm: FIELD_ABSENT,
         mm_numa_scan_seq: FIELD_ABSENT,
         numa_preferred_nid: FIELD_ABSENT,
+        flags: FIELD_ABSENT,
     };
 }
 

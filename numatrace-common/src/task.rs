@@ -38,7 +38,8 @@ pub struct TaskStats {
     /// `comm` when the entry was created, or when the task was last seen running an event.
     pub comm: [u8; 16],
     /// Non-zero once the task has exited and this entry could not be handed over as a
-    /// [`TaskExitEvent`] (ring buffer full); userspace then takes it from the map.
+    /// [`TaskExitEvent`] (ring buffer full), or when the entry was created while the task was
+    /// already in do_exit (no exit record need follow); userspace then takes it from the map.
     pub exited: u32,
     pub _pad: u32,
     /// `sched_skip_vma_numa` events by reason (index = reason, last slot: unknown reasons).

@@ -24,7 +24,7 @@ use crate::tasks::{
 };
 
 #[unsafe(no_mangle)]
-static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
+pub(crate) static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
 #[unsafe(no_mangle)]
 static FUNC_CONFIG: Global<FuncConfig> = Global::new(FuncConfig::DEFAULT);
 

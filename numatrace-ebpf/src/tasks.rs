@@ -157,14 +157,35 @@ pub fn follow_child(parent_tgid: u32, child_pid: u32) -> bool {
     true
 }
 
+/// PF_EXITING in task_struct.flags (include/linux/sched.h; the same value on every line).
+const PF_EXITING: u32 = 0x4;
+
+/// Whether the running task is in do_exit (exit_signals() set PF_EXITING). Its exit record may
+/// already be sent: sched_process_exit fires in the middle of do_exit, and a CPU-clock sample,
+/// task_numa_work from exit_task_work, or (6.16+, where the tracepoint precedes exit_mm) a
+/// hinting fault in mm_release can follow it.
+#[inline(always)]
+fn current_exiting() -> bool {
+    let off = crate::functions::TASK_OFFSETS.load().flags;
+    read_field::<u32>(current_task(), off).is_some_and(|f| f & PF_EXITING != 0)
+}
+
 /// The task's aggregate entry, created on first use. `is_current` says whether `pid` is the
 /// running task, whose comm can then be recorded.
+///
+/// An entry created for a task already in do_exit is marked exited at once: no exit record may
+/// follow (the tracepoint may have passed), and userspace must not wait for one to know the
+/// task is gone. Its counts are kept, so the totals stay exact.
 #[inline(always)]
 pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStats> {
     if let Some(p) = TASK_STATS.get_ptr_mut(&pid) {
-        // An entry left marked at exit (ring buffer full; its loss is counted) belongs to a
-        // task that is gone: a new task with the same pid starts its own.
         if unsafe { (*p).exited } == 0 {
+            return Some(p);
+        }
+        // Marked: the task exited while the ring buffer was full (its loss is counted), or
+        // the entry was created in do_exit. While that task is still exiting it is the same
+        // task; otherwise the pid is another task's, which starts its own entry.
+        if is_current && current_exiting() {
             return Some(p);
         }
         let _ = TASK_STATS.remove(&pid);
@@ -183,6 +204,9 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
                 (*t).last_ns = now;
                 if is_current {
                     note_current(t);
+                    if current_exiting() {
+                        (*t).exited = 1;
+                    }
                 }
             }
             Some(t)

@@ -448,6 +448,7 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         mm: field(facts, "task_struct.mm"),
         mm_numa_scan_seq: field(facts, "mm_struct.numa_scan_seq"),
         numa_preferred_nid: field(facts, "task_struct.numa_preferred_nid"),
+        flags: field(facts, "task_struct.flags"),
     };
     o.func = func_config(facts);
     // A large folio's total mapcount: folio._large_mapcount (6.11+), else the PMD mappings in

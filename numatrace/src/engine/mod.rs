@@ -22,9 +22,9 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
 use numatrace_common::{
-    Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_MIGRATE_MATRIX,
-    MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS, MAP_TRACKED_TGIDS,
-    MAP_VMA_GAPS, MAP_VMA_STATS,
+    Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_INFLIGHT, MAP_MIGRATE_LATENCY,
+    MAP_MIGRATE_MATRIX, MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS,
+    MAP_TRACKED_TGIDS, MAP_VMA_GAPS, MAP_VMA_STATS,
 };
 use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
@@ -33,10 +33,10 @@ use crate::{
     kernel::{facts::KernelFacts, nodes::system_nodes, vmstat::Vmstat},
     model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
     plan::Plan,
-    sources::{cgroups::CgroupResolver, maps::Maps, procfs, ringbuf},
+    sources::{cgroups::CgroupResolver, maps::Maps, procfs, progstats, ringbuf},
 };
 use accum::Accum;
-pub use snapshot::{Filter, Snapshot};
+pub use snapshot::{Filter, InFlight, Snapshot};
 
 /// How much a snapshot reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +105,10 @@ pub struct Engine {
     previous: BTreeMap<(u32, u64), TaskRecord>,
     /// Keys the latest read found in the kernel's task map.
     live_keys: std::collections::HashSet<(u32, u64)>,
+    /// Entries marked exited in the kernel's task map that a frontend forgot
+    /// ([`Engine::forget_exited`]): they stay in the map until it evicts them or the pid is
+    /// reused, and reads skip them meanwhile (else they would come back as new tasks).
+    forgotten_marked: std::collections::HashSet<(u32, u64)>,
     /// Holds the kernel's BPF run-time statistics on (`enable_bpf_stats`).
     stats_fd: Option<OwnedFd>,
 }
@@ -169,6 +173,7 @@ impl Engine {
             vmas: take(&mut ebpf, MAP_VMA_STATS)?,
             gaps: take(&mut ebpf, MAP_VMA_GAPS)?,
             region_faults: take(&mut ebpf, MAP_REGION_FAULTS)?,
+            inflight: take(&mut ebpf, MAP_INFLIGHT)?,
         };
         let tracked = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
         let shared = Arc::new(Mutex::new(Shared {
@@ -195,6 +200,7 @@ impl Engine {
             self_tgid: std::process::id(),
             previous: BTreeMap::new(),
             live_keys: Default::default(),
+            forgotten_marked: Default::default(),
             stats_fd: None,
         })
     }
@@ -237,7 +243,15 @@ impl Engine {
         // in `TasksCreated`, so evictions are never over-estimated.
         let counters = self.maps.counters().context("reading counters")?;
         let created_by = monotonic_ns();
-        let live = self.maps.tasks().context("reading the task map")?;
+        let mut live = self.maps.tasks().context("reading the task map")?;
+        let in_map: std::collections::HashSet<(u32, u64)> =
+            live.iter().map(|s| (s.pid, s.first_ns)).collect();
+        self.forgotten_marked.retain(|k| in_map.contains(k));
+        live.retain(|s| !self.forgotten_marked.contains(&(s.pid, s.first_ns)));
+        let in_flight = self
+            .maps
+            .faults_in_flight()
+            .context("reading the in-flight calls")?;
         let (migrate_latency, fault_pages) =
             self.maps.histograms().context("reading histograms")?;
         let nodes = self.maps.node_arrays().context("reading the node arrays")?;
@@ -263,6 +277,8 @@ impl Engine {
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
             (tasks, acc.events.clone(), acc.undecodable, vmas, evicted)
         };
+        // After the maps: a window's misses then cover its vmstat_lo interval.
+        let program_misses = self.program_misses();
         let after = self.maps.counters().context("reading counters")?;
         let vmstat_hi = Vmstat::read().unwrap_or_default().0;
         let consistent = Counter::ALL
@@ -292,6 +308,11 @@ impl Engine {
             region_faults,
             vmstat_lo,
             vmstat_hi,
+            in_flight: InFlight {
+                start: 0,
+                end: in_flight,
+            },
+            program_misses,
             events,
             undecodable,
             evicted,
@@ -386,12 +407,13 @@ impl Engine {
     }
 
     /// Forgets exited tasks whose final counts a frontend has folded into its own aggregates
-    /// (a long-running `serve` would otherwise keep every task that ever ran). Only tasks whose
-    /// exit record arrived are forgotten: the kernel deleted their entry, so they never come
-    /// back; one kept marked in the kernel map (ring buffer full at its exit) stays. Returns the
-    /// keys forgotten.
+    /// (a long-running `serve` would otherwise keep every task that ever ran): those whose exit
+    /// record arrived (the kernel deleted their entry), those carried forward and known gone,
+    /// and those marked exited in the kernel map once their task has finished exiting (later
+    /// reads skip the entry). Returns the keys forgotten.
     pub fn forget_exited(&mut self, keys: &[(u32, u64)]) -> Vec<(u32, u64)> {
         let mut gone = Vec::new();
+        let mut marked = Vec::new();
         {
             let mut sh = self.lock();
             for k in keys {
@@ -405,12 +427,24 @@ impl Engine {
                     // Carried forward and known gone (see `carry_forward`); already counted
                     // as evicted when its entry went missing.
                     gone.push(*k);
+                } else if self.previous.get(k).is_some_and(|t| t.exited)
+                    && self.live_keys.contains(k)
+                    && procfs::task_done(k.0)
+                {
+                    // Marked exited in the kernel map (created in do_exit, or its exit record
+                    // lost to a full ring buffer), and done running: nothing more can count.
+                    // A pid taken by a new task keeps it until that task's first event
+                    // replaces the entry: one per live task at most.
+                    sh.acc.forgotten += 1;
+                    marked.push(*k);
+                    gone.push(*k);
                 }
             }
         }
         for k in &gone {
             self.previous.remove(k);
         }
+        self.forgotten_marked.extend(marked);
         gone
     }
 
@@ -425,6 +459,17 @@ impl Engine {
             .fold((0, 0, 0), |(s, o, a), (_, _, g)| {
                 (s + g.skips, o + g.over_threads, a + g.at_threshold)
             }))
+    }
+
+    /// Runs the kernel skipped, by program (see [`progstats::recursion_misses`]); cumulative.
+    fn program_misses(&self) -> BTreeMap<String, u64> {
+        self.ebpf
+            .programs()
+            .filter_map(|(name, p)| {
+                let misses = progstats::recursion_misses(p.fd().ok()?).ok()?;
+                Some((name.to_owned(), misses))
+            })
+            .collect()
     }
 
     /// Per attached program: (name, run time ns, runs), while statistics are on.

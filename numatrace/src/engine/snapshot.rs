@@ -43,6 +43,18 @@ impl RegionCount {
     }
 }
 
+/// Hint faults the kernel had counted in numa_hint_faults (before migrating) whose
+/// task_numa_fault, where numatrace counts them, had not yet run when the task map was read:
+/// a migrate_misplaced call in progress, or returned and not yet followed by task_numa_fault.
+/// They widen the /proc/vmstat bracket by exactly that much: numatrace's hint faults lie in
+/// [vmstat_lo - end, vmstat_hi + start]. For a snapshot `start` is 0; for a delta, the earlier
+/// snapshot's `end`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlight {
+    pub start: u64,
+    pub end: u64,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// CLOCK_MONOTONIC (the kernel's `bpf_ktime_get_ns` clock) when it was taken.
@@ -74,6 +86,13 @@ pub struct Snapshot {
     /// surely contains it (interval arithmetic), so numatrace's count lies in [lo, hi].
     pub vmstat_lo: BTreeMap<String, u64>,
     pub vmstat_hi: BTreeMap<String, u64>,
+    /// Hint faults in flight when the task map was read (see [`InFlight`]).
+    #[serde(default)]
+    pub in_flight: InFlight,
+    /// Runs of each program the kernel skipped (recursion protection), cumulative: events
+    /// numatrace did not see at all.
+    #[serde(default)]
+    pub program_misses: BTreeMap<String, u64>,
     pub events: EventTally,
     pub undecodable: u64,
     /// Task entries the kernel's LRU map evicted before userspace read them (created minus
@@ -210,6 +229,11 @@ impl Snapshot {
             region_faults,
             vmstat_lo: sub_maps(&self.vmstat_lo, &earlier.vmstat_hi),
             vmstat_hi: sub_maps(&self.vmstat_hi, &earlier.vmstat_lo),
+            in_flight: InFlight {
+                start: earlier.in_flight.end,
+                end: self.in_flight.end,
+            },
+            program_misses: sub_maps(&self.program_misses, &earlier.program_misses),
             events: self.events.delta(&earlier.events),
             undecodable: self.undecodable.saturating_sub(earlier.undecodable),
             evicted: self.evicted.saturating_sub(earlier.evicted),
@@ -583,19 +607,27 @@ mod tests {
     #[test]
     fn vmstat_brackets_by_interval_arithmetic() {
         let m = |v: u64| BTreeMap::from([("numa_hint_faults".to_owned(), v)]);
+        let misses = |v: u64| BTreeMap::from([("fentry_task_numa_fault".to_owned(), v)]);
         let s0 = Snapshot {
             vmstat_lo: m(100),
             vmstat_hi: m(103),
+            in_flight: InFlight { start: 0, end: 2 },
+            program_misses: misses(5),
             ..Snapshot::default()
         };
         let s1 = Snapshot {
             vmstat_lo: m(200),
             vmstat_hi: m(201),
+            in_flight: InFlight { start: 0, end: 1 },
+            program_misses: misses(7),
             ..Snapshot::default()
         };
         let d = s1.delta(&s0);
         assert_eq!(d.vmstat_lo["numa_hint_faults"], 97);
         assert_eq!(d.vmstat_hi["numa_hint_faults"], 101);
+        // In flight at each edge, not a difference; skipped runs are.
+        assert_eq!(d.in_flight, InFlight { start: 2, end: 1 });
+        assert_eq!(d.program_misses, misses(2));
     }
 
     #[test]

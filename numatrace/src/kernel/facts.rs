@@ -147,6 +147,7 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("task_struct", "signal"),
     ("signal_struct", "nr_threads"),
     ("task_struct", "numa_preferred_nid"),
+    ("task_struct", "flags"),
 ];
 
 /// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists

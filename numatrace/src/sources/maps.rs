@@ -2,8 +2,9 @@
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use numatrace_common::{
-    COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
-    MIGRATED_PAGES_SLOTS, NODE_FAULT_SLOTS, RegionKey, TaskStats, VmaGap, VmaKey, VmaStats,
+    COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, INFLIGHT_MIGRATE, INFLIGHT_MIGRATE_SRC, Inflight,
+    LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_PAGES_SLOTS, NODE_FAULT_SLOTS, RegionKey,
+    TaskStats, VmaGap, VmaKey, VmaStats,
 };
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,7 @@ pub struct Maps {
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
     pub gaps: HashMap<MapData, VmaKey, VmaGap>,
     pub region_faults: HashMap<MapData, RegionKey, u64>,
+    pub inflight: HashMap<MapData, u64, Inflight>,
 }
 
 /// Raw per-node arrays (layouts in numatrace-common).
@@ -168,6 +170,18 @@ impl Maps {
             sum_array(&self.migrate_latency, LATENCY_BUCKETS)?,
             sum_array(&self.fault_pages, FAULT_PAGE_BUCKETS)?,
         ))
+    }
+
+    /// Hint faults between their migrate_misplaced call and their task_numa_fault: the kernel
+    /// counted them (numa_hint_faults, before migrating) and task_numa_fault has not yet run.
+    pub fn faults_in_flight(&self) -> Result<u64, MapError> {
+        let mut n = 0;
+        for k in self.inflight.keys() {
+            if matches!(k? >> 32, INFLIGHT_MIGRATE | INFLIGHT_MIGRATE_SRC) {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Every live entry. Entries may change while being read; each value is read atomically.

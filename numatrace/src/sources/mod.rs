@@ -3,4 +3,5 @@
 pub mod cgroups;
 pub mod maps;
 pub mod procfs;
+pub mod progstats;
 pub mod ringbuf;

@@ -22,12 +22,32 @@ pub fn process_mapping_names(tgid: u32) -> BTreeMap<u64, String> {
         .unwrap_or_default()
 }
 
-/// numatrace's own CPU time so far, in nanoseconds (utime + stime of the whole process).
 /// Whether a process or thread with this id exists now.
 pub fn pid_exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Whether the task with this id has finished exiting: gone, or a zombie waiting to be reaped
+/// (it never runs again). A task still in do_exit, or a new task that took the id, is not.
+pub fn task_done(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat_state(&stat).is_some_and(|s| matches!(s, 'Z' | 'X')),
+        Err(_) => true,
+    }
+}
+
+/// The state letter of a /proc/PID/stat line (after the parenthesised comm, which may itself
+/// hold spaces and parentheses).
+fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// numatrace's own CPU time so far, in nanoseconds (utime + stime of the whole process).
 pub fn own_cpu_ns() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let rest = stat.rsplit_once(')')?.1;
@@ -41,6 +61,20 @@ pub fn own_cpu_ns() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_follows_the_last_parenthesis_of_the_comm() {
+        assert_eq!(stat_state("42 (a) b) (c) Z 1 42 42 0"), Some('Z'));
+        assert_eq!(stat_state("7 (sleep) S 1 7"), Some('S'));
+        assert_eq!(stat_state("garbage"), None);
+    }
+
+    #[test]
+    fn a_running_task_is_not_done_and_a_missing_one_is() {
+        assert!(!task_done(std::process::id()));
+        // Beyond the kernel's pid_max limit (2^22): never a task.
+        assert!(task_done(1 << 23));
+    }
 
     #[test]
     fn parses_maps() {

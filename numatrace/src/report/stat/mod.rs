@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     bpf::loader::HookReport,
-    engine::{Filter, Snapshot},
+    engine::{Filter, InFlight, Snapshot},
     kernel::facts::KernelFacts,
     model::{CgroupRecord, Counts, EventTally, NodeRecord, ProcessRecord, TaskRecord},
     sources::maps::{Counters, Log2Bucket, NodeFlow, log2_buckets},
@@ -110,6 +110,11 @@ pub struct Dropped {
     /// Hint faults or migrations on a NUMA node beyond the 16 the per-node arrays hold.
     #[serde(default)]
     pub node_out_of_range: u64,
+    /// Program runs the kernel skipped because the program was already running on that CPU
+    /// (preempted mid-run on a preemptible kernel; `program_misses` says which): the events
+    /// they would have counted are missing everywhere, per task and in `kernel_seen`.
+    #[serde(default)]
+    pub program_misses: u64,
     pub total: u64,
 }
 
@@ -128,6 +133,7 @@ impl Dropped {
             vma_map_full: c(Counter::VmaMapFull),
             skip_gap_lost: c(Counter::SkipGapLost),
             node_out_of_range: c(Counter::NodeOutOfRange),
+            program_misses: s.program_misses.values().sum(),
             total: 0,
         };
         d.total = d.ringbuf_full
@@ -139,7 +145,8 @@ impl Dropped {
             + d.inflight_lost
             + d.vma_map_full
             + d.skip_gap_lost
-            + d.node_out_of_range;
+            + d.node_out_of_range
+            + d.program_misses;
         d
     }
 }
@@ -242,6 +249,14 @@ pub struct StatReport {
     pub vmstat_delta: BTreeMap<String, u64>,
     #[serde(default)]
     pub vmstat_delta_min: BTreeMap<String, u64>,
+    /// Hint faults the kernel had counted and numatrace not yet (a migration in progress) at
+    /// the window's start and end: numatrace's hint faults (+ self) lie in
+    /// [vmstat_delta_min - end, vmstat_delta + start].
+    #[serde(default)]
+    pub faults_in_flight: InFlight,
+    /// Skipped runs by program, where there were any (see `dropped.program_misses`).
+    #[serde(default)]
+    pub program_misses: BTreeMap<String, u64>,
     /// Events the kernel programs saw / ring buffer records received.
     pub kernel_seen: KernelSeen,
     pub events_received: EventTally,
@@ -286,6 +301,13 @@ impl StatReport {
             self_counts: delta.self_counts(),
             vmstat_delta: delta.vmstat_hi.clone(),
             vmstat_delta_min: delta.vmstat_lo.clone(),
+            faults_in_flight: delta.in_flight,
+            program_misses: delta
+                .program_misses
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, n)| (k.clone(), *n))
+                .collect(),
             kernel_seen: (&delta.counters).into(),
             events_received: delta.events.clone(),
             histograms,
