@@ -93,6 +93,8 @@ pub struct TaskOffsets {
     pub numa_preferred_nid: u32,
     /// task_struct.flags (PF_EXITING)
     pub flags: u32,
+    /// task_struct.start_time (CLOCK_MONOTONIC ns, bpf_ktime_get_ns's clock)
+    pub start_time: u32,
 }
 
 /// Per-kernel conventions of the function hooks. The `*_arg` fields are argument positions
@@ -185,6 +187,7 @@ impl TaskOffsets {
         mm_numa_scan_seq: FIELD_ABSENT,
         numa_preferred_nid: FIELD_ABSENT,
         flags: FIELD_ABSENT,
+        start_time: FIELD_ABSENT,
     };
 }
 

@@ -170,6 +170,15 @@ fn current_exiting() -> bool {
     read_field::<u32>(current_task(), off).is_some_and(|f| f & PF_EXITING != 0)
 }
 
+/// Whether entry `t` was made for the running task, not for an earlier task with its pid: an
+/// entry is stamped at creation (`first_ns`, bpf_ktime_get_ns) and task_struct.start_time is
+/// the same clock. Unknown (no BTF offset): assumed so.
+#[inline(always)]
+pub fn owned_by_current(t: *const TaskStats) -> bool {
+    let off = crate::functions::TASK_OFFSETS.load().start_time;
+    read_field::<u64>(current_task(), off).is_none_or(|start| unsafe { (*t).first_ns } >= start)
+}
+
 /// The task's aggregate entry, created on first use. `is_current` says whether `pid` is the
 /// running task, whose comm can then be recorded.
 ///
@@ -185,7 +194,7 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
         // Marked: the task exited while the ring buffer was full (its loss is counted), or
         // the entry was created in do_exit. While that task is still exiting it is the same
         // task; otherwise the pid is another task's, which starts its own entry.
-        if is_current && current_exiting() {
+        if is_current && current_exiting() && owned_by_current(p) {
             return Some(p);
         }
         let _ = TASK_STATS.remove(&pid);

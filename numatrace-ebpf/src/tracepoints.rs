@@ -243,6 +243,11 @@ pub fn tp_sched_process_exit(ctx: TracePointContext) -> u32 {
     let Some(t) = TASK_STATS.get_ptr_mut(&cur.pid) else {
         return 0;
     };
+    // An earlier task's entry, marked at its own exit and still held for userspace: not this
+    // task's to hand over (userspace may have folded and forgotten it already).
+    if unsafe { (*t).exited } != 0 && !crate::tasks::owned_by_current(t) {
+        return 0;
+    }
     crate::functions::note_runtime(t);
     match crate::tasks::EVENTS.reserve::<TaskExitEvent>(0) {
         Some(mut slot) => {

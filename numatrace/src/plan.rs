@@ -449,6 +449,7 @@ fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         mm_numa_scan_seq: field(facts, "mm_struct.numa_scan_seq"),
         numa_preferred_nid: field(facts, "task_struct.numa_preferred_nid"),
         flags: field(facts, "task_struct.flags"),
+        start_time: field(facts, "task_struct.start_time"),
     };
     o.func = func_config(facts);
     // A large folio's total mapcount: folio._large_mapcount (6.11+), else the PMD mappings in

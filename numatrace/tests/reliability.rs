@@ -17,13 +17,23 @@ use common::{numatrace_bin, skip, wait_until};
 
 /// `bpftool -j KIND show`, or `None` when bpftool is missing.
 fn bpftool(kind: &str) -> Option<Vec<serde_json::Value>> {
-    let out = Command::new("bpftool")
-        .args(["-j", kind, "show"])
-        .output()
-        .ok()?;
+    let mut tries = 0;
+    let out = loop {
+        let out = Command::new("bpftool")
+            .args(["-j", kind, "show"])
+            .output()
+            .ok()?;
+        tries += 1;
+        // bpftool lists ids, then opens each: one released in between (a command ending right
+        // then) fails the whole listing. Another listing sees a settled state.
+        if out.status.success() || tries == 5 {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(
         out.status.success(),
-        "bpftool {kind} show: {}",
+        "bpftool {kind} show (5 tries): {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");

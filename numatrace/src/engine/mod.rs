@@ -109,6 +109,11 @@ pub struct Engine {
     /// ([`Engine::forget_exited`]): they stay in the map until it evicts them or the pid is
     /// reused, and reads skip them meanwhile (else they would come back as new tasks).
     forgotten_marked: std::collections::HashSet<(u32, u64)>,
+    /// Marked entries of the latest read whose task had finished before it (their read is final).
+    done_marked: std::collections::HashSet<(u32, u64)>,
+    /// Marked entries read at least once and then gone from the map (removed when a new task
+    /// took the pid): seen, not evicted.
+    marked_gone: u64,
     /// Holds the kernel's BPF run-time statistics on (`enable_bpf_stats`).
     stats_fd: Option<OwnedFd>,
 }
@@ -201,6 +206,8 @@ impl Engine {
             previous: BTreeMap::new(),
             live_keys: Default::default(),
             forgotten_marked: Default::default(),
+            done_marked: Default::default(),
+            marked_gone: 0,
             stats_fd: None,
         })
     }
@@ -239,6 +246,24 @@ impl Engine {
 
     fn read_once(&mut self, detail: Detail) -> Result<(Snapshot, bool)> {
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
+        // Between vmstat_lo and the task map: a fault the kernel counted before the one and
+        // numatrace not yet at the other is in flight all that time.
+        let in_flight = self
+            .maps
+            .faults_in_flight()
+            .context("reading the in-flight calls")?;
+        // Marked entries whose task has finished before this read: what it reads of them is
+        // final, so they may be forgotten once settled.
+        let marked: Vec<(u32, u64)> = self
+            .previous
+            .iter()
+            .filter(|(k, t)| t.exited && self.live_keys.contains(k))
+            .map(|(k, _)| *k)
+            .collect();
+        self.done_marked = marked
+            .into_iter()
+            .filter(|k| procfs::task_done(k.0))
+            .collect();
         // Counters before the task map: a task created in between is in the map and not yet
         // in `TasksCreated`, so evictions are never over-estimated.
         let counters = self.maps.counters().context("reading counters")?;
@@ -248,10 +273,6 @@ impl Engine {
             live.iter().map(|s| (s.pid, s.first_ns)).collect();
         self.forgotten_marked.retain(|k| in_map.contains(k));
         live.retain(|s| !self.forgotten_marked.contains(&(s.pid, s.first_ns)));
-        let in_flight = self
-            .maps
-            .faults_in_flight()
-            .context("reading the in-flight calls")?;
         let (migrate_latency, fault_pages) =
             self.maps.histograms().context("reading histograms")?;
         let nodes = self.maps.node_arrays().context("reading the node arrays")?;
@@ -264,19 +285,35 @@ impl Engine {
             Detail::Summary => None,
         };
         let mono_ns = monotonic_ns();
-        let (tasks, events, undecodable, vmas, evicted) = {
+        let (tasks, events, undecodable, vmas, evicted, marked_gone) = {
             let mut sh = self.lock();
             sh.drain();
             let acc = &sh.acc;
             let tasks = Snapshot::tasks_from(&live, &acc.exited);
+            // Marked at the last read, gone from the map now and no exit record: a new task
+            // took the pid and replaced the entry (an exit record would be in `acc.exited`).
+            let replaced = self
+                .previous
+                .iter()
+                .filter(|(k, t)| {
+                    t.exited
+                        && self.live_keys.contains(k)
+                        && !in_map.contains(k)
+                        && !acc.exited.contains_key(k)
+                })
+                .count() as u64;
+            let marked_gone = self.marked_gone + replaced;
             // Distinct entries that existed when `created` was read (a map walk can meet a
             // key twice; an exit can be both live and drained).
-            let seen =
-                tasks.iter().filter(|t| t.first_ns <= created_by).count() as u64 + acc.forgotten;
+            let seen = tasks.iter().filter(|t| t.first_ns <= created_by).count() as u64
+                + acc.forgotten
+                + marked_gone;
             let evicted = counters.get(Counter::TasksCreated).saturating_sub(seen);
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
-            (tasks, acc.events.clone(), acc.undecodable, vmas, evicted)
+            let (events, undecodable) = (acc.events.clone(), acc.undecodable);
+            (tasks, events, undecodable, vmas, evicted, marked_gone)
         };
+        self.marked_gone = marked_gone;
         // After the maps: a window's misses then cover its vmstat_lo interval.
         let program_misses = self.program_misses();
         let after = self.maps.counters().context("reading counters")?;
@@ -429,7 +466,7 @@ impl Engine {
                     gone.push(*k);
                 } else if self.previous.get(k).is_some_and(|t| t.exited)
                     && self.live_keys.contains(k)
-                    && procfs::task_done(k.0)
+                    && self.done_marked.contains(k)
                 {
                     // Marked exited in the kernel map (created in do_exit, or its exit record
                     // lost to a full ring buffer), and done running: nothing more can count.

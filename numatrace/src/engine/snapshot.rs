@@ -46,8 +46,10 @@ impl RegionCount {
 /// Hint faults the kernel had counted in numa_hint_faults (before migrating) whose
 /// task_numa_fault, where numatrace counts them, had not yet run when the task map was read:
 /// a migrate_misplaced call in progress, or returned and not yet followed by task_numa_fault.
-/// They widen the /proc/vmstat bracket by exactly that much: numatrace's hint faults lie in
-/// [vmstat_lo - end, vmstat_hi + start]. For a snapshot `start` is 0; for a delta, the earlier
+/// They widen the /proc/vmstat bracket: numatrace's hint faults lie in
+/// [vmstat_lo - end, vmstat_hi + start] (read between vmstat_lo and the task map; a fault
+/// between the kernel's count and its migrate_misplaced call, a few instructions under the
+/// page-table lock, is not seen). For a snapshot `start` is 0; for a delta, the earlier
 /// snapshot's `end`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InFlight {

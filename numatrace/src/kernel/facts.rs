@@ -148,6 +148,7 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("signal_struct", "nr_threads"),
     ("task_struct", "numa_preferred_nid"),
     ("task_struct", "flags"),
+    ("task_struct", "start_time"),
 ];
 
 /// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists

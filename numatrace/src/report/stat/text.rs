@@ -251,7 +251,7 @@ impl StatReport {
             out.push_str(&format!(
                 "dropped: {} (ring buffer full {}, task map full {}, evicted entries {}, \
                  unfollowed children {}, unreadable fields {}, undecodable {}, unmatched calls {}, \
-                 VMA map full {}, gap reads {}, nodes beyond 16 {}): raise --max-tasks / --max-vmas / --ringbuf-size\n",
+                 VMA map full {}, gap reads {}, nodes beyond 16 {}, skipped program runs {}){}\n",
                 d.total,
                 d.ringbuf_full,
                 d.task_map_full,
@@ -262,7 +262,14 @@ impl StatReport {
                 d.inflight_lost,
                 d.vma_map_full,
                 d.skip_gap_lost,
-                d.node_out_of_range
+                d.node_out_of_range,
+                d.program_misses,
+                if d.total > d.program_misses {
+                    ": raise --max-tasks / --max-vmas / --ringbuf-size"
+                } else {
+                    // Nothing to raise: the kernel skips a program already running on a CPU.
+                    " (the kernel's recursion protection; see the README)"
+                }
             ));
         }
         out
