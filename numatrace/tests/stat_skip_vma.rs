@@ -173,7 +173,18 @@ fn skip_vma_counts_equal_an_independent_tracefs_count() {
         serde_json::from_value(v["totals"]["skipped_vmas"].clone()).unwrap();
     assert_eq!(ours, reference, "numatrace vs tracefs, per reason");
     assert_eq!(v["totals"]["skipped_vmas_total"], total);
-    assert_eq!(v["dropped"]["total"], 0, "dropped: {}", v["dropped"]);
+    // Skipped program runs (a preemptible kernel: 7.x) are counted system-wide and may be of
+    // any program; none of the skip_vma programs may have one, and nothing else may be lost.
+    let d = &v["dropped"];
+    println!("skipped program runs: {}", v["program_misses"]);
+    assert_eq!(
+        d["total"].as_u64().unwrap() - d["program_misses"].as_u64().unwrap(),
+        0,
+        "dropped: {d}"
+    );
+    for (prog, n) in v["program_misses"].as_object().unwrap() {
+        assert!(!prog.contains("skip_vma"), "{prog} skipped {n} runs");
+    }
     assert_eq!(v["kernel_seen"]["skip_vma"], total);
     assert_eq!(v["events_received"]["skip_vma"], total);
     // Every counted task belongs to the workload.
