@@ -346,6 +346,10 @@ fn program_table(s: &mut String, rs: &[Value]) {
     }
 }
 
+/// The largest noise (|ratio − 1| of the empty programs) under which a 1 % overhead target
+/// can be judged.
+const JUDGEABLE_NOISE: f64 = 0.01;
+
 /// Per workload, the largest |ratio − 1| of the empty programs' rounds: they count nothing, so
 /// their spread is the noise of the machine, below which no overhead can be judged.
 fn noise(rs: &[Value]) -> BTreeMap<String, f64> {
@@ -389,7 +393,7 @@ fn overhead_table(s: &mut String, rs: &[Value]) {
         let target = match (c, m) {
             ("bpftrace" | "empty programs", _) => "–".to_owned(),
             (_, None) => "not measured".into(),
-            _ if n > 0.01 => format!("≥ 0.99: not judged (noise ±{:.0} %)", n * 100.0),
+            _ if n > JUDGEABLE_NOISE => format!("≥ 0.99: not judged (noise ±{:.0} %)", n * 100.0),
             (_, Some(x)) if x >= 0.99 => "≥ 0.99: met".into(),
             (_, Some(_)) => "≥ 0.99: GAP".into(),
         };
@@ -414,7 +418,7 @@ fn overhead_table(s: &mut String, rs: &[Value]) {
         for c in ["stat", "top -b", "serve", "record"] {
             if let Some(x) = cs.get(c) {
                 let slow = 1.0 - x;
-                let verdict = if n > 0.01 {
+                let verdict = if n > JUDGEABLE_NOISE {
                     format!("not judged (noise ±{:.0} %)", n * 100.0)
                 } else if slow <= 0.5 * bt_slow.max(0.0) || slow <= 0.0 {
                     "met".into()
@@ -569,7 +573,7 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
     let noise = noise(guest);
     let loud: Vec<String> = noise
         .iter()
-        .filter(|(_, n)| **n > 0.01)
+        .filter(|(_, n)| **n > JUDGEABLE_NOISE)
         .map(|(w, n)| format!("{w} ±{:.0} %", n * 100.0))
         .collect();
     if !loud.is_empty() {
@@ -589,7 +593,7 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
         );
         if let Some(m) = f(&r["median"])
             && m < 0.99
-            && noise.get(w).is_some_and(|n| *n <= 0.01)
+            && noise.get(w).is_some_and(|n| *n <= JUDGEABLE_NOISE)
             && !matches!(c, "bpftrace" | "empty programs")
         {
             out.push(format!(

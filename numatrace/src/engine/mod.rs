@@ -254,15 +254,11 @@ impl Engine {
             .context("reading the in-flight calls")?;
         // Marked entries whose task has finished before this read: what it reads of them is
         // final, so they may be forgotten once settled.
-        let marked: Vec<(u32, u64)> = self
+        self.done_marked = self
             .previous
-            .iter()
-            .filter(|(k, t)| t.exited && self.live_keys.contains(k))
-            .map(|(k, _)| *k)
-            .collect();
-        self.done_marked = marked
-            .into_iter()
-            .filter(|k| procfs::task_done(k.0))
+            .keys()
+            .filter(|k| self.marked_in_map(k) && procfs::task_done(k.0))
+            .copied()
             .collect();
         // Counters before the task map: a task created in between is in the map and not yet
         // in `TasksCreated`, so evictions are never over-estimated.
@@ -294,12 +290,9 @@ impl Engine {
             // took the pid and replaced the entry (an exit record would be in `acc.exited`).
             let replaced = self
                 .previous
-                .iter()
-                .filter(|(k, t)| {
-                    t.exited
-                        && self.live_keys.contains(k)
-                        && !in_map.contains(k)
-                        && !acc.exited.contains_key(k)
+                .keys()
+                .filter(|k| {
+                    self.marked_in_map(k) && !in_map.contains(k) && !acc.exited.contains_key(k)
                 })
                 .count() as u64;
             let marked_gone = self.marked_gone + replaced;
@@ -464,10 +457,7 @@ impl Engine {
                     // Carried forward and known gone (see `carry_forward`); already counted
                     // as evicted when its entry went missing.
                     gone.push(*k);
-                } else if self.previous.get(k).is_some_and(|t| t.exited)
-                    && self.live_keys.contains(k)
-                    && self.done_marked.contains(k)
-                {
+                } else if self.marked_in_map(k) && self.done_marked.contains(k) {
                     // Marked exited in the kernel map (created in do_exit, or its exit record
                     // lost to a full ring buffer), and done running: nothing more can count.
                     // A pid taken by a new task keeps it until that task's first event
@@ -496,6 +486,12 @@ impl Engine {
             .fold((0, 0, 0), |(s, o, a), (_, _, g)| {
                 (s + g.skips, o + g.over_threads, a + g.at_threshold)
             }))
+    }
+
+    /// Whether the latest read found `k` in the kernel's task map marked exited (created in
+    /// do_exit, or its exit record lost to a full ring buffer).
+    fn marked_in_map(&self, k: &(u32, u64)) -> bool {
+        self.live_keys.contains(k) && self.previous.get(k).is_some_and(|t| t.exited)
     }
 
     /// Runs the kernel skipped, by program (see [`progstats::recursion_misses`]); cumulative.

@@ -36,22 +36,21 @@ pub fn task_done(pid: u32) -> bool {
     }
 }
 
-/// The state letter of a /proc/PID/stat line (after the parenthesised comm, which may itself
-/// hold spaces and parentheses).
+/// The fields of a /proc/PID/stat line after the parenthesised comm (which may itself hold
+/// spaces and parentheses), from the state on.
+fn stat_fields(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat.rsplit_once(')')?.1.split_whitespace())
+}
+
+/// The state letter of a /proc/PID/stat line.
 fn stat_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
+    stat_fields(stat)?.next()?.chars().next()
 }
 
 /// numatrace's own CPU time so far, in nanoseconds (utime + stime of the whole process).
 pub fn own_cpu_ns() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    let f: Vec<&str> = stat_fields(&stat)?.collect();
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     // SAFETY: sysconf has no side effects.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
