@@ -44,6 +44,7 @@ pub const PROG_FEXIT_TASK_NUMA_WORK: &str = "fexit_task_numa_work";
 pub const PROG_KPROBE_TASK_NUMA_WORK: &str = "kprobe_task_numa_work";
 pub const PROG_KRETPROBE_TASK_NUMA_WORK: &str = "kretprobe_task_numa_work";
 pub const PROG_FEXIT_CHANGE_PROT_NUMA: &str = "fexit_change_prot_numa";
+pub const PROG_KPROBE_CHANGE_PROT_NUMA: &str = "kprobe_change_prot_numa";
 pub const PROG_KRETPROBE_CHANGE_PROT_NUMA: &str = "kretprobe_change_prot_numa";
 pub const PROG_FENTRY_TASK_NUMA_FAULT: &str = "fentry_task_numa_fault";
 pub const PROG_KPROBE_TASK_NUMA_FAULT: &str = "kprobe_task_numa_fault";
@@ -145,6 +146,7 @@ pub const PROGRAMS: &[&str] = &[
     PROG_KPROBE_TASK_NUMA_WORK,
     PROG_KRETPROBE_TASK_NUMA_WORK,
     PROG_FEXIT_CHANGE_PROT_NUMA,
+    PROG_KPROBE_CHANGE_PROT_NUMA,
     PROG_KRETPROBE_CHANGE_PROT_NUMA,
     PROG_FENTRY_TASK_NUMA_FAULT,
     PROG_KPROBE_TASK_NUMA_FAULT,

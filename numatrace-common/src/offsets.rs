@@ -117,7 +117,8 @@ pub struct FuncConfig {
     pub fault_node_arg: u32,
     pub fault_pages_arg: u32,
     pub fault_flags_arg: u32,
-    pub _pad: u32,
+    /// change_prot_numa: the vma.
+    pub prot_vma_arg: u32,
 }
 
 impl FuncConfig {
@@ -132,7 +133,7 @@ impl FuncConfig {
         fault_node_arg: 1,
         fault_pages_arg: 2,
         fault_flags_arg: 3,
-        _pad: 0,
+        prot_vma_arg: 0,
     };
 }
 
@@ -154,6 +155,8 @@ pub const INFLIGHT_COW_SHARED: u64 = 4;
 /// The source node of the current hint fault's successful migration (set when
 /// migrate_misplaced_* returns, read by task_numa_fault for the pages matrix).
 pub const INFLIGHT_MIGRATE_SRC: u64 = 5;
+/// The VMA of the current change_prot_numa call (kprobe to kretprobe: the per-VMA split).
+pub const INFLIGHT_PROT_NUMA: u64 = 6;
 
 /// What the tp_btf `sched_skip_vma_numa` program reads, from the running kernel's BTF (seed 002:
 /// `vma->numab_state->prev_scan_seq` against `mm->numa_scan_seq` and the thread count).

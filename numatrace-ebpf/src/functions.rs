@@ -11,16 +11,16 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     Counter, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED,
-    INFLIGHT_MIGRATE, INFLIGHT_MIGRATE_SRC, INFLIGHT_MIGRATION_WAIT, INFLIGHT_TASK_NUMA_WORK,
-    Inflight, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
-    NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
-    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats,
-    VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
+    INFLIGHT_MIGRATE, INFLIGHT_MIGRATE_SRC, INFLIGHT_MIGRATION_WAIT, INFLIGHT_PROT_NUMA,
+    INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT,
+    MIGRATED_PAGES_SLOTS, NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap,
+    PageOffsets, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets,
+    TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
 use crate::tasks::{
-    add, count, count_n, current, current_task, emit_events, header, is_self, note_current,
-    read_field, send, send_span, task_entry, touch, wanted,
+    BPF_NOEXIST, add, count, count_n, current, current_task, emit_events, header, is_self,
+    note_current, read_field, send, send_span, task_entry, touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -129,6 +129,25 @@ fn inflight_start(kind: u64, pid: u32, v: &Inflight) {
     }
 }
 
+/// [`inflight_start`] for a call whose return a kretprobe takes: an entry the task already has
+/// is a call whose return the kernel did not report (a kretprobe has a fixed number of
+/// instances; a task holds one while the call sleeps), so that pair is counted lost.
+#[inline(always)]
+fn inflight_call(kind: u64, pid: u32, v: &Inflight, kretprobe: bool) {
+    let key = inflight_key(kind, pid);
+    if kretprobe && INFLIGHT.insert(&key, v, BPF_NOEXIST).is_ok() {
+        return;
+    }
+    if kretprobe || INFLIGHT.insert(&key, v, 0).is_err() {
+        // With the kretprobe: not inserted, so either the stale entry (replaced below) or a
+        // full map (the insert below fails too): one pair lost either way.
+        count(Counter::InflightLost);
+        if kretprobe {
+            let _ = INFLIGHT.insert(&key, v, 0);
+        }
+    }
+}
+
 /// Drops every in-flight entry of an exiting task (a call it never returned from, a fault
 /// whose task_numa_fault was not reached): the map is not LRU, so nothing may stay behind.
 #[inline(always)]
@@ -139,6 +158,7 @@ pub fn forget_inflight(pid: u32) {
         INFLIGHT_MIGRATION_WAIT,
         INFLIGHT_COW_SHARED,
         INFLIGHT_MIGRATE_SRC,
+        INFLIGHT_PROT_NUMA,
     ] {
         let _ = INFLIGHT.remove(&inflight_key(kind, pid));
     }
@@ -157,7 +177,7 @@ fn inflight_take(kind: u64, pid: u32) -> Option<Inflight> {
 // ---- task_numa_work ------------------------------------------------------------------------
 
 #[inline(always)]
-fn on_task_numa_work_enter() {
+fn on_task_numa_work_enter(kretprobe: bool) {
     let Some((t, pid)) = followed_current() else {
         return;
     };
@@ -170,7 +190,7 @@ fn on_task_numa_work_enter() {
         add(unsafe { &raw mut (*t).scan_stamp_violations }, 1);
     }
     note_runtime(t);
-    inflight_start(
+    inflight_call(
         INFLIGHT_TASK_NUMA_WORK,
         pid,
         &Inflight {
@@ -180,6 +200,7 @@ fn on_task_numa_work_enter() {
             arg: 0,
             arg2: 0,
         },
+        kretprobe,
     );
 }
 
@@ -241,7 +262,7 @@ fn on_task_numa_work_exit() {
 
 #[fentry(function = "task_numa_work")]
 pub fn fentry_task_numa_work(_ctx: FEntryContext) -> u32 {
-    on_task_numa_work_enter();
+    on_task_numa_work_enter(false);
     0
 }
 
@@ -253,7 +274,7 @@ pub fn fexit_task_numa_work(_ctx: FExitContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_task_numa_work(_ctx: ProbeContext) -> u32 {
-    on_task_numa_work_enter();
+    on_task_numa_work_enter(true);
     0
 }
 
@@ -332,10 +353,25 @@ pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
     0
 }
 
+/// A kretprobe no longer sees the arguments: the kprobe keeps the vma for it.
+#[kprobe]
+pub fn kprobe_change_prot_numa(ctx: ProbeContext) -> u32 {
+    let cur = current();
+    if wanted(cur.tgid) {
+        let args = kprobe_args(&ctx);
+        let v = Inflight {
+            arg: pick(&args, FUNC_CONFIG.load().prot_vma_arg),
+            ..Inflight::default()
+        };
+        inflight_call(INFLIGHT_PROT_NUMA, cur.pid, &v, true);
+    }
+    0
+}
+
 #[kretprobe]
 pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
-    // A kretprobe no longer sees the arguments: the per-VMA split needs fexit.
-    on_change_prot_numa_ret(0, ctx.ret::<u64>());
+    let vma = inflight_take(INFLIGHT_PROT_NUMA, current().pid).map_or(0, |v| v.arg);
+    on_change_prot_numa_ret(vma, ctx.ret::<u64>());
     0
 }
 
@@ -561,13 +597,13 @@ fn node_arg(raw: u64) -> u64 {
 }
 
 #[inline(always)]
-fn on_migrate_enter(page: u64, node: u64) {
+fn on_migrate_enter(page: u64, node: u64, kretprobe: bool) {
     let node = node_arg(node);
     let cur = current();
     if !wanted(cur.tgid) {
         return;
     }
-    inflight_start(
+    inflight_call(
         INFLIGHT_MIGRATE,
         cur.pid,
         &Inflight {
@@ -577,6 +613,7 @@ fn on_migrate_enter(page: u64, node: u64) {
             arg: node,
             arg2: page_node(page),
         },
+        kretprobe,
     );
 }
 
@@ -690,6 +727,7 @@ pub fn fentry_migrate_misplaced(ctx: FEntryContext) -> u32 {
     on_migrate_enter(
         tracing_arg_scalar::<0>(ctx.as_ptr()),
         tracing_arg::<2>(ctx.as_ptr()),
+        false,
     );
     0
 }
@@ -707,6 +745,7 @@ pub fn fentry_migrate_misplaced_no_vma(ctx: FEntryContext) -> u32 {
     on_migrate_enter(
         tracing_arg_scalar::<0>(ctx.as_ptr()),
         tracing_arg::<1>(ctx.as_ptr()),
+        false,
     );
     0
 }
@@ -724,6 +763,7 @@ pub fn kprobe_migrate_misplaced(ctx: ProbeContext) -> u32 {
     on_migrate_enter(
         pick(&args, c.migrate_page_arg),
         pick(&args, c.migrate_node_arg),
+        true,
     );
     0
 }
@@ -737,18 +777,19 @@ pub fn kretprobe_migrate_misplaced(ctx: RetProbeContext) -> u32 {
 // ---- migration_entry_wait ------------------------------------------------------------------
 
 #[inline(always)]
-fn on_migration_wait_enter() {
+fn on_migration_wait_enter(kretprobe: bool) {
     let cur = current();
     if !wanted(cur.tgid) {
         return;
     }
-    inflight_start(
+    inflight_call(
         INFLIGHT_MIGRATION_WAIT,
         cur.pid,
         &Inflight {
             ts_ns: unsafe { bpf_ktime_get_ns() },
             ..Inflight::default()
         },
+        kretprobe,
     );
 }
 
@@ -772,7 +813,7 @@ fn on_migration_wait_exit() {
 
 #[fentry(function = "migration_entry_wait")]
 pub fn fentry_migration_entry_wait(_ctx: FEntryContext) -> u32 {
-    on_migration_wait_enter();
+    on_migration_wait_enter(false);
     0
 }
 
@@ -784,7 +825,7 @@ pub fn fexit_migration_entry_wait(_ctx: FExitContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_migration_entry_wait(_ctx: ProbeContext) -> u32 {
-    on_migration_wait_enter();
+    on_migration_wait_enter(true);
     0
 }
 

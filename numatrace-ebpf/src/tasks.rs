@@ -49,7 +49,7 @@ pub fn debug_log() -> bool {
     CONFIG.load().debug_log != 0
 }
 
-const BPF_NOEXIST: u64 = 1;
+pub(crate) const BPF_NOEXIST: u64 = 1;
 const EEXIST: i32 = 17;
 
 /// Adds to a per-CPU counter: no contention, summed by userspace.

@@ -199,13 +199,16 @@ pub const HOOKS: &[HookSpec] = &[
     func(
         "change_prot_numa",
         &["change_prot_numa"],
-        // The kretprobe sees only the return value (no per-VMA split).
-        &[],
+        // The kprobe keeps the vma for the kretprobe (per-VMA split).
+        &["vma"],
         &[FentryVariant {
             params: &["vma", "addr", "end"],
             programs: &[PROG_FEXIT_CHANGE_PROT_NUMA],
         }],
-        &[PROG_KRETPROBE_CHANGE_PROT_NUMA],
+        &[
+            PROG_KPROBE_CHANGE_PROT_NUMA,
+            PROG_KRETPROBE_CHANGE_PROT_NUMA,
+        ],
         "PTEs made PROT_NONE per scan",
     ),
     func(

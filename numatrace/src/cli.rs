@@ -365,7 +365,9 @@ pub struct TopArgs {
     #[arg(long, short = 'd', default_value = "1", value_parser = parse_duration)]
     pub delay: Duration,
 
-    /// Batch mode: plain-text frames on stdout (no terminal control), like `top -b`.
+    /// Batch mode: plain-text frames on stdout (no terminal control), like `top -b`. The first
+    /// frame comes half a second after attach (or after --delay if shorter), the rest every
+    /// --delay; each frame states its interval.
     #[arg(long, short = 'b')]
     pub batch: bool,
 

@@ -268,8 +268,21 @@ fn arg_position(sig: &[BtfParam], names: &str) -> Option<u32> {
         .map(|i| i as u32)
 }
 
-/// `fentry`: whether fentry may be chosen at all (not after its programs were refused).
-fn plan_function(facts: &KernelFacts, spec: HookSpec, fentry: bool) -> HookPlan {
+/// When fentry may be chosen for a function hook.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FentryUse {
+    /// Not at all (its programs were refused).
+    Never,
+    /// Where it loads, unless the kernel is preemptible and the kprobe works.
+    Auto,
+    /// Where it loads (the kprobe chosen for a preemptible kernel was refused).
+    First,
+}
+
+/// How `probes` says that a kprobe was chosen over a working fentry.
+const PREEMPT_REASON: &str = "fentry not used: this kernel preempts kernel code";
+
+fn plan_function(facts: &KernelFacts, spec: HookSpec, fentry: FentryUse) -> HookPlan {
     let HookKind::Function { symbols, args } = spec.kind else {
         unreachable!("plan_function called for another kind of hook")
     };
@@ -301,7 +314,7 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec, fentry: bool) -> HookPlan 
     let names: Vec<&str> = sig.map_or_else(Vec::new, |s| s.iter().map(|p| &*p.name).collect());
     let variant = variants.iter().position(|v| v.matches(&names));
 
-    let fentry_ok = if !fentry {
+    let fentry_ok = if fentry == FentryUse::Never {
         false
     } else if !facts.btf_vmlinux {
         reasons.push("fentry: no kernel BTF (/sys/kernel/btf/vmlinux)".into());
@@ -350,7 +363,20 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec, fentry: bool) -> HookPlan 
             .collect(),
         None => Vec::new(),
     };
-    let mechanism = if fentry_ok {
+    let kprobe_ok = facts.kprobes && facts.kallsyms.contains(*sym) && unknown_args.is_empty();
+    let preempted = facts
+        .preemption
+        .as_ref()
+        .filter(|p| p.model.preemptible() && fentry == FentryUse::Auto);
+    let mechanism = if fentry_ok && let (Some(p), true) = (preempted, kprobe_ok) {
+        reasons.push(format!(
+            "{PREEMPT_REASON} (preempt={}, from {}), and the kernel skips a trampoline program \
+             on a CPU where a preempted run of it is pending (lost calls); a kprobe program runs \
+             with preemption off",
+            p.model, p.from
+        ));
+        Mechanism::Kprobe
+    } else if fentry_ok {
         Mechanism::Fentry
     } else if !facts.kprobes {
         reasons.push("kprobe: kprobes not built in (no kprobe PMU, no kprobe_events)".into());
@@ -388,11 +414,25 @@ pub fn kprobe_fallback(facts: &KernelFacts, h: &HookPlan) -> Option<HookPlan> {
     if h.mechanism != Mechanism::Fentry {
         return None;
     }
-    let k = plan_function(facts, h.spec, false);
+    let k = plan_function(facts, h.spec, FentryUse::Never);
     (k.mechanism == Mechanism::Kprobe).then(|| HookPlan {
         mechanism: Mechanism::Kprobe,
         reasons: h.reasons.clone(),
         ..k
+    })
+}
+
+/// The hook's fentry programs, when its kprobe was chosen only because the kernel is
+/// preemptible and the kernel refused the kprobe.
+pub fn fentry_fallback(facts: &KernelFacts, h: &HookPlan) -> Option<HookPlan> {
+    if h.mechanism != Mechanism::Kprobe || !h.reasons.iter().any(|r| r.starts_with(PREEMPT_REASON))
+    {
+        return None;
+    }
+    let f = plan_function(facts, h.spec, FentryUse::First);
+    (f.mechanism == Mechanism::Fentry).then(|| HookPlan {
+        reasons: h.reasons.clone(),
+        ..f
     })
 }
 
@@ -435,6 +475,7 @@ fn func_config(facts: &KernelFacts) -> FuncConfig {
     set(&mut c.fault_node_arg, fault, "mem_node");
     set(&mut c.fault_pages_arg, fault, "pages");
     set(&mut c.fault_flags_arg, fault, "flags");
+    set(&mut c.prot_vma_arg, sig("change_prot_numa"), "vma");
     // int return, 0 on success, from 6.10; 1 = migrated before.
     c.migrate_ok_is_zero = u32::from(facts.version >= KernelVersion::new(6, 10, 0));
     c
@@ -636,7 +677,7 @@ pub fn plan(facts: &KernelFacts) -> Plan {
         let h = match spec.kind {
             HookKind::Tracepoint { .. } => plan_tracepoint(facts, *spec, &mut offsets),
             HookKind::Function { .. } => {
-                let mut h = plan_function(facts, *spec, true);
+                let mut h = plan_function(facts, *spec, FentryUse::Auto);
                 field_notes(facts, &mut h);
                 h
             }
@@ -805,6 +846,7 @@ pub(crate) mod tests {
             fentry,
             numa_nodes: 1,
             numa_balancing: Some(0),
+            preemption: None,
         }
     }
 
@@ -872,6 +914,7 @@ pub(crate) mod tests {
                 .collect(),
             numa_nodes: 2,
             numa_balancing: Some(1),
+            preemption: None,
         }
     }
 
@@ -1026,6 +1069,56 @@ pub(crate) mod tests {
             field(&host_6_18(), "signal_struct.nr_threads")
         );
         assert_ne!(full.offsets.gap.prev_scan_seq, FIELD_ABSENT);
+    }
+
+    #[test]
+    fn preemptible_kernels_take_kprobes_where_they_can() {
+        use crate::kernel::preempt::{Model, Preemption};
+        let is_func = |h: &HookPlan| {
+            matches!(h.spec.kind, HookKind::Function { .. }) && h.mechanism != Mechanism::None
+        };
+        let mut f = debian_6_1();
+        f.preemption = Some(Preemption {
+            model: Model::Lazy,
+            from: "/sys/kernel/debug/sched/preempt".into(),
+        });
+        let p = plan(&f);
+        for h in p.hooks.iter().filter(|h| is_func(h)) {
+            assert_eq!(h.mechanism, Mechanism::Kprobe, "{}", h.spec.name);
+            assert!(
+                h.reasons.iter().any(|r| r.contains("preempt=lazy")),
+                "{}: {:?}",
+                h.spec.name,
+                h.reasons
+            );
+        }
+        // A refused kprobe falls back to the fentry that loaded.
+        let k = hook(&p, "task_numa_fault");
+        let back = fentry_fallback(&f, k).expect("fentry fallback");
+        assert_eq!(back.mechanism, Mechanism::Fentry);
+        assert!(kprobe_fallback(&f, &back).is_some());
+        // Without kprobes fentry is still better than nothing.
+        f.kprobes = false;
+        let p = plan(&f);
+        assert!(
+            p.hooks
+                .iter()
+                .filter(|h| is_func(h))
+                .all(|h| h.mechanism == Mechanism::Fentry)
+        );
+        // Voluntary preemption: fentry.
+        f.kprobes = true;
+        f.preemption = Some(Preemption {
+            model: Model::Voluntary,
+            from: "uname -v".into(),
+        });
+        assert!(
+            plan(&f)
+                .hooks
+                .iter()
+                .filter(|h| is_func(h))
+                .all(|h| h.mechanism == Mechanism::Fentry)
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use numatrace_common::*;
 use crate::{
     catalogue::{HookKind, Programs},
     kernel::facts::{FentryTest, KernelFacts, KernelVersion},
-    plan::{HookPlan, Mechanism, Plan, plan},
+    plan::{HookPlan, Mechanism, Plan, fentry_fallback, plan},
 };
 
 /// Each line's fixture, by vm-test label.
@@ -40,8 +40,8 @@ fn hook<'a>(p: &'a Plan, name: &str) -> &'a HookPlan {
 const MIGRATE: &str = "migrate_misplaced_folio|_page";
 
 /// On every line: each function the kernel has is hooked, by fentry where its probe program
-/// loaded (with the program variant whose parameter names are the kernel's), else by kprobe;
-/// nothing is left without a reason.
+/// loaded (with the program variant whose parameter names are the kernel's) on a kernel that
+/// does not preempt kernel code, else by kprobe; nothing is left without a reason.
 #[test]
 fn every_line_hooks_every_function_it_has() {
     for (label, _) in LINES {
@@ -58,7 +58,8 @@ fn every_line_hooks_every_function_it_has() {
             };
             assert!(h.will_attach(), "{label} {}: {:?}", h.spec.name, h.reasons);
             let fentry_loads = f.fentry.get(sym) == Some(&FentryTest::Loaded);
-            let want = if fentry_loads {
+            let preemptible = f.preemption.as_ref().is_some_and(|p| p.model.preemptible());
+            let want = if fentry_loads && !preemptible {
                 Mechanism::Fentry
             } else {
                 Mechanism::Kprobe
@@ -130,8 +131,12 @@ fn argument_positions_by_name() {
         let p = plan(&f);
         let m = hook(&p, MIGRATE);
         assert_eq!(m.symbol.as_deref(), Some(symbol), "{label}");
-        assert_eq!(m.programs()[0], programs, "{label}");
+        // On a preemptible line the kprobe comes first; the fentry pair it would fall back to
+        // is the one for the line's signature all the same.
+        let fentry = fentry_fallback(&f, m).unwrap_or_else(|| m.clone());
+        assert_eq!(fentry.programs()[0], programs, "{label}");
         let c = p.offsets.func;
+        assert_eq!(c.prot_vma_arg, 0, "{label}");
         assert_eq!(c.migrate_page_arg, 0, "{label}");
         assert_eq!(c.migrate_node_arg, node_arg, "{label}");
         assert_eq!(c.migrate_ok_is_zero, ok_is_zero, "{label}");
@@ -188,4 +193,22 @@ fn per_line_tracepoints_and_fallbacks() {
     let h = hook(&p, "do_huge_pmd_numa_page");
     assert_eq!(h.mechanism, Mechanism::Kprobe, "{h:?}");
     assert!(h.reasons[0].contains("EINVAL"), "{h:?}");
+}
+
+/// Debian's 7.x preempts kernel code (lazy): every function hook it has takes its kprobe, so
+/// that no preempted trampoline run hides other tasks' calls; the 6.x lines keep fentry.
+#[test]
+fn the_preemptible_line_takes_kprobes() {
+    let f = facts("7.x");
+    assert!(f.preemption.as_ref().is_some_and(|p| p.model.preemptible()));
+    for h in plan(&f).hooks {
+        if let HookKind::Function { .. } = h.spec.kind
+            && h.symbol.is_some()
+        {
+            assert_eq!(h.mechanism, Mechanism::Kprobe, "7.x {}", h.spec.name);
+        }
+    }
+    let f = facts("6.12");
+    assert!(!f.preemption.as_ref().is_some_and(|p| p.model.preemptible()));
+    assert_eq!(hook(&plan(&f), MIGRATE).mechanism, Mechanism::Fentry);
 }

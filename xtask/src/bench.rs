@@ -28,6 +28,7 @@ pub struct Opts {
     /// Phases to run (programs, overhead, daemon); empty: all.
     pub phases: Vec<String>,
     pub no_host: bool,
+    pub no_guest: bool,
     /// Print the tables of an earlier run's results.jsonl instead of running.
     pub render: Option<PathBuf>,
 }
@@ -158,26 +159,13 @@ fn render_file(path: &Path, o: &Opts) -> Result<()> {
     Ok(())
 }
 
-pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
-    if let Some(p) = &o.render {
-        return render_file(p, o);
-    }
-    if !crate::process::is_root() {
-        bail!("bench needs root (guest boot, BPF statistics); run it as root");
-    }
-    let Some(k) = vm::KERNELS.iter().find(|k| k.label == o.kernel) else {
-        bail!("--kernel: no kernel line {}", o.kernel);
-    };
-    vm::ensure_packages(&[
-        "qemu-system-x86",
-        "busybox-static",
-        "cpio",
-        "curl",
-        "bpftrace",
-    ])?;
-    let bins = vm::build_static(tools)?;
-    let out = workspace_root().join("target/bench");
-    fs::create_dir_all(&out)?;
+/// Boots the guest and runs the chosen phases there: its records.
+fn run_guest(
+    o: &Opts,
+    k: &vm::GuestKernel,
+    bins: &Path,
+    out: &Path,
+) -> Result<(String, Vec<Value>)> {
     let mut files: Vec<(PathBuf, PathBuf)> = ["numatrace", "numatrace-workload", "numatrace-bench"]
         .iter()
         .map(|b| (bins.join(b), Path::new("numatrace/bin").join(b)))
@@ -234,6 +222,34 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
             log_path.display()
         );
     }
+    Ok((pkg, guest))
+}
+
+pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
+    if let Some(p) = &o.render {
+        return render_file(p, o);
+    }
+    if !crate::process::is_root() {
+        bail!("bench needs root (guest boot, BPF statistics); run it as root");
+    }
+    let Some(k) = vm::KERNELS.iter().find(|k| k.label == o.kernel) else {
+        bail!("--kernel: no kernel line {}", o.kernel);
+    };
+    vm::ensure_packages(&[
+        "qemu-system-x86",
+        "busybox-static",
+        "cpio",
+        "curl",
+        "bpftrace",
+    ])?;
+    let bins = vm::build_static(tools)?;
+    let out = workspace_root().join("target/bench");
+    fs::create_dir_all(&out)?;
+    let (pkg, guest) = if o.no_guest {
+        ("no guest (--no-guest)".to_owned(), Vec::new())
+    } else {
+        run_guest(o, k, &bins, &out)?
+    };
     let mut host = Vec::new();
     if !o.no_host {
         let bench = |args: &[&str]| -> Vec<Value> {
@@ -625,17 +641,16 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
             if rss > 40.0 {
                 out.push(format!(
                     "{c} at 1 000 tasks ({place}): peak RSS {rss:.1} MiB (target ≤ 40 MiB): \
-                     flat from 100 to 10 000 tasks, so a base, not per-task state; what makes \
-                     up the base is not yet broken down"
+                     see BENCHMARKS.md for what the peak is made of (kernel BTF parses at start)"
                 ));
             }
             if ready > 1000.0 {
-                let why = if c == "top -b" {
-                    "its first frame shows rates over one `--delay` interval (1 s here), so it \
-                     comes after attach + 1 s"
-                } else if place == "guest" {
+                let why = if place == "guest" {
                     "loading and verifying the programs is emulated (TCG); on the host the same \
-                     command is counting within ~0.5 s"
+                     command is counting within ~0.5 s (`top -b`: its first frame ½ s after \
+                     attach, ~0.7 s)"
+                } else if c == "top -b" {
+                    "its first frame comes ½ s after attach (rates over that interval)"
                 } else {
                     "attach time"
                 };

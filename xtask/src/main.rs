@@ -66,9 +66,12 @@ enum Step {
         /// Only these phases (programs, overhead, daemon).
         #[arg(long, value_delimiter = ',')]
         phases: Vec<String>,
-        /// Skip the host's per-program costs.
+        /// Skip the host's per-program and daemon costs.
         #[arg(long)]
         no_host: bool,
+        /// Skip the guest (host measurements only).
+        #[arg(long, conflicts_with = "no_host")]
+        no_guest: bool,
         /// Only print the tables of an earlier run (its target/bench/results.jsonl).
         #[arg(long, value_name = "RESULTS_JSONL")]
         render: Option<std::path::PathBuf>,
@@ -134,6 +137,7 @@ fn run(cli: Cli) -> Result<()> {
             window,
             phases,
             no_host,
+            no_guest,
             render,
         } => bench::run(
             &tools,
@@ -145,6 +149,7 @@ fn run(cli: Cli) -> Result<()> {
                 window,
                 phases,
                 no_host,
+                no_guest,
                 render,
             },
         ),

@@ -525,8 +525,10 @@ for t in /numatrace/tests/*; do
   name=$(basename "$t")
   case " $skip " in *" $name "*) echo "vm-test: SKIP $name"; continue;; esac
   echo "vm-test: BEGIN $name"
+  began=$(cut -d. -f1 /proc/uptime)
   "$t" --test-threads=1 --show-output __FILTER__
-  echo "vm-test: END $name rc=$?"
+  rc=$?
+  echo "vm-test: END $name rc=$rc secs=$(( $(cut -d. -f1 /proc/uptime) - began ))"
 done
 for f in /tmp/captures/*; do
   [ -e "$f" ] || continue
@@ -611,6 +613,8 @@ pub fn pack_root(files: &[(PathBuf, PathBuf)], init: &str, out: &Path) -> Result
 struct GuestResult {
     /// Test binary -> (exit code, passed, failed, skipped).
     binaries: BTreeMap<String, (i32, u32, u32, u32)>,
+    /// Test binary -> seconds it ran (guest uptime): where the CI time goes.
+    secs: BTreeMap<String, u64>,
     done: bool,
     nodes: Option<String>,
 }
@@ -630,10 +634,14 @@ fn parse_console(log: &str) -> GuestResult {
             (passed, failed, skipped) = (0, 0, 0);
         } else if let Some(rest) = line.strip_prefix("vm-test: END ") {
             let (name, rc) = rest.split_once(" rc=").unwrap_or((rest, "-1"));
+            let (rc, secs) = rc.split_once(" secs=").unwrap_or((rc, ""));
             r.binaries.insert(
                 name.to_owned(),
                 (rc.trim().parse().unwrap_or(-1), passed, failed, skipped),
             );
+            if let Ok(secs) = secs.trim().parse() {
+                r.secs.insert(name.to_owned(), secs);
+            }
             current = None;
         } else if line == "vm-test: DONE" {
             r.done = true;
@@ -701,6 +709,7 @@ fn compare_facts(label: &str, fresh: &Path) -> String {
             "kallsyms",
             "fentry",
             "tracepoints",
+            "preemption",
         ]
         .map(|k| v[k].clone())
     };
@@ -905,6 +914,7 @@ pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&s
         let skip: Vec<&str> = k.skip.iter().map(|(t, _)| *t).collect();
         let log_path = out.join(format!("{}.log", k.label));
         let primary = k.label == PRIMARY_LINE;
+        let mut booted = Instant::now();
         let mut log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Multi, primary)?;
         let mut r = parse_console(&log);
         if !r.done && tcg_text_patch_flake(&log) {
@@ -925,19 +935,25 @@ pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&s
                     first.display()
                 ),
             ));
+            booted = Instant::now();
             log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Single, primary)?;
             r = parse_console(&log);
         }
+        let guest_secs = booted.elapsed().as_secs();
         for name in tests.keys() {
             if let Some((_, why)) = k.skip.iter().find(|(t, _)| t == name) {
                 rows.push((k.label, name.clone(), format!("not run here: {why}")));
                 continue;
             }
+            let secs = r
+                .secs
+                .get(name)
+                .map_or_else(String::new, |s| format!(" in {s} s"));
             let verdict = match r.binaries.get(name) {
-                Some((0, p, f, s)) => format!("pass ({p} ok, {f} failed, {s} skipped)"),
+                Some((0, p, f, s)) => format!("pass ({p} ok, {f} failed, {s} skipped){secs}"),
                 Some((rc, p, f, s)) => {
                     ok = false;
-                    format!("FAIL rc={rc} ({p} ok, {f} failed, {s} skipped)")
+                    format!("FAIL rc={rc} ({p} ok, {f} failed, {s} skipped){secs}")
                 }
                 None => {
                     ok = false;
@@ -981,6 +997,11 @@ pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&s
             ok = false;
             rows.push((k.label, "(guest)".into(), "FAIL: no clean power-off".into()));
         }
+        rows.push((
+            k.label,
+            "(guest)".into(),
+            format!("{guest_secs} s from boot to power-off"),
+        ));
         if r.nodes.as_deref().map(str::trim) != Some("2") {
             ok = false;
             rows.push((
@@ -1050,13 +1071,15 @@ mod tests {
     fn console_parsing() {
         let log = "noise\n\x1b[2Jvm-test: kernel 6.1.0, nodes: 2\r\nvm-test: BEGIN probes\n\
                    test a ... ok\nSKIPPED x: needs root\ntest b ... ok\ntest c ... FAILED\n\
-                   vm-test: END probes rc=101\nvm-test: BEGIN lifecycle\nvm-test: END lifecycle rc=0\n\
+                   vm-test: END probes rc=101\nvm-test: BEGIN lifecycle\nvm-test: END lifecycle rc=0 secs=12\n\
                    vm-test: DONE\n";
         let r = parse_console(log);
         assert!(r.done);
         assert_eq!(r.nodes.as_deref(), Some("2"));
         assert_eq!(r.binaries["probes"], (101, 2, 1, 1));
         assert_eq!(r.binaries["lifecycle"], (0, 0, 0, 0));
+        assert_eq!(r.secs.get("lifecycle"), Some(&12));
+        assert_eq!(r.secs.get("probes"), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::{
     kernel::facts::{FentryTest, KernelFacts},
-    plan::{HookKind, HookPlan, Mechanism, Plan, kprobe_fallback, plan},
+    plan::{HookKind, HookPlan, Mechanism, Plan, fentry_fallback, kprobe_fallback, plan},
 };
 use numatrace_common::{
     Config, GLOBAL_CONFIG, GLOBAL_FORK_OFFSETS, GLOBAL_FUNC_CONFIG, GLOBAL_MIGRATE_OFFSETS,
@@ -325,15 +325,23 @@ impl Session {
             };
             // The probe program loads where the real ones may not (a verifier that checks
             // what they read, e.g. a changed signature): fall back to the kprobe.
-            if let Err(e) = &outcome
-                && let Some(mut k) = kprobe_fallback(&facts, h)
-            {
+            // A refused fentry program falls back to the kprobe; a kprobe preferred on a
+            // preemptible kernel that is refused, to the fentry that loaded.
+            let fallback = outcome.as_ref().err().and_then(|e| {
+                kprobe_fallback(&facts, h)
+                    .map(|k| (k, "fentry", "kprobe", e.clone()))
+                    .or_else(|| {
+                        fentry_fallback(&facts, h).map(|f| (f, "kprobe", "fentry", e.clone()))
+                    })
+            });
+            if let Some((mut alt, refused, used, e)) = fallback {
                 detach(&mut ebpf, h);
-                k.reasons
-                    .push(format!("fentry program refused, fell back to kprobe: {e}"));
-                tracing::warn!(hook = %h.spec.name, "fentry refused ({e}); using its kprobe");
-                outcome = attach(&mut ebpf, &k, btf.as_ref(), opts);
-                *h = k;
+                alt.reasons.push(format!(
+                    "{refused} program refused, fell back to {used}: {e}"
+                ));
+                tracing::warn!(hook = %h.spec.name, "{refused} refused ({e}); using {used}");
+                outcome = attach(&mut ebpf, &alt, btf.as_ref(), opts);
+                *h = alt;
             }
             hooks.push(report(h, outcome));
         }

@@ -2,7 +2,7 @@
 //! function parameter counts, so that the programs read fields at this kernel's offsets and
 //! nothing is baked in at build time. (aya-obj parses BTF too, but keeps member access private.)
 
-use std::{collections::HashMap, fs};
+use std::fs;
 
 use thiserror::Error;
 
@@ -26,24 +26,18 @@ const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_TYPE_TAG: u32 = 18;
 
-#[derive(Clone, Debug)]
-struct Member {
-    name: u32,
-    ty: u32,
-    bit_offset: u32,
-}
-
-#[derive(Clone, Debug)]
+/// One type record, decoded from the raw section on demand (never stored: the kernel's BTF
+/// has ~150 000 types, and decoding all of them up front took 35 MB for a 5.5 MB file).
+#[derive(Clone, Copy, Debug)]
 struct Type {
     name: u32,
     kind: u32,
+    kind_flag: bool,
+    vlen: usize,
     /// size, or referenced type for modifiers/typedefs/functions.
     size_or_type: u32,
-    members: Vec<Member>,
-    /// FUNC_PROTO parameters: (name offset, type).
-    params: Vec<(u32, u32)>,
-    /// ENUM values by name offset.
-    values: Vec<(u32, i64)>,
+    /// Where the kind's extra data (members, parameters, values) starts in the type section.
+    body: usize,
 }
 
 /// One parameter of a kernel function, from BTF.
@@ -54,11 +48,17 @@ pub struct BtfParam {
     pub ty: String,
 }
 
-/// Parsed BTF: types (id 1..) and the string section.
+/// Parsed BTF: the raw file, where each type record starts (ids 1..), and the named types of
+/// the kinds looked up by name, sorted by a hash of the name.
 pub struct Btf {
-    types: Vec<Type>,
-    strings: Vec<u8>,
-    by_name: HashMap<String, Vec<u32>>,
+    raw: Vec<u8>,
+    types_start: usize,
+    types_len: usize,
+    strings_start: usize,
+    strings_len: usize,
+    /// Byte offset of type `id` in the type section (index 0: void).
+    offsets: Vec<u32>,
+    by_name: Vec<(u64, u32)>,
 }
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
@@ -67,12 +67,24 @@ fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
         .ok_or(BtfError::Malformed("truncated"))
 }
 
+fn name_hash(name: &[u8]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut h);
+    h.finish()
+}
+
 impl Btf {
     pub fn from_sys_fs() -> Result<Self, BtfError> {
-        Self::parse(&fs::read("/sys/kernel/btf/vmlinux")?)
+        Self::parse_owned(fs::read("/sys/kernel/btf/vmlinux")?)
     }
 
     pub fn parse(b: &[u8]) -> Result<Self, BtfError> {
+        Self::parse_owned(b.to_vec())
+    }
+
+    fn parse_owned(raw: Vec<u8>) -> Result<Self, BtfError> {
+        let b = &raw;
         if b.len() < 24 || b[0..2] != [0x9f, 0xeb] {
             return Err(BtfError::Malformed(
                 "bad magic (only little-endian BTF is read)",
@@ -88,103 +100,117 @@ impl Btf {
             .get(tstart..tstart + type_len)
             .ok_or(BtfError::Malformed("type section"))?;
         let sstart = hdr_len + str_off;
-        let strings = b
-            .get(sstart..sstart + str_len)
-            .ok_or(BtfError::Malformed("string section"))?
-            .to_vec();
+        b.get(sstart..sstart + str_len)
+            .ok_or(BtfError::Malformed("string section"))?;
 
         // Type id 0 is void; keep a placeholder so ids index directly.
-        let mut types = vec![Type {
-            name: 0,
-            kind: 0,
-            size_or_type: 0,
-            members: vec![],
-            params: vec![],
-            values: vec![],
-        }];
+        let mut offsets = vec![u32::MAX];
         let mut p = 0usize;
         while p + 12 <= types_b.len() {
-            let name = u32_at(types_b, p)?;
             let info = u32_at(types_b, p + 4)?;
-            let size_or_type = u32_at(types_b, p + 8)?;
-            p += 12;
+            offsets.push(p as u32);
             let vlen = (info & 0xffff) as usize;
             let kind = (info >> 24) & 0x1f;
-            let kind_flag = info >> 31 == 1;
-            let mut t = Type {
-                name,
-                kind,
-                size_or_type,
-                members: vec![],
-                params: vec![],
-                values: vec![],
-            };
-            let extra = match kind {
-                1 | 14 | 17 => 4, // INT, VAR, DECL_TAG
-                3 => 12,          // ARRAY
-                KIND_STRUCT | KIND_UNION => {
-                    for i in 0..vlen {
-                        let m = p + i * 12;
-                        let off = u32_at(types_b, m + 8)?;
-                        t.members.push(Member {
-                            name: u32_at(types_b, m)?,
-                            ty: u32_at(types_b, m + 4)?,
-                            bit_offset: if kind_flag { off & 0xff_ffff } else { off },
-                        });
-                    }
-                    vlen * 12
-                }
-                KIND_ENUM => {
-                    for i in 0..vlen {
-                        let m = p + i * 8;
-                        t.values.push((
-                            u32_at(types_b, m)?,
-                            i64::from(u32_at(types_b, m + 4)? as i32),
-                        ));
-                    }
-                    vlen * 8
-                }
-                KIND_FUNC_PROTO => {
-                    for i in 0..vlen {
-                        t.params
-                            .push((u32_at(types_b, p + i * 8)?, u32_at(types_b, p + i * 8 + 4)?));
-                    }
-                    vlen * 8
-                }
-                15 | 19 => vlen * 12, // DATASEC, ENUM64
-                _ => 0,               // PTR, FWD, modifiers, FUNC, FLOAT, TYPE_TAG
-            };
-            p += extra;
-            types.push(t);
+            p += 12
+                + match kind {
+                    1 | 14 | 17 => 4, // INT, VAR, DECL_TAG
+                    3 => 12,          // ARRAY
+                    KIND_STRUCT | KIND_UNION => vlen * 12,
+                    KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
+                    15 | 19 => vlen * 12, // DATASEC, ENUM64
+                    _ => 0,               // PTR, FWD, modifiers, FUNC, FLOAT, TYPE_TAG
+                };
+            if p > types_b.len() {
+                return Err(BtfError::Malformed("truncated"));
+            }
         }
         let mut btf = Self {
-            types,
-            strings,
-            by_name: HashMap::new(),
+            raw,
+            types_start: tstart,
+            types_len: type_len,
+            strings_start: sstart,
+            strings_len: str_len,
+            offsets,
+            by_name: Vec::new(),
         };
-        for id in 1..btf.types.len() as u32 {
-            let t = &btf.types[id as usize];
+        let mut by_name = Vec::new();
+        for id in 1..btf.offsets.len() as u32 {
+            let Some(t) = btf.ty(id) else { continue };
             if t.name != 0
                 && matches!(
                     t.kind,
                     KIND_STRUCT | KIND_UNION | KIND_FUNC | KIND_ENUM | KIND_TYPEDEF
                 )
             {
-                let n = btf.str_at(t.name).to_owned();
-                btf.by_name.entry(n).or_default().push(id);
+                by_name.push((name_hash(btf.str_bytes(t.name)), id));
             }
         }
+        by_name.sort_unstable();
+        btf.by_name = by_name;
         Ok(btf)
     }
 
-    fn str_at(&self, off: u32) -> &str {
-        let s = self.strings.get(off as usize..).unwrap_or_default();
-        let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
-        std::str::from_utf8(&s[..end]).unwrap_or("")
+    fn types_b(&self) -> &[u8] {
+        &self.raw[self.types_start..self.types_start + self.types_len]
     }
 
-    fn ty(&self, id: u32) -> Option<&Type> {
-        self.types.get(id as usize)
+    fn str_bytes(&self, off: u32) -> &[u8] {
+        let strings = &self.raw[self.strings_start..self.strings_start + self.strings_len];
+        let s = strings.get(off as usize..).unwrap_or_default();
+        let end = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+        &s[..end]
+    }
+
+    fn str_at(&self, off: u32) -> &str {
+        std::str::from_utf8(self.str_bytes(off)).unwrap_or("")
+    }
+
+    /// Ids of the named types (struct, union, func, enum, typedef) called `name`.
+    fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = u32> + 'a {
+        let h = name_hash(name.as_bytes());
+        let from = self.by_name.partition_point(|&(x, _)| x < h);
+        self.by_name[from..]
+            .iter()
+            .take_while(move |&&(x, _)| x == h)
+            .map(|&(_, id)| id)
+            .filter(move |&id| self.ty(id).is_some_and(|t| self.str_at(t.name) == name))
+    }
+
+    fn ty(&self, id: u32) -> Option<Type> {
+        let p = *self.offsets.get(id as usize).filter(|&&o| o != u32::MAX)? as usize;
+        let b = self.types_b();
+        let info = u32_at(b, p + 4).ok()?;
+        Some(Type {
+            name: u32_at(b, p).ok()?,
+            kind: (info >> 24) & 0x1f,
+            kind_flag: info >> 31 == 1,
+            vlen: (info & 0xffff) as usize,
+            size_or_type: u32_at(b, p + 8).ok()?,
+            body: p + 12,
+        })
+    }
+
+    /// `i`-th word of the type's extra data, for records of `stride` bytes.
+    fn word(&self, t: &Type, i: usize, stride: usize, word: usize) -> u32 {
+        u32_at(self.types_b(), t.body + i * stride + word * 4).unwrap_or(0)
+    }
+
+    /// Struct/union members: (name, type, bit offset).
+    fn members(&self, t: &Type) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        let t = *t;
+        let n = if matches!(t.kind, KIND_STRUCT | KIND_UNION) {
+            t.vlen
+        } else {
+            0
+        };
+        (0..n).map(move |i| {
+            let off = self.word(&t, i, 12, 2);
+            (
+                self.word(&t, i, 12, 0),
+                self.word(&t, i, 12, 1),
+                if t.kind_flag { off & 0xff_ffff } else { off },
+            )
+        })
     }
 
     /// Follows typedefs and modifiers to the underlying type id.
@@ -208,14 +234,14 @@ impl Btf {
     /// Bit offset of `name` in struct/union `id`, looking through anonymous members.
     fn member(&self, id: u32, name: &str) -> Option<(u32, u32)> {
         let t = self.ty(self.resolve(id))?;
-        for m in &t.members {
-            if m.name == 0 {
-                let inner = self.resolve(m.ty);
+        for (m_name, m_ty, bit_offset) in self.members(&t) {
+            if m_name == 0 {
+                let inner = self.resolve(m_ty);
                 if let Some((off, ty)) = self.member(inner, name) {
-                    return Some((m.bit_offset + off, ty));
+                    return Some((bit_offset + off, ty));
                 }
-            } else if self.str_at(m.name) == name {
-                return Some((m.bit_offset, m.ty));
+            } else if self.str_at(m_name) == name {
+                return Some((bit_offset, m_ty));
             }
         }
         None
@@ -224,10 +250,9 @@ impl Btf {
     /// Byte offset of a dotted member path inside `struct_name` (e.g. `se.sum_exec_runtime` in
     /// `task_struct`). `None` if this kernel's struct lacks it or it is a bitfield.
     pub fn offset_of(&self, struct_name: &str, path: &str) -> Option<u32> {
-        let ids = self.by_name.get(struct_name)?;
-        ids.iter().find_map(|&id| {
+        self.named(struct_name).find_map(|id| {
             let t = self.ty(id)?;
-            if !matches!(t.kind, KIND_STRUCT | KIND_UNION) || t.members.is_empty() {
+            if !matches!(t.kind, KIND_STRUCT | KIND_UNION) || t.vlen == 0 {
                 return None;
             }
             let (mut cur, mut bits) = (id, 0u32);
@@ -240,19 +265,17 @@ impl Btf {
         })
     }
 
-    fn func_proto(&self, name: &str) -> Option<&Type> {
-        let id = *self
-            .by_name
-            .get(name)?
-            .iter()
-            .find(|&&id| self.ty(id).is_some_and(|t| t.kind == KIND_FUNC))?;
+    fn func_proto(&self, name: &str) -> Option<Type> {
+        let id = self
+            .named(name)
+            .find(|&id| self.ty(id).is_some_and(|t| t.kind == KIND_FUNC))?;
         let proto = self.ty(self.ty(id)?.size_or_type)?;
         (proto.kind == KIND_FUNC_PROTO).then_some(proto)
     }
 
     /// A type (of any kind) is named `name`, e.g. the `btf_trace_<tracepoint>` typedefs.
     pub fn has_type(&self, name: &str) -> bool {
-        self.by_name.contains_key(name)
+        self.named(name).next().is_some()
     }
 
     /// Kernel function `name` has a BTF `FUNC` entry (what fentry attaches by).
@@ -262,13 +285,12 @@ impl Btf {
 
     /// The parameters of kernel function `name`, by name and C type, in order.
     pub fn func_signature(&self, name: &str) -> Option<Vec<BtfParam>> {
+        let proto = self.func_proto(name)?;
         Some(
-            self.func_proto(name)?
-                .params
-                .iter()
-                .map(|&(n, ty)| BtfParam {
-                    name: self.str_at(n).to_owned(),
-                    ty: self.type_name(ty, 0),
+            (0..proto.vlen)
+                .map(|i| BtfParam {
+                    name: self.str_at(self.word(&proto, i, 8, 0)).to_owned(),
+                    ty: self.type_name(self.word(&proto, i, 8, 1), 0),
                 })
                 .collect(),
         )
@@ -299,24 +321,22 @@ impl Btf {
 
     /// Size in bytes of struct `name`.
     pub fn struct_size(&self, name: &str) -> Option<u32> {
-        self.by_name.get(name)?.iter().find_map(|&id| {
+        self.named(name).find_map(|id| {
             let t = self.ty(id)?;
-            (matches!(t.kind, KIND_STRUCT | KIND_UNION) && !t.members.is_empty())
-                .then_some(t.size_or_type)
+            (matches!(t.kind, KIND_STRUCT | KIND_UNION) && t.vlen > 0).then_some(t.size_or_type)
         })
     }
 
     /// Value of `member` of enum `name` (e.g. `PG_head` of `pageflags`).
     pub fn enum_value(&self, name: &str, member: &str) -> Option<i64> {
-        self.by_name.get(name)?.iter().find_map(|&id| {
+        self.named(name).find_map(|id| {
             let t = self.ty(id)?;
             if t.kind != KIND_ENUM {
                 return None;
             }
-            t.values
-                .iter()
-                .find(|(n, _)| self.str_at(*n) == member)
-                .map(|(_, v)| *v)
+            (0..t.vlen)
+                .find(|&i| self.str_at(self.word(&t, i, 8, 0)) == member)
+                .map(|i| i64::from(self.word(&t, i, 8, 1) as i32))
         })
     }
 }

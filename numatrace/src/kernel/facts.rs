@@ -73,6 +73,9 @@ pub struct KernelFacts {
     pub numa_nodes: u32,
     /// kernel.numa_balancing (0 off, 1 normal, 2 memory tiering, 3 both).
     pub numa_balancing: Option<u32>,
+    /// The preemption model (fentry programs skip runs on preemptible kernels).
+    #[serde(default)]
+    pub preemption: Option<super::preempt::Preemption>,
 }
 
 /// Names of the functions the hook catalogue may hook.
@@ -323,6 +326,7 @@ impl KernelFacts {
             .ok()
             .and_then(|s| s.trim().parse().ok());
 
+        let preemption = super::preempt::gather(&release);
         Ok(Self {
             release,
             version,
@@ -345,6 +349,7 @@ impl KernelFacts {
             fentry: BTreeMap::new(),
             numa_nodes: numa_nodes(Path::new("/sys/devices/system/node")),
             numa_balancing,
+            preemption,
         })
     }
 }

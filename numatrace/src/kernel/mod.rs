@@ -4,6 +4,7 @@ pub mod caps;
 pub mod facts;
 pub mod mempolicy;
 pub mod nodes;
+pub mod preempt;
 pub mod tracefs;
 pub mod tunables;
 pub mod version;

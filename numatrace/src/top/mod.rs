@@ -139,6 +139,9 @@ fn window(args: &TopArgs, filter: &Filter, secs: f64, consistent: bool) -> Windo
     }
 }
 
+/// At most this long from attach to `top -b`'s first frame.
+const FIRST_BATCH_FRAME: std::time::Duration = std::time::Duration::from_millis(500);
+
 async fn run_batch(
     engine: &mut Engine,
     args: &TopArgs,
@@ -157,8 +160,15 @@ async fn run_batch(
     let nodes = engine.facts.numa_nodes as usize;
     let mut out = std::io::stdout().lock();
     for frame in 1..=args.iterations.unwrap_or(u64::MAX) {
+        // The first frame comes soon after attach (its rates over that shorter interval, which
+        // it states), the rest every --delay.
+        let wait = if frame == 1 {
+            args.delay.min(FIRST_BATCH_FRAME)
+        } else {
+            args.delay
+        };
         tokio::select! {
-            _ = tokio::time::sleep(args.delay) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = signals.any() => break,
         }
         let cur = engine.snapshot(detail)?;
