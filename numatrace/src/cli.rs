@@ -367,7 +367,7 @@ pub struct TopArgs {
 
     /// Batch mode: plain-text frames on stdout (no terminal control), like `top -b`. The first
     /// frame comes half a second after attach (or after --delay if shorter), the rest every
-    /// --delay; each frame states its interval.
+    /// --delay; each frame states its interval. With -n 1 the one frame covers a whole --delay.
     #[arg(long, short = 'b')]
     pub batch: bool,
 

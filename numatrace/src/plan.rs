@@ -431,7 +431,15 @@ pub fn fentry_fallback(facts: &KernelFacts, h: &HookPlan) -> Option<HookPlan> {
     }
     let f = plan_function(facts, h.spec, FentryUse::First);
     (f.mechanism == Mechanism::Fentry).then(|| HookPlan {
-        reasons: h.reasons.clone(),
+        reasons: h
+            .reasons
+            .iter()
+            .filter(|r| !r.starts_with(PREEMPT_REASON))
+            .cloned()
+            .chain(std::iter::once(
+                "fentry on a preemptible kernel: runs it skips are in program_misses".to_owned(),
+            ))
+            .collect(),
         ..f
     })
 }

@@ -152,13 +152,18 @@ fn check_004_gives_the_documented_verdict() {
     // The flag is inherited across fork and kept across exec on every kernel since 3.15.
     assert_eq!(e["disabled.child"]["prctl_thp_disable"], 1, "{e}");
     assert_eq!(e["control.child"]["prctl_thp_disable"], 0, "{e}");
-    // A window in which neither run took a single hint fault (seen on 7.3 in TCG) proves
-    // nothing either way: the verdict must say so rather than claim the patch.
-    if e["control.hint_faults"] == 0 && e["disabled.hint_faults"] == 0 {
+    // A window in which the control took no THP hint fault (seen on 7.3 in TCG: none at all,
+    // or one 4K fault) proves nothing either way: the verdict must say so rather than claim
+    // the patch.
+    if e["control.thp_hint_faults"] == 0 {
         assert_eq!(c["verdict"], "not-exercised", "{c}");
         common::skip(
             "check_004_gives_the_documented_verdict",
-            "the reproducer drew no hint fault in its window on this kernel (not-exercised)",
+            format!(
+                "the control drew no THP hint fault in its window on this kernel ({} hint \
+                 faults in all): not-exercised",
+                e["control.hint_faults"]
+            ),
         );
         return;
     }

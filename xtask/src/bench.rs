@@ -650,7 +650,7 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
                      command is counting within ~0.5 s (`top -b`: its first frame ½ s after \
                      attach, ~0.7 s)"
                 } else if c == "top -b" {
-                    "its first frame comes ½ s after attach (rates over that interval)"
+                    "attach time + the ½ s its first frame covers"
                 } else {
                     "attach time"
                 };

@@ -259,6 +259,9 @@ fn detach(ebpf: &mut Ebpf, h: &HookPlan) {
             <&mut FEntry>::try_from(p).map(|p| p.unload())
         } else if name.starts_with("fexit_") {
             <&mut FExit>::try_from(p).map(|p| p.unload())
+        } else if name.starts_with("kprobe_") || name.starts_with("kretprobe_") {
+            // Half of a kprobe/kretprobe pair may have attached before the other was refused.
+            <&mut KProbe>::try_from(p).map(|p| p.unload())
         } else {
             continue;
         };

@@ -118,7 +118,10 @@ impl Btf {
                     KIND_STRUCT | KIND_UNION => vlen * 12,
                     KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
                     15 | 19 => vlen * 12, // DATASEC, ENUM64
-                    _ => 0,               // PTR, FWD, modifiers, FUNC, FLOAT, TYPE_TAG
+                    // PTR, FWD, typedef and modifiers, FUNC, FLOAT, TYPE_TAG
+                    2 | 7..=12 | 16 | 18 => 0,
+                    // A newer kind of unknown size: every later record would be misread.
+                    _ => return Err(BtfError::Malformed("unknown BTF kind")),
                 };
             if p > types_b.len() {
                 return Err(BtfError::Malformed("truncated"));
@@ -452,6 +455,9 @@ mod tests {
     #[test]
     fn rejects_garbage() {
         assert!(Btf::parse(b"not btf at all, not at all").is_err());
+        // A kind of unknown size, and a record cut short: refused, not misread.
+        assert!(Btf::parse(&blob(&[], &[(0, 25 << 24, 0, vec![])])).is_err());
+        assert!(Btf::parse(&blob(&[], &[(0, (4 << 24) | 2, 8, vec![0, 1, 0])])).is_err());
     }
 
     /// On a machine with kernel BTF, the fields numatrace relies on resolve.

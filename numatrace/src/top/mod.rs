@@ -161,8 +161,8 @@ async fn run_batch(
     let mut out = std::io::stdout().lock();
     for frame in 1..=args.iterations.unwrap_or(u64::MAX) {
         // The first frame comes soon after attach (its rates over that shorter interval, which
-        // it states), the rest every --delay.
-        let wait = if frame == 1 {
+        // it states), the rest every --delay; a single frame (-n 1) covers a whole --delay.
+        let wait = if frame == 1 && args.iterations != Some(1) {
             args.delay.min(FIRST_BATCH_FRAME)
         } else {
             args.delay
