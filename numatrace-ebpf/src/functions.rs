@@ -134,17 +134,15 @@ fn inflight_start(kind: u64, pid: u32, v: &Inflight) {
 /// instances; a task holds one while the call sleeps), so that pair is counted lost.
 #[inline(always)]
 fn inflight_call(kind: u64, pid: u32, v: &Inflight, kretprobe: bool) {
-    let key = inflight_key(kind, pid);
-    if kretprobe && INFLIGHT.insert(&key, v, BPF_NOEXIST).is_ok() {
-        return;
+    if !kretprobe {
+        return inflight_start(kind, pid, v);
     }
-    if kretprobe || INFLIGHT.insert(&key, v, 0).is_err() {
-        // With the kretprobe: not inserted, so either the stale entry (replaced below) or a
-        // full map (the insert below fails too): one pair lost either way.
+    let key = inflight_key(kind, pid);
+    if INFLIGHT.insert(&key, v, BPF_NOEXIST).is_err() {
+        // A stale entry (replaced here) or a full map (this insert fails too): one pair lost
+        // either way.
         count(Counter::InflightLost);
-        if kretprobe {
-            let _ = INFLIGHT.insert(&key, v, 0);
-        }
+        let _ = INFLIGHT.insert(&key, v, 0);
     }
 }
 
