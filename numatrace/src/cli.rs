@@ -167,9 +167,18 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with_all = ["command", "reproduce", "json"])]
     pub restore_tunables: bool,
 
+    /// Run COMMAND as USER (a name or uid; strace's -u). Under sudo the default is the user who
+    /// ran sudo; `--user root` keeps root. The reproducers always run as root.
+    #[arg(long, short = 'u', value_name = "USER", requires = "command")]
+    pub user: Option<String>,
+
     /// Judge your own workload instead, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+
+    /// Who COMMAND runs as, resolved once from --user / sudo by `check`.
+    #[arg(skip)]
+    pub run_as: Option<crate::identity::Identity>,
 }
 
 #[derive(Debug, Args)]
@@ -178,9 +187,15 @@ pub struct RecordArgs {
     #[arg(long, short = 'd', value_parser = parse_duration, conflicts_with = "command")]
     pub duration: Option<Duration>,
 
-    /// The capture file (default: numatrace-HOST-YYYYMMDD-HHMMSS.ntrace here).
+    /// The capture file (default: numatrace-HOST-YYYYMMDD-HHMMSS.ntrace here, or the first free
+    /// -2, -3, … after it). Created mode 0600 (yours under sudo); an existing FILE is refused
+    /// unless --force.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
+
+    /// Replace the -o FILE if it exists (never written through a symlink: the entry is replaced).
+    #[arg(long)]
+    pub force: bool,
 
     /// Follow this process and what it forks from now on.
     #[arg(long, short = 'p', conflicts_with = "command")]
@@ -220,6 +235,11 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
     pub sample_hz: u64,
 
+    /// Run COMMAND as USER (a name or uid; strace's -u). Under sudo the default is the user who
+    /// ran sudo; `--user root` keeps root.
+    #[arg(long, short = 'u', value_name = "USER", requires = "command")]
+    pub user: Option<String>,
+
     /// Record this command and its children, from its first instruction to its exit.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -254,9 +274,14 @@ pub struct ReportArgs {
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
 
-    /// Write to FILE instead of stdout.
+    /// Write to FILE instead of stdout (whole or not at all, mode 0600, yours under sudo; an
+    /// existing FILE is refused unless --force).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
+
+    /// Replace the -o FILE if it exists (never written through a symlink: the entry is replaced).
+    #[arg(long)]
+    pub force: bool,
 
     /// Task rows in the text summary.
     #[arg(long, default_value_t = 25)]
@@ -421,8 +446,14 @@ pub struct StatArgs {
     pub json: bool,
 
     /// Write the report to FILE instead of stdout (a traced command keeps stdout to itself).
+    /// Mode 0600, yours under sudo; an existing FILE is refused, before the window, unless
+    /// --force.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
+
+    /// Replace the -o FILE if it exists (never written through a symlink: the entry is replaced).
+    #[arg(long)]
+    pub force: bool,
 
     /// Only this process (thread-group id) and the processes it forks from now on.
     #[arg(long, short = 'p', conflicts_with = "command")]
@@ -464,6 +495,11 @@ pub struct StatArgs {
     /// Forward the kernel programs' debug messages (aya-log) to numatrace's log at debug level.
     #[arg(long)]
     pub bpf_log: bool,
+
+    /// Run COMMAND as USER (a name or uid; strace's -u). Under sudo the default is the user who
+    /// ran sudo; `--user root` keeps root.
+    #[arg(long, short = 'u', value_name = "USER", requires = "command")]
+    pub user: Option<String>,
 
     /// The command to run and trace, after `--`.
     #[arg(last = true, value_name = "COMMAND")]

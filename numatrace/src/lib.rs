@@ -12,12 +12,14 @@ pub mod check;
 pub mod cli;
 pub mod cmd;
 pub mod engine;
+pub mod identity;
 pub mod kernel;
 pub mod model;
 pub mod plan;
 #[cfg(test)]
 mod plan_lines;
 pub mod report;
+pub mod safe_fs;
 pub mod serve;
 pub mod sources;
 pub mod spawn;

@@ -27,7 +27,8 @@ fn main() -> ExitCode {
             .and_then(|s| s.to_str())
             .and_then(|s| s.parse().ok())
             .unwrap_or(-1);
-        exec_gated(fd, args.get(4..).unwrap_or_default());
+        let identity = args.get(3).and_then(|s| s.to_str()).unwrap_or("");
+        exec_gated(fd, identity, args.get(5..).unwrap_or_default());
     }
 
     // Before any thread exists, so that every thread of numatrace inherits it.
@@ -39,9 +40,13 @@ fn main() -> ExitCode {
     // The live view owns the screen: its logs go to NUMATRACE_LOG_FILE, or nowhere.
     let tui = matches!(&cli.command, Command::Top(a) if !a.batch);
     let log_file = std::env::var_os("NUMATRACE_LOG_FILE").and_then(|p| {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Appended to, never through a symlink; private (logs name processes).
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(numatrace::safe_fs::FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(p)
             .ok()
     });

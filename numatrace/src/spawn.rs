@@ -1,6 +1,7 @@
 //! Starting a traced command so that it is followed from its first instruction: numatrace
 //! re-executes itself as a tiny trampoline that waits on a pipe, registers the trampoline's pid
-//! with the kernel filter, then lets it exec the command (same pid).
+//! with the kernel filter, then lets it exec the command (same pid) — as the user it should run
+//! as ([`crate::identity`]), the privileges dropped only in that last step.
 
 use std::{
     ffi::OsString,
@@ -12,7 +13,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// argv[1] of the trampoline; not a user-facing subcommand.
+use crate::identity::Identity;
+
+/// argv[1] of the trampoline; not a user-facing subcommand. Its argv:
+/// `numatrace __exec-gated FD IDENTITY -- COMMAND…`, IDENTITY `-` for "as we are".
 pub const GATE_ARG: &str = "__exec-gated";
 
 /// A spawned, not yet released command.
@@ -44,13 +48,18 @@ pub fn resolve(prog: &Path) -> Option<PathBuf> {
 }
 
 impl GatedChild {
-    /// `quiet`: the command's stdout goes to /dev/null.
-    pub fn spawn(command: &[OsString], quiet: bool) -> std::io::Result<Self> {
+    /// `quiet`: the command's stdout goes to /dev/null. `run_as`: the user it runs as.
+    pub fn spawn(
+        command: &[OsString],
+        quiet: bool,
+        run_as: Option<&Identity>,
+    ) -> std::io::Result<Self> {
         let (read, write) = pipe_cloexec()?;
         let read_fd: RawFd = read.as_raw_fd();
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
         cmd.arg(GATE_ARG)
             .arg(read_fd.to_string())
+            .arg(run_as.map_or_else(|| "-".to_owned(), Identity::encode))
             .arg("--")
             .args(command);
         // SAFETY: fcntl is async-signal-safe; it only clears close-on-exec on the read end so
@@ -85,8 +94,9 @@ impl GatedChild {
     }
 }
 
-/// The trampoline: waits for the go byte on `fd`, then becomes `command`. Never returns.
-pub fn exec_gated(fd: RawFd, command: &[OsString]) -> ! {
+/// The trampoline: waits for the go byte on `fd`, then becomes `command` (as `identity`, an
+/// [`Identity::encode`]d user or `-`). Never returns.
+pub fn exec_gated(fd: RawFd, identity: &str, command: &[OsString]) -> ! {
     // SAFETY: the parent passed us this descriptor number and nothing else owns it here.
     let mut gate = unsafe { std::fs::File::from_raw_fd(fd) };
     let mut b = [0u8; 1];
@@ -99,6 +109,19 @@ pub fn exec_gated(fd: RawFd, command: &[OsString]) -> ! {
     let Some((prog, args)) = command.split_first() else {
         std::process::exit(125)
     };
+    if identity != "-" {
+        let dropped = Identity::decode(identity)
+            .ok_or_else(|| std::io::Error::other("malformed identity"))
+            .and_then(|id| id.become_user());
+        if let Err(e) = dropped {
+            // Never run the command with more privilege than asked for.
+            eprintln!(
+                "numatrace: cannot switch user for {}: {e}",
+                prog.to_string_lossy().escape_debug()
+            );
+            std::process::exit(126);
+        }
+    }
     let err = std::process::Command::new(prog).args(args).exec();
     eprintln!("numatrace: cannot run {}: {err}", prog.to_string_lossy());
     std::process::exit(if err.kind() == std::io::ErrorKind::NotFound {

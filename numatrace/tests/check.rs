@@ -342,11 +342,20 @@ fn a_killed_check_leaves_its_tunables_restorable_with_one_command() {
         "nothing to restore: SIGKILL came after check restored"
     );
     let saved = std::fs::read_to_string(SAVED).expect("the saved originals");
+    let record: serde_json::Value = serde_json::from_str(&saved).expect("the record is JSON");
     for (path, old) in &before {
-        if left.iter().any(|(p, v)| p == path && v != old) {
+        if let Some((_, now)) = left.iter().find(|(p, v)| p == path && v != old) {
+            let entry = record
+                .as_array()
+                .and_then(|a| a.iter().find(|e| e["path"] == path.as_str()))
+                .unwrap_or_else(|| panic!("{path} not in the record:\n{saved}"));
+            assert_eq!(entry["original"], old.as_str(), "{saved}");
+            assert_eq!(entry["set"], now.as_str(), "{saved}");
             assert!(
-                saved.contains(&format!("{path}\t{old}\n")),
-                "{path}'s original {old} not saved:\n{saved}"
+                entry["pid"]
+                    .as_u64()
+                    .is_some_and(|p| p == u64::from(check.id())),
+                "{saved}"
             );
         }
     }
@@ -402,4 +411,152 @@ fn tunables() -> Vec<(String, String)> {
     }
     out.sort();
     out
+}
+
+/// Runs `numatrace ARGS` in its own process group (its reproducer dies with it).
+fn spawn_check(args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt as _;
+    std::process::Command::new(common::numatrace_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("numatrace check")
+}
+
+/// The scan tunables before a test, or None (skipped, said why) where they cannot be read or a
+/// record says another check has them changed.
+fn tunables_for(test: &str) -> Option<Vec<(String, String)>> {
+    if !common::is_root() {
+        common::skip(test, "needs root (BPF, tunables); CI runs it as root");
+        return None;
+    }
+    if common::other_line_covers(test) {
+        return None;
+    }
+    let before = tunables();
+    if before.is_empty() {
+        common::skip(test, "no readable NUMA balancing scan tunables here");
+        return None;
+    }
+    if std::path::Path::new(SAVED).exists() {
+        common::skip(
+            test,
+            format!("{SAVED} exists: a check has tunables changed"),
+        );
+        return None;
+    }
+    Some(before)
+}
+
+/// Two checks at once: the second is refused, naming the first, instead of taking the first
+/// one's changed values for originals; the first restores everything.
+#[test]
+fn two_checks_at_once_do_not_share_the_tunables() {
+    use std::time::Duration;
+    const TEST: &str = "two_checks_at_once_do_not_share_the_tunables";
+    let Some(before) = tunables_for(TEST) else {
+        return;
+    };
+    let _restore = RestoreOnDrop;
+    let mut first = spawn_check(&["check", "--patch", "003", "--duration", "30s"]);
+    let changed = common::wait_until(Duration::from_secs(60), || tunables() != before);
+    let second = common::numatrace(&["check", "--patch", "003", "--duration", "1s"]);
+    // SAFETY: kill(2) on the process group we created (Ctrl-C in a terminal).
+    unsafe { libc::kill(-(first.id() as i32), libc::SIGINT) };
+    let _ = first.wait();
+    assert!(changed, "the first check never changed the scan tunables");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "the second check ran alongside");
+    assert!(
+        err.contains(&format!("another numatrace (pid {})", first.id())),
+        "{err}"
+    );
+    assert_eq!(tunables(), before, "tunables left changed");
+    assert!(!std::path::Path::new(SAVED).exists(), "{SAVED} left behind");
+}
+
+/// A killed check's record is restored only where the tunable still holds what numatrace set:
+/// a value an admin chose since is left alone, kept in the record and reported.
+#[test]
+fn a_stale_record_spares_a_tunable_changed_since() {
+    use std::time::Duration;
+    const TEST: &str = "a_stale_record_spares_a_tunable_changed_since";
+    let Some(before) = tunables_for(TEST) else {
+        return;
+    };
+    let mut check = spawn_check(&["check", "--patch", "003", "--duration", "60s"]);
+    let changed = common::wait_until(Duration::from_secs(60), || {
+        tunables() != before && std::path::Path::new(SAVED).exists()
+    });
+    // SAFETY: kill(2) on the process group we created.
+    unsafe { libc::kill(-(check.id() as i32), libc::SIGKILL) };
+    let _ = check.wait();
+    assert!(changed, "check 003 never changed the scan tunables");
+    let left = tunables();
+    let (path, original) = before
+        .iter()
+        .find(|(p, v)| left.iter().any(|(q, w)| q == p && w != v))
+        .cloned()
+        .expect("a changed tunable");
+    // The admin's own value: neither the original nor numatrace's.
+    let admin = (original.parse::<u64>().unwrap() + 7).to_string();
+    std::fs::write(&path, &admin).unwrap();
+    let out = common::numatrace(&["check", "--restore-tunables"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let now = tunables();
+    // Put everything back before asserting.
+    std::fs::write(&path, &original).unwrap();
+    let _ = std::fs::remove_file(SAVED);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&path) && l.contains("changed since")),
+        "{text}"
+    );
+    for (p, v) in &before {
+        let got = &now.iter().find(|(q, _)| q == p).unwrap().1;
+        if *p == path {
+            assert_eq!(*got, admin, "the admin's value was overwritten:\n{text}");
+        } else {
+            assert_eq!(got, v, "{p} not restored:\n{text}");
+        }
+    }
+}
+
+/// Ctrl-C during `check --patch all` ends the window it arrives in, restores the tunables and
+/// stops the run: no later seed starts.
+#[test]
+fn ctrl_c_stops_a_whole_check_run() {
+    use std::time::{Duration, Instant};
+    const TEST: &str = "ctrl_c_stops_a_whole_check_run";
+    let Some(before) = tunables_for(TEST) else {
+        return;
+    };
+    let _restore = RestoreOnDrop;
+    let balancing = common::Sysctl::set("kernel.numa_balancing", "1");
+    let check = spawn_check(&["check", "--patch", "all", "--duration", "3s"]);
+    // Seed 002 is the first whose reproducer changes the tunables.
+    let changed = common::wait_until(Duration::from_secs(120), || tunables() != before);
+    // SAFETY: kill(2) on the process group we created (what a terminal's Ctrl-C does).
+    unsafe { libc::kill(-(check.id() as i32), libc::SIGINT) };
+    let t = Instant::now();
+    let out = check.wait_with_output().unwrap();
+    drop(balancing);
+    assert!(changed, "check never changed the scan tunables");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "took {:?} to stop",
+        t.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{text}");
+    assert!(text.contains("seed 002"), "{text}");
+    assert!(
+        !text.contains("seed 003") && !text.contains("seed 004"),
+        "seeds after the interrupted one ran:\n{text}"
+    );
+    assert_eq!(tunables(), before, "tunables left changed");
 }

@@ -70,6 +70,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ),
     ("privileges", "command-line errors"),
     (
+        "safety",
+        "files, scratch space and users of traced commands: the same on every kernel",
+    ),
+    (
         "reliability",
         "ends by signal and panic, hostile mounts: checked in the host kernel's BPF object lists",
     ),

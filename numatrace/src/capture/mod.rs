@@ -94,8 +94,14 @@ pub struct CaptureWriter {
 }
 
 impl CaptureWriter {
+    /// Creates `path` exclusively (see [`crate::safe_fs::create_new`]).
     pub fn create(path: &Path, max_size: u64) -> std::io::Result<Self> {
-        let mut file = File::create(path)?;
+        let file = crate::safe_fs::create_new(path, false).map_err(std::io::Error::other)?;
+        Self::from_file(file, path, max_size)
+    }
+
+    /// Writes the capture to `file`, already created (safely) at `path`.
+    pub fn from_file(mut file: File, path: &Path, max_size: u64) -> std::io::Result<Self> {
         let mut head = Vec::new();
         format::write_header(
             &mut head,

@@ -107,6 +107,16 @@ pub struct CheckResult {
     pub kernel_facts: BTreeMap<String, String>,
 }
 
+/// The window of one command of a check: a reproducer runs as root, the user's `-- COMMAND` as
+/// `--user` or the user who ran sudo (resolved once by `cmd::check` into `args.run_as`).
+fn window_for(command: Vec<OsString>, args: &CheckArgs, no_fentry: bool) -> CollectOptions {
+    let mut opts = CollectOptions::for_command(command, no_fentry);
+    if !args.command.is_empty() {
+        opts.run_as = args.run_as.clone();
+    }
+    opts
+}
+
 /// numatrace-workload: next to this binary, else on PATH.
 fn workload_binary() -> Result<PathBuf> {
     let beside = std::env::current_exe()

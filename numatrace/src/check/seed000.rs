@@ -62,11 +62,7 @@ pub fn verdict_000(shared: &Counts, control: &Counts, array_pages: u64) -> (Verd
 pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
     const NEEDS: [&str; 2] = ["mpol_misplaced", "task_numa_fault"];
     if !args.command.is_empty() {
-        let (r, _) = collect(
-            &CollectOptions::for_command(args.command.clone(), no_fentry),
-            signals,
-        )
-        .await?;
+        let (r, _) = collect(&window_for(args.command.clone(), args, no_fentry), signals).await?;
         let facts = match require(&r, &NEEDS) {
             Ok(f) => f,
             Err(why) => return Ok(SEED.unsupported(why)),
@@ -116,20 +112,12 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
         .map(OsString::from)
         .collect()
     };
-    let (shared, _) = collect(
-        &CollectOptions::for_command(run("shared"), no_fentry),
-        signals,
-    )
-    .await?;
+    let (shared, _) = collect(&window_for(run("shared"), args, no_fentry), signals).await?;
     let facts = match require(&shared, &NEEDS) {
         Ok(f) => f,
         Err(why) => return Ok(SEED.unsupported(why)),
     };
-    let (control, _) = collect(
-        &CollectOptions::for_command(run("private"), no_fentry),
-        signals,
-    )
-    .await?;
+    let (control, _) = collect(&window_for(run("private"), args, no_fentry), signals).await?;
     let array_pages = (args.mem_mib as u64) << 8;
     let (verdict, mut sentence) = verdict_000(&shared.totals, &control.totals, array_pages);
     if let Some(off) = balancing_off(verdict, &shared) {

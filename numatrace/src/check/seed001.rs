@@ -66,7 +66,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
         } else {
             args.command.clone()
         };
-        let (r, _) = collect(&CollectOptions::for_command(command, no_fentry), signals).await?;
+        let (r, _) = collect(&window_for(command, args, no_fentry), signals).await?;
         runs.push(r);
     }
     let facts = match require(&runs[0], &["mpol_misplaced", "task_numa_fault"]) {

@@ -191,7 +191,9 @@ fn offline(verdict: Verdict, sentence: String) -> (Verdict, String) {
 
 pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
     let reproduce = args.command.is_empty();
-    let state = std::env::temp_dir().join(format!("numatrace-check-002-{}", std::process::id()));
+    // In a fresh private directory (mkdtemp, 0700), removed with it.
+    let scratch = crate::safe_fs::scratch_dir("numatrace-check-002-")?;
+    let state = scratch.path().join("state");
     let command: Vec<OsString> = if reproduce {
         // Four threads (one touching, three asleep): on a patched kernel the gap climbs to
         // exactly 4 and stops, which nothing but the patch's rule would do.
@@ -208,9 +210,9 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     };
     // Restored when the guard drops, whatever happens in between.
     let (_tunables, applied) = Tunables::set_if(reproduce, &TUNABLES_002);
-    let collected = collect(&CollectOptions::for_command(command, no_fentry), signals).await;
+    let collected = collect(&window_for(command, args, no_fentry), signals).await;
     let state_text = std::fs::read_to_string(&state).unwrap_or_default();
-    let _ = std::fs::remove_file(&state);
+    drop(scratch);
     let (r, _) = collected?;
     let mut facts = match require(&r, &[GAP_HOOK]) {
         Ok(f) => f,

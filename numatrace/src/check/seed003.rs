@@ -189,7 +189,7 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
         args.command.clone()
     };
     let (_tunables, applied) = Tunables::set_if(reproduce, &TUNABLES_003);
-    let (r, _) = collect(&CollectOptions::for_command(command, no_fentry), signals).await?;
+    let (r, _) = collect(&window_for(command, args, no_fentry), signals).await?;
     let mut facts = match require(&r, &["task_numa_work"]) {
         Ok(f) => f,
         Err(why) => return Ok(SEED.unsupported(why)),

@@ -92,8 +92,9 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
         ));
     }
     let workload = workload_binary()?;
-    let dir = std::env::temp_dir().join(format!("numatrace-check-004-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    // Fresh and private (mkdtemp, 0700): a directory someone made first is never used.
+    let scratch = crate::safe_fs::scratch_dir("numatrace-check-004-")?;
+    let dir = scratch.path();
     let mut runs = Vec::new();
     for control in [false, true] {
         let state = dir.join(if control { "control" } else { "disabled" });
@@ -106,11 +107,11 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
         c.push(duration_arg(args.duration).into());
         c.push("--state-file".into());
         c.push(state.clone().into_os_string());
-        let (r, _) = collect(&CollectOptions::for_command(c, no_fentry), signals).await?;
+        let (r, _) = collect(&window_for(c, args, no_fentry), signals).await?;
         let states = parse_thp_states(&std::fs::read_to_string(&state).unwrap_or_default());
         runs.push((r, states));
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     let facts = match require(&runs[0].0, &["task_numa_fault"]) {
         Ok(f) => f,
         Err(why) => return Ok(SEED.unsupported(why)),

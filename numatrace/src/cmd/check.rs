@@ -48,31 +48,49 @@ fn to_text(results: &[CheckResult]) -> String {
 pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     use crate::kernel::tunables;
     if args.restore_tunables {
-        let notes = tunables::restore_saved()
-            .map_err(|e| anyhow::anyhow!("restoring from {}: {e}", tunables::SAVED))?;
-        if notes.is_empty() {
+        let r = tunables::restore_saved()?;
+        if r.notes.is_empty() {
             println!("nothing to restore: no numatrace check left tunables changed");
         }
-        for n in &notes {
+        for n in &r.notes {
             println!("{n}");
         }
-        return Ok(i32::from(
-            notes.iter().any(|n| n.contains("could not restore")),
-        ));
+        return Ok(i32::from(r.kept > 0));
     }
     if let Some(w) = tunables::pending_warning() {
         eprintln!("numatrace: warning: {w}");
     }
     let mut signals = Signals::new()?;
+    let mut args = args;
+    args.run_as = crate::identity::for_traced_command(args.user.as_deref(), &args.command)?;
+    // One numatrace at a time changes the tunables; held for the whole run.
+    let _lock = if args.command.is_empty() {
+        Some(tunables::Lock::acquire()?)
+    } else {
+        None
+    };
     let mut results = Vec::new();
+    let mut interrupted = None;
     for seed in SEEDS
         .iter()
         .filter(|s| args.patch == "all" || args.patch == s.id)
     {
         results.push(run_seed(seed.id, &args, no_fentry, &mut signals).await?);
+        // Ctrl-C ends the window it arrives in (its tunables restored on the way out) and the
+        // whole run: the seeds not yet run are not started.
+        if let Some(sig) = signals.received() {
+            interrupted = Some(sig);
+            break;
+        }
     }
     if results.is_empty() {
         anyhow::bail!("unknown patch {}", args.patch);
+    }
+    if let Some(sig) = interrupted {
+        eprintln!(
+            "numatrace: check stopped by signal {sig} after seed {}; tunables restored",
+            results.last().map_or("-", |r| r.patch)
+        );
     }
     if args.json {
         let report = CheckReport {
@@ -88,5 +106,5 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     } else {
         print!("{}", to_text(&results));
     }
-    Ok(0)
+    Ok(interrupted.map_or(0, |sig| 128 + sig))
 }

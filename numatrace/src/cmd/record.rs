@@ -32,7 +32,8 @@ const TAP_CAPACITY: usize = 1 << 19;
 /// Records per events section (sections stay far below the format's size limit).
 const EVENTS_PER_SECTION: usize = 50_000;
 
-/// `numatrace-HOST-YYYYMMDD-HHMMSS.ntrace` in the current directory.
+/// `numatrace-HOST-YYYYMMDD-HHMMSS.ntrace` in the current directory ([`crate::safe_fs::
+/// create_unique`] takes the first free name from it).
 pub fn default_path(redact: bool) -> PathBuf {
     let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = stamp
@@ -44,10 +45,22 @@ pub fn default_path(redact: bool) -> PathBuf {
     // 2026-11-30-185500 -> 20261130-185500
     let (date, time) = stamp.split_at(stamp.len().min(10));
     // A redacted capture's name does not give the host away either.
+    // The host name is the kernel's, set by anyone with CAP_SYS_ADMIN: only characters that
+    // cannot make the name a path or an option.
     let host = if redact {
         String::new()
     } else {
-        format!("{}-", hostname())
+        let safe: String = hostname()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{}-", safe.trim_start_matches(['.', '-']))
     };
     PathBuf::from(format!(
         "numatrace-{host}{}{time}.ntrace",
@@ -200,13 +213,15 @@ impl Observer for Recorder {
 
 pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     let mut signals = Signals::new()?;
-    let path = args
-        .output
-        .clone()
-        .unwrap_or_else(|| default_path(args.redact));
-    // Created before anything is attached: an unwritable place fails at once.
-    let out = CaptureWriter::create(&path, args.max_size)
-        .with_context(|| format!("creating {}", path.display()))?;
+    let run_as = crate::identity::for_traced_command(args.user.as_deref(), &args.command)?;
+    // Created before anything is attached: an unwritable or taken place fails at once.
+    let (path, file) = match &args.output {
+        Some(p) => (p.clone(), crate::safe_fs::create_new(p, args.force)?),
+        None => crate::safe_fs::create_unique(&default_path(args.redact))?,
+    };
+    let out = CaptureWriter::from_file(file, &path, args.max_size)
+        .with_context(|| format!("writing {}", path.display()))?;
+
     let progress = std::io::stderr().is_terminal().then(|| {
         let p = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         p.set_style(
@@ -234,6 +249,7 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
         pid: args.pid,
         command: args.command.clone(),
         quiet_command: false,
+        run_as,
         comm: args.comm.clone(),
         cgroup: args.cgroup.clone(),
         max_tasks: args.max_tasks,

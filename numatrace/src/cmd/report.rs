@@ -3,7 +3,7 @@
 
 use std::{fmt::Write as _, io::Write as _, path::Path};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use serde::Serialize;
 
 use crate::{
@@ -176,61 +176,38 @@ fn open(path: &Path) -> Result<Capture> {
     Capture::open(path).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Where the output goes: stdout, or a file written beside its final name and renamed into place
-/// once whole (a bad input never leaves a half-written or truncated file, and `-o` may even name
-/// the capture itself).
+/// Where the output goes: stdout, or a file written whole or not at all (see
+/// [`crate::safe_fs::AtomicFile`]: a bad input never leaves a half-written file, an existing
+/// one — even the capture itself — is replaced only with --force).
 enum Output {
     Stdout(std::io::StdoutLock<'static>),
-    File {
-        tmp: std::path::PathBuf,
-        dest: std::path::PathBuf,
-        w: std::io::BufWriter<std::fs::File>,
-    },
+    File(Box<std::io::BufWriter<crate::safe_fs::AtomicFile>>),
 }
 
 impl Output {
-    fn new(dest: Option<&Path>) -> Result<Self> {
+    fn new(dest: Option<&Path>, force: bool) -> Result<Self> {
         Ok(match dest {
             None => Self::Stdout(std::io::stdout().lock()),
-            Some(dest) => {
-                let mut name = dest.file_name().unwrap_or_default().to_owned();
-                name.push(format!(".tmp-{}", std::process::id()));
-                let tmp = dest.with_file_name(name);
-                let f = std::fs::File::create(&tmp)
-                    .with_context(|| format!("creating {}", tmp.display()))?;
-                Self::File {
-                    tmp,
-                    dest: dest.to_owned(),
-                    w: std::io::BufWriter::new(f),
-                }
-            }
+            Some(dest) => Self::File(Box::new(std::io::BufWriter::new(
+                crate::safe_fs::AtomicFile::create(dest, force)?,
+            ))),
         })
     }
 
     fn writer(&mut self) -> &mut dyn std::io::Write {
         match self {
             Self::Stdout(s) => s,
-            Self::File { w, .. } => w,
+            Self::File(w) => w.as_mut(),
         }
     }
 
-    fn commit(mut self) -> Result<()> {
-        match &mut self {
-            Self::Stdout(s) => Ok(s.flush()?),
-            Self::File { tmp, dest, w } => {
-                w.flush()?;
-                std::fs::rename(&*tmp, &*dest)
-                    .with_context(|| format!("writing {}", dest.display()))
+    fn commit(self) -> Result<()> {
+        match self {
+            Self::Stdout(mut s) => Ok(s.flush()?),
+            Self::File(w) => {
+                let f = w.into_inner().map_err(|e| e.into_error())?;
+                Ok(f.commit()?)
             }
-        }
-    }
-}
-
-impl Drop for Output {
-    fn drop(&mut self) {
-        if let Self::File { tmp, .. } = self {
-            // Left only when not committed (committing renamed it away).
-            let _ = std::fs::remove_file(tmp);
         }
     }
 }
@@ -251,7 +228,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             ReportFormat::Text => d.to_text(),
             ReportFormat::ChromeTrace => bail!("--diff prints text or JSON"),
         };
-        let mut out = Output::new(args.output.as_deref())?;
+        let mut out = Output::new(args.output.as_deref(), args.force)?;
         out.writer().write_all(text.as_bytes())?;
         out.commit()?;
         return Ok(0);
@@ -261,7 +238,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     };
     // The capture is read before anything is created.
     let cap = open(file)?;
-    let mut out = Output::new(args.output.as_deref())?;
+    let mut out = Output::new(args.output.as_deref(), args.force)?;
     match format {
         ReportFormat::Text => write!(out.writer(), "{}", report_of(&cap).to_text(args.rows))?,
         ReportFormat::Json => writeln!(

@@ -38,6 +38,8 @@ pub struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
+    /// The first signal received, for runs of several windows (`check --patch all` stops).
+    received: Option<i32>,
 }
 
 impl Signals {
@@ -46,16 +48,24 @@ impl Signals {
             int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
             term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
             hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
+            received: None,
         })
     }
 
     /// The next SIGINT, SIGTERM or SIGHUP (a closed terminal ends the window too).
     pub async fn any(&mut self) -> i32 {
-        tokio::select! {
+        let sig = tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
             _ = self.hup.recv() => libc::SIGHUP,
-        }
+        };
+        self.received.get_or_insert(sig);
+        sig
+    }
+
+    /// Whether a window so far was ended by a signal (which one, the first).
+    pub fn received(&self) -> Option<i32> {
+        self.received
     }
 }
 
@@ -86,11 +96,11 @@ async fn wait_window(duration: Option<Duration>, pid: Option<u32>, signals: &mut
 
 /// Starts the traced command, followed by the kernel filter from its first instruction.
 fn start_command(
-    command: &[std::ffi::OsString],
-    quiet: bool,
+    opts: &CollectOptions,
     engine: &mut Engine,
 ) -> Result<(tokio::process::Child, u32)> {
-    let gated = GatedChild::spawn(command, quiet).context("starting the command")?;
+    let gated = GatedChild::spawn(&opts.command, opts.quiet_command, opts.run_as.as_ref())
+        .context("starting the command")?;
     let pid = gated
         .pid()
         .ok_or_else(|| anyhow!("the command exited before it started"))?;
@@ -160,6 +170,8 @@ pub struct CollectOptions {
     pub command: Vec<std::ffi::OsString>,
     /// Keep the command's stdout and stderr to itself (check's reproducers are quiet).
     pub quiet_command: bool,
+    /// Who the command runs as (None: as numatrace).
+    pub run_as: Option<crate::identity::Identity>,
     pub comm: Option<String>,
     pub cgroup: Option<String>,
     pub max_tasks: u32,
@@ -179,6 +191,7 @@ impl CollectOptions {
             pid: a.pid,
             command: a.command.clone(),
             quiet_command: false,
+            run_as: None,
             comm: a.comm.clone(),
             cgroup: a.cgroup.clone(),
             max_tasks: a.max_tasks,
@@ -198,6 +211,7 @@ impl CollectOptions {
             pid: None,
             command,
             quiet_command: true,
+            run_as: None,
             comm: None,
             cgroup: None,
             max_tasks: DEFAULT_MAX_TASKS,
@@ -235,16 +249,28 @@ pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
     // Handlers first: a Ctrl-C while the hooks are still attaching then ends the window as soon
     // as it opens (with a summary) instead of killing numatrace half-way.
     let mut signals = Signals::new()?;
-    let (report, exit) =
-        collect(&CollectOptions::from_args(&args, no_fentry), &mut signals).await?;
+    if let Some(path) = &args.output {
+        crate::safe_fs::check_dest(path, args.force)?;
+    }
+    let mut opts = CollectOptions::from_args(&args, no_fentry);
+    opts.run_as = crate::identity::for_traced_command(args.user.as_deref(), &args.command)?;
+    let (report, exit) = collect(&opts, &mut signals).await?;
     let text = if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {
         report.to_text(args.rows)
     };
     match &args.output {
-        Some(path) => std::fs::write(path, text)
-            .with_context(|| format!("writing the report to {}", path.display()))?,
+        Some(path) => {
+            if let Err(e) = crate::safe_fs::write_atomic(path, text.as_bytes(), args.force) {
+                // The window cannot be repeated: the report goes to stdout rather than nowhere.
+                print!("{text}");
+                return Err(anyhow!(e).context(format!(
+                    "writing the report to {} (printed above instead)",
+                    path.display()
+                )));
+            }
+        }
         None => print!("{text}"),
     }
     Ok(exit.unwrap_or(0))
@@ -345,7 +371,7 @@ pub async fn collect_with<O: Observer + ?Sized>(
     observer.started(&mut engine, &first, &planned)?;
     let exit = match scope {
         Scope::Command => {
-            let (mut child, pid) = start_command(&opts.command, opts.quiet_command, &mut engine)?;
+            let (mut child, pid) = start_command(opts, &mut engine)?;
             let sig_ref = &mut *signals;
             let window = async move {
                 loop {

@@ -1,20 +1,49 @@
 //! NUMA balancing scan tunables (debugfs `sched/numa_balancing/` since 5.13, sysctls before),
 //! set for a reproducer and put back when the guard is dropped.
 //!
-//! A process killed outright (SIGKILL, OOM) runs no destructor: before changing anything the
-//! original values are written to [`SAVED`], removed once they are restored, so that the next
-//! numatrace reports them and `numatrace check --restore-tunables` puts them back.
+//! One numatrace at a time changes them: [`Lock`] (`/run/numatrace/tunables.lock`, flock) is
+//! held while any are changed. Before changing one, numatrace writes a record ([`SAVED`]) of
+//! the original value, the value it sets, its pid and the boot id, so that a run killed
+//! outright (SIGKILL, OOM: no destructor runs) can be undone by the next one — but only where
+//! the tunable still holds what numatrace set: a value someone changed since is theirs, kept
+//! and reported, never overwritten.
 
 use std::{
     fs,
+    io::Write as _,
+    os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
     path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
 };
+
+use anyhow::{Context as _, Result, bail};
+use serde::{Deserialize, Serialize};
+
+const DEBUGFS_DIR: &str = "/sys/kernel/debug/sched/numa_balancing";
+const SYSCTL_PREFIX: &str = "/proc/sys/kernel/numa_balancing_";
+
+/// The tunables numatrace may change (and so the only files a record may name).
+pub const KNOWN: [&str; 4] = [
+    "scan_delay_ms",
+    "scan_period_min_ms",
+    "scan_period_max_ms",
+    "scan_size_mb",
+];
 
 /// Where the tunable `name` (e.g. `scan_period_min_ms`) lives on this kernel.
 pub fn tunable_path(name: &str) -> Option<PathBuf> {
-    let debugfs = Path::new("/sys/kernel/debug/sched/numa_balancing").join(name);
-    let sysctl = PathBuf::from(format!("/proc/sys/kernel/numa_balancing_{name}"));
+    let debugfs = Path::new(DEBUGFS_DIR).join(name);
+    let sysctl = PathBuf::from(format!("{SYSCTL_PREFIX}{name}"));
     [debugfs, sysctl].into_iter().find(|p| p.exists())
+}
+
+/// Whether `path` is one of the [`KNOWN`] tunables' files (a record naming anything else is
+/// not acted on).
+pub fn is_known_path(path: &Path) -> bool {
+    KNOWN.iter().any(|name| {
+        path == Path::new(DEBUGFS_DIR).join(name)
+            || path == Path::new(&format!("{SYSCTL_PREFIX}{name}"))
+    })
 }
 
 fn mount_debugfs() {
@@ -33,89 +62,231 @@ fn mount_debugfs() {
     };
 }
 
-/// Original values of tunables a running (or killed) `check` changed: `PATH<TAB>VALUE` lines.
-/// Under /run: gone at reboot, as the tunables' changed values are.
+/// The record of tunables numatrace has changed. Under /run: gone at reboot, as the changed
+/// values are.
 pub const SAVED: &str = "/run/numatrace/tunables.saved";
+const LOCK: &str = "/run/numatrace/tunables.lock";
 
-/// The original values in [`SAVED`], if a numatrace left some there.
-pub fn saved() -> Vec<(PathBuf, String)> {
-    parse_saved(&fs::read_to_string(SAVED).unwrap_or_default())
+/// One changed tunable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub path: PathBuf,
+    /// The value before numatrace changed it.
+    pub original: String,
+    /// The value numatrace set.
+    pub set: String,
+    /// The numatrace that set it, and the boot it was set in.
+    pub pid: u32,
+    pub boot_id: String,
 }
 
-fn parse_saved(text: &str) -> Vec<(PathBuf, String)> {
-    text.lines()
-        .filter_map(|l| l.split_once('\t'))
-        .map(|(p, v)| (PathBuf::from(p), v.to_owned()))
-        .collect()
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
-fn write_saved(entries: &[(PathBuf, String)]) -> std::io::Result<()> {
-    let path = Path::new(SAVED);
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
+fn read_value(path: &Path) -> std::io::Result<String> {
+    fs::read_to_string(path).map(|s| s.trim().to_owned())
+}
+
+/// The record at `file` ([`SAVED`] outside tests): entries in the order they were made.
+struct Store {
+    file: PathBuf,
+}
+
+impl Store {
+    fn real() -> Self {
+        Self {
+            file: PathBuf::from(SAVED),
+        }
     }
-    let text: String = entries
+
+    fn load(&self) -> Vec<Entry> {
+        fs::read(&self.file)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    fn save(&self, entries: &[Entry]) -> Result<()> {
+        if entries.is_empty() {
+            return match fs::remove_file(&self.file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+                _ => Ok(()),
+            };
+        }
+        if let Some(dir) = self.file.parent() {
+            crate::safe_fs::private_dir(dir)?;
+        }
+        // Whole or not at all: a torn record would restore half.
+        let text = serde_json::to_vec_pretty(entries)?;
+        crate::safe_fs::write_atomic(&self.file, &text, true)?;
+        Ok(())
+    }
+}
+
+static HELD: AtomicBool = AtomicBool::new(false);
+
+/// The right to change the tunables, held by one numatrace at a time (flock on
+/// `/run/numatrace/tunables.lock`, released when the process ends however it ends).
+pub struct Lock {
+    _file: fs::File,
+}
+
+impl Lock {
+    /// Takes the lock, or says which numatrace holds it.
+    pub fn acquire() -> Result<Self> {
+        crate::safe_fs::run_dir()?;
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(crate::safe_fs::FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(LOCK)
+            .with_context(|| format!("opening {LOCK}"))?;
+        // SAFETY: a valid open descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let holder = fs::read_to_string(LOCK).unwrap_or_default();
+            bail!(
+                "another numatrace (pid {}) is changing the NUMA balancing tunables; run one \
+                 check at a time",
+                holder
+                    .trim()
+                    .parse::<u32>()
+                    .map_or("?".into(), |p| p.to_string())
+            );
+        }
+        file.set_len(0)?;
+        write!(file, "{}", std::process::id())?;
+        HELD.store(true, Ordering::SeqCst);
+        Ok(Self { _file: file })
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        HELD.store(false, Ordering::SeqCst);
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Entries left by numatrace runs that are gone (killed before they restored them).
+fn stale(entries: &[Entry]) -> Vec<&Entry> {
+    let me = std::process::id();
+    entries
         .iter()
-        .map(|(p, v)| format!("{}\t{v}\n", p.display()))
-        .collect();
-    // Whole or not at all: a torn file would restore half.
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text)?;
-    fs::rename(&tmp, path)
+        .filter(|e| e.pid != me && !(pid_alive(e.pid) && e.boot_id == boot_id()))
+        .collect()
 }
 
 /// A warning for the user when a killed numatrace left tunables changed.
 pub fn pending_warning() -> Option<String> {
-    let entries = saved();
-    (!entries.is_empty()).then(|| {
-        let list: Vec<String> = entries
+    let entries = Store::real().load();
+    let left = stale(&entries);
+    (!left.is_empty()).then(|| {
+        let list: Vec<String> = left
             .iter()
-            .map(|(p, v)| format!("{} (was {v})", p.display()))
+            .map(|e| {
+                format!(
+                    "{} (set to {} by pid {}, was {})",
+                    e.path.display(),
+                    e.set.escape_debug(),
+                    e.pid,
+                    e.original.escape_debug()
+                )
+            })
             .collect();
         format!(
             "a numatrace check was killed before restoring NUMA balancing tunables it had \
-             changed: {}; `sudo numatrace check --restore-tunables` puts them back",
+             changed: {}; `sudo numatrace check --restore-tunables` puts back those still \
+             at numatrace's value",
             list.join(", ")
         )
     })
 }
 
-/// [`SAVED`] holding `entries`, or gone when there are none.
-fn sync_saved(entries: &[(PathBuf, String)]) -> std::io::Result<()> {
-    if entries.is_empty() {
-        match fs::remove_file(SAVED) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
-    } else {
-        write_saved(entries)
-    }
+/// What [`restore_saved`] did.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// One line per entry.
+    pub notes: Vec<String>,
+    /// Entries left in the record (changed since, or failed).
+    pub kept: usize,
 }
 
-/// Restores every value in [`SAVED`] and removes it; one line per tunable saying what happened.
-/// Nothing saved: an empty list.
-pub fn restore_saved() -> std::io::Result<Vec<String>> {
+/// Restores what killed runs left changed — each tunable only while it still holds the value
+/// numatrace set; others are kept in the record and reported. Takes the [`Lock`].
+pub fn restore_saved() -> Result<Restored> {
+    let _lock = Lock::acquire()?;
     mount_debugfs();
-    let entries = saved();
-    let mut notes = Vec::new();
-    let mut failed = Vec::new();
-    for (path, old) in entries {
-        match fs::write(&path, &old) {
-            Ok(()) => notes.push(format!("{} = {old} (restored)", path.display())),
-            Err(e) => {
-                notes.push(format!("{}: could not restore {old}: {e}", path.display()));
-                failed.push((path, old));
+    restore_in(&Store::real(), is_known_path)
+}
+
+fn restore_in(store: &Store, known: impl Fn(&Path) -> bool) -> Result<Restored> {
+    let boot = boot_id();
+    let mut out = Restored::default();
+    let mut keep = Vec::new();
+    for e in store.load() {
+        let path = e.path.display();
+        if !known(&e.path) {
+            out.notes.push(format!(
+                "{}: not a NUMA balancing tunable; ignored and dropped from the record",
+                path.to_string().escape_debug()
+            ));
+            continue;
+        }
+        if e.boot_id != boot {
+            out.notes.push(format!(
+                "{path}: set in an earlier boot (the kernel has reset it since); dropped"
+            ));
+            continue;
+        }
+        match read_value(&e.path) {
+            Ok(now) if now == e.set => match fs::write(&e.path, &e.original) {
+                Ok(()) => out
+                    .notes
+                    .push(format!("{path} = {} (restored)", e.original)),
+                Err(err) => {
+                    out.notes
+                        .push(format!("{path}: could not restore {}: {err}", e.original));
+                    keep.push(e);
+                }
+            },
+            Ok(now) => {
+                out.notes.push(format!(
+                    "{path} = {} changed since numatrace set it to {} (was {}): left as is \
+                     and kept in {}",
+                    now.escape_debug(),
+                    e.set,
+                    e.original,
+                    store.file.display()
+                ));
+                keep.push(e);
+            }
+            Err(err) => {
+                out.notes.push(format!("{path}: unreadable ({err}); kept"));
+                keep.push(e);
             }
         }
     }
-    sync_saved(&failed)?;
-    Ok(notes)
+    out.kept = keep.len();
+    store.save(&keep)?;
+    Ok(out)
 }
 
 /// Values set by [`Tunables::set`], restored on drop.
 #[derive(Default)]
 pub struct Tunables {
-    saved: Vec<(PathBuf, String)>,
+    mine: Vec<Entry>,
+    store: Option<Store>,
+    /// Taken by `set` when the caller does not hold it already (check holds it for its run).
+    _lock: Option<Lock>,
 }
 
 impl Tunables {
@@ -132,81 +303,139 @@ impl Tunables {
     /// Sets each `(name, value)` it can (best effort: a locked-down debugfs refuses writes);
     /// returns one note per tunable saying what happened, to report with the results.
     pub fn set(values: &[(&str, &str)]) -> (Self, Vec<String>) {
-        mount_debugfs();
-        let mut guard = Self::default();
-        let mut notes = Vec::new();
-        // Values a killed numatrace left changed: the originals are those it saved.
-        let mut on_disk = saved();
-        for (name, value) in values {
-            let Some(path) = tunable_path(name) else {
-                notes.push(format!("{name}: not on this kernel"));
-                continue;
-            };
-            let prior = on_disk
-                .iter()
-                .find(|(p, _)| *p == path)
-                .map(|(_, v)| v.clone());
-            let fresh = prior.is_none();
-            let old = match prior {
-                Some(v) => v,
-                None => match fs::read_to_string(&path) {
-                    Ok(s) => s.trim().to_owned(),
-                    Err(e) => {
-                        notes.push(format!("{name}: unreadable ({e})"));
-                        continue;
-                    }
-                },
-            };
-            if fresh {
-                on_disk.push((path.clone(), old.clone()));
-                if let Err(e) = write_saved(&on_disk) {
-                    // Without the record a SIGKILL could not be undone: do not change it.
-                    notes.push(format!(
-                        "{name}: left at {old} (cannot save it to {SAVED}: {e})"
-                    ));
-                    on_disk.pop();
-                    continue;
+        let lock = if HELD.load(Ordering::SeqCst) {
+            None
+        } else {
+            match Lock::acquire() {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    return (
+                        Self::default(),
+                        vec![format!("tunables left as they are: {e:#}")],
+                    );
                 }
             }
-            match fs::write(&path, value) {
+        };
+        mount_debugfs();
+        let named: Vec<(PathBuf, &str, &str)> = values
+            .iter()
+            .filter_map(|(name, value)| tunable_path(name).map(|p| (p, *name, *value)))
+            .collect();
+        let mut notes: Vec<String> = values
+            .iter()
+            .filter(|(name, _)| tunable_path(name).is_none())
+            .map(|(name, _)| format!("{name}: not on this kernel"))
+            .collect();
+        let (mut guard, set_notes) = Self::set_in(Store::real(), &named);
+        guard._lock = lock;
+        notes.extend(set_notes);
+        (guard, notes)
+    }
+
+    fn set_in(store: Store, values: &[(PathBuf, &str, &str)]) -> (Self, Vec<String>) {
+        let me = std::process::id();
+        let boot = boot_id();
+        let mut notes = Vec::new();
+        let mut mine = Vec::new();
+        let mut record = store.load();
+        for (path, name, value) in values {
+            let now = match read_value(path) {
+                Ok(v) => v,
+                Err(e) => {
+                    notes.push(format!("{name}: unreadable ({e})"));
+                    continue;
+                }
+            };
+            // A killed run's change still in place: its original is the real one, and this
+            // run's entry takes its place. Changed since: the current value is someone's
+            // choice, and the killed run's entry stays for --restore-tunables to report.
+            let inherited = record
+                .iter()
+                .position(|e| e.path == *path && e.pid != me && e.set == now && e.boot_id == boot);
+            let original = match inherited {
+                Some(i) => record.remove(i).original,
+                None => now.clone(),
+            };
+            let entry = Entry {
+                path: path.clone(),
+                original: original.clone(),
+                set: (*value).to_owned(),
+                pid: me,
+                boot_id: boot.clone(),
+            };
+            record.push(entry.clone());
+            if let Err(e) = store.save(&record) {
+                // Without the record a SIGKILL could not be undone: do not change it.
+                notes.push(format!(
+                    "{name}: left at {now} (cannot save it to {}: {e:#})",
+                    store.file.display()
+                ));
+                record.pop();
+                continue;
+            }
+            match fs::write(path, value) {
                 Ok(()) => {
-                    guard.saved.push((path, old.clone()));
-                    notes.push(format!("{name}={value} (was {old})"));
+                    notes.push(format!("{name}={value} (was {original})"));
+                    mine.push(entry);
                 }
                 Err(e) => {
-                    notes.push(format!("{name}: left at {old} ({e})"));
-                    // Unchanged: nothing to restore (a killed run's record stays).
-                    if fresh {
-                        on_disk.pop();
-                        let _ = sync_saved(&on_disk);
-                    }
+                    notes.push(format!("{name}: left at {now} ({e})"));
+                    record.pop();
+                    let _ = store.save(&record);
                 }
             }
         }
-        (guard, notes)
+        (
+            Self {
+                mine,
+                store: Some(store),
+                _lock: None,
+            },
+            notes,
+        )
     }
 }
 
 impl Drop for Tunables {
     fn drop(&mut self) {
-        if self.saved.is_empty() {
+        let Some(store) = &self.store else { return };
+        if self.mine.is_empty() {
             return;
         }
-        let mut restored = Vec::new();
-        for (path, old) in self.saved.drain(..).rev() {
-            match fs::write(&path, &old) {
-                Ok(()) => restored.push(path),
-                Err(e) => tracing::error!("could not restore {} to {old}: {e}", path.display()),
+        let mut failed = Vec::new();
+        for e in self.mine.iter().rev() {
+            match read_value(&e.path) {
+                Ok(now) if now == e.set => {
+                    if let Err(err) = fs::write(&e.path, &e.original) {
+                        tracing::error!(
+                            "could not restore {} to {}: {err}",
+                            e.path.display(),
+                            e.original
+                        );
+                        failed.push(e);
+                    }
+                }
+                Ok(now) => tracing::warn!(
+                    "{} was changed to {} while numatrace had it at {}: left as is",
+                    e.path.display(),
+                    now.escape_debug(),
+                    e.set
+                ),
+                Err(err) => {
+                    tracing::error!("{}: unreadable ({err})", e.path.display());
+                    failed.push(e);
+                }
             }
         }
-        // Only what this guard restored leaves the record: other entries (a killed run's, or
-        // another instance's) and failed restores stay for `check --restore-tunables`.
-        let left: Vec<(PathBuf, String)> = saved()
+        // Only this run's entries leave the record (a killed run's, and failed restores, stay
+        // for `check --restore-tunables`).
+        let left: Vec<Entry> = store
+            .load()
             .into_iter()
-            .filter(|(p, _)| !restored.contains(p))
+            .filter(|e| !self.mine.contains(e) || failed.contains(&e))
             .collect();
-        if let Err(e) = sync_saved(&left) {
-            tracing::error!("updating {SAVED}: {e}");
+        if let Err(e) = store.save(&left) {
+            tracing::error!("updating {}: {e:#}", store.file.display());
         }
     }
 }
@@ -215,23 +444,146 @@ impl Drop for Tunables {
 mod tests {
     use super::*;
 
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Self {
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+        fn store(&self) -> Store {
+            Store {
+                file: self.dir.path().join("run").join("tunables.saved"),
+            }
+        }
+        fn tunable(&self, name: &str, value: &str) -> PathBuf {
+            let p = self.dir.path().join(name);
+            fs::write(&p, format!("{value}\n")).unwrap();
+            p
+        }
+    }
+
+    fn value(p: &Path) -> String {
+        read_value(p).unwrap()
+    }
+
     #[test]
-    fn saved_values_round_trip_through_their_text() {
-        let entries = vec![
-            (
-                PathBuf::from("/sys/kernel/debug/sched/numa_balancing/scan_delay_ms"),
-                "1000".to_owned(),
-            ),
-            (
-                PathBuf::from("/proc/sys/kernel/numa_balancing_scan_size_mb"),
-                "256".to_owned(),
-            ),
-        ];
-        let text: String = entries
-            .iter()
-            .map(|(p, v)| format!("{}\t{v}\n", p.display()))
-            .collect();
-        assert_eq!(parse_saved(&text), entries);
-        assert!(parse_saved("garbage without a tab\n").is_empty());
+    fn a_guard_restores_what_it_set_and_leaves_no_record() {
+        let f = Fixture::new();
+        let a = f.tunable("scan_delay_ms", "1000");
+        let (guard, notes) = Tunables::set_in(f.store(), &[(a.clone(), "scan_delay_ms", "100")]);
+        assert_eq!(notes, ["scan_delay_ms=100 (was 1000)"]);
+        assert_eq!(value(&a), "100");
+        let rec = f.store().load();
+        assert_eq!(rec.len(), 1);
+        assert_eq!(
+            (rec[0].original.as_str(), rec[0].set.as_str()),
+            ("1000", "100")
+        );
+        assert_eq!(rec[0].pid, std::process::id());
+        drop(guard);
+        assert_eq!(value(&a), "1000");
+        assert!(!f.store().file.exists());
+    }
+
+    #[test]
+    fn a_value_changed_under_a_running_guard_is_left_alone() {
+        let f = Fixture::new();
+        let a = f.tunable("scan_delay_ms", "1000");
+        let (guard, _) = Tunables::set_in(f.store(), &[(a.clone(), "scan_delay_ms", "100")]);
+        fs::write(&a, "555").unwrap();
+        drop(guard);
+        assert_eq!(value(&a), "555");
+    }
+
+    fn dead_entry(path: &Path, original: &str, set: &str) -> Entry {
+        Entry {
+            path: path.to_owned(),
+            original: original.into(),
+            set: set.into(),
+            // Above pid_max: never alive.
+            pid: 4_194_305,
+            boot_id: boot_id(),
+        }
+    }
+
+    #[test]
+    fn a_dead_runs_record_is_restored_only_where_its_value_is_still_there() {
+        let f = Fixture::new();
+        let untouched = f.tunable("scan_delay_ms", "100");
+        let changed = f.tunable("scan_size_mb", "777");
+        let store = f.store();
+        store
+            .save(&[
+                dead_entry(&untouched, "1000", "100"),
+                dead_entry(&changed, "256", "16"),
+            ])
+            .unwrap();
+        assert_eq!(stale(&store.load()).len(), 2);
+        let r = restore_in(&store, |_| true).unwrap();
+        assert_eq!(value(&untouched), "1000");
+        assert_eq!(value(&changed), "777", "someone's value was overwritten");
+        assert_eq!(r.kept, 1);
+        assert!(
+            r.notes.iter().any(|n| n.contains("changed since")),
+            "{:?}",
+            r.notes
+        );
+        let left = store.load();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].path, changed);
+    }
+
+    #[test]
+    fn a_record_naming_other_files_is_not_acted_on() {
+        let f = Fixture::new();
+        let victim = f.tunable("shadow", "secret");
+        let store = f.store();
+        store
+            .save(&[dead_entry(&victim, "pwned", "secret")])
+            .unwrap();
+        let r = restore_in(&store, is_known_path).unwrap();
+        assert_eq!(value(&victim), "secret");
+        assert!(r.notes[0].contains("not a NUMA balancing tunable"));
+        assert!(!store.file.exists());
+        assert!(is_known_path(Path::new(
+            "/sys/kernel/debug/sched/numa_balancing/scan_size_mb"
+        )));
+        assert!(is_known_path(Path::new(
+            "/proc/sys/kernel/numa_balancing_scan_delay_ms"
+        )));
+        assert!(!is_known_path(Path::new("/proc/sys/kernel/numa_balancing")));
+    }
+
+    #[test]
+    fn a_new_run_inherits_a_dead_runs_original_only_while_its_value_holds() {
+        let f = Fixture::new();
+        let kept = f.tunable("scan_delay_ms", "100");
+        let moved = f.tunable("scan_size_mb", "777");
+        let store = f.store();
+        store
+            .save(&[
+                dead_entry(&kept, "1000", "100"),
+                dead_entry(&moved, "256", "16"),
+            ])
+            .unwrap();
+        let (guard, _) = Tunables::set_in(
+            f.store(),
+            &[
+                (kept.clone(), "scan_delay_ms", "50"),
+                (moved.clone(), "scan_size_mb", "32"),
+            ],
+        );
+        drop(guard);
+        // The dead run's still-valid change is undone with it; the admin's 777 is back.
+        assert_eq!(value(&kept), "1000");
+        assert_eq!(value(&moved), "777");
+        // The dead run's entry for the changed tunable stays, to be reported.
+        let left = store.load();
+        assert_eq!(left.len(), 1);
+        assert_eq!((left[0].path.clone(), left[0].set.as_str()), (moved, "16"));
     }
 }
