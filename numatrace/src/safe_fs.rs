@@ -29,12 +29,9 @@ pub enum SafeFsError {
     Exists(PathBuf),
     #[error("{0} is a directory")]
     IsDir(PathBuf),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    // The cause is part of the message (not a `source`): one line wherever it is printed.
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: io::Error },
     #[error(
         "{path} is not a directory that only root can write to ({why}); remove it and try again"
     )]
@@ -42,9 +39,9 @@ pub enum SafeFsError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SafeFsError + '_ {
-    move |source| SafeFsError::Io {
+    move |err| SafeFsError::Io {
         path: path.to_owned(),
-        source,
+        err,
     }
 }
 
@@ -218,7 +215,12 @@ pub fn write_atomic(dest: &Path, bytes: &[u8], force: bool) -> Result<(), SafeFs
 /// `/run/numatrace`, created 0700 if missing; refused if it is a symlink, not root's, or
 /// writable by others (someone could plant the files numatrace trusts there).
 pub fn run_dir() -> Result<PathBuf, SafeFsError> {
-    private_dir(Path::new(RUN_DIR))
+    let dir = Path::new(RUN_DIR);
+    // A minimal system (an initramfs) may have no /run at all.
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    private_dir(dir)
 }
 
 /// `dir` as a directory only root can write to, created 0700 if missing.
