@@ -54,7 +54,10 @@ impl Auth {
         // An unknown user is verified against some user's hash: the same cost, then refused.
         let (known, hash) = match self.users.get(&user) {
             Some(h) => (true, h.clone()),
-            None => (false, self.users.values().next().cloned().unwrap_or_default()),
+            None => (
+                false,
+                self.users.values().next().cloned().unwrap_or_default(),
+            ),
         };
         let Ok(_one_at_a_time) = self.bcrypt.acquire().await else {
             return false;

@@ -32,11 +32,11 @@ use crate::{
 };
 use auth::Auth;
 use catalogue::Spec;
+use expose::{Inputs, SnapshotCollector};
+use fold::{Fold, FoldLimits};
 use server::{Limits, Server};
 use tokio_rustls::TlsAcceptor;
 use webconfig::WebConfig;
-use expose::{Inputs, SnapshotCollector};
-use fold::{Fold, FoldLimits};
 
 /// What a scrape reads and updates, one scrape at a time.
 struct Live {

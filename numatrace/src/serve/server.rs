@@ -344,7 +344,12 @@ impl Server {
         while tasks.join_next().await.is_some() {}
     }
 
-    async fn connection(self: Arc<Self>, tcp: TcpStream, conn: Arc<Conn>, stop: watch::Receiver<bool>) {
+    async fn connection(
+        self: Arc<Self>,
+        tcp: TcpStream,
+        conn: Arc<Conn>,
+        stop: watch::Receiver<bool>,
+    ) {
         let io = Watched {
             tcp,
             conn: Arc::clone(&conn),

@@ -168,7 +168,10 @@ impl WebConfig {
         }
         if !self.users.is_empty() {
             let n = self.users.len();
-            parts.push(format!("basic auth ({n} user{})", if n == 1 { "" } else { "s" }));
+            parts.push(format!(
+                "basic auth ({n} user{})",
+                if n == 1 { "" } else { "s" }
+            ));
         }
         if parts.is_empty() {
             "neither TLS nor basic auth".into()
@@ -234,7 +237,10 @@ fn tls(y: &Yaml, base: &Path) -> Result<TlsFiles> {
         _ => {}
     }
     if min > max {
-        return Err(invalid("tls_server_config.min_version", "above max_version"));
+        return Err(invalid(
+            "tls_server_config.min_version",
+            "above max_version",
+        ));
     }
     Ok(TlsFiles {
         cert_file,
@@ -316,12 +322,14 @@ impl TlsFiles {
     /// The rustls configuration (ring provider), reading the certificate and keys now.
     pub fn server_config(&self) -> Result<ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let versions: Vec<&'static rustls::SupportedProtocolVersion> =
-            [(TlsVersion::Tls12, &rustls::version::TLS12), (TlsVersion::Tls13, &rustls::version::TLS13)]
-                .into_iter()
-                .filter(|(v, _)| (self.min_version..=self.max_version).contains(v))
-                .map(|(_, p)| p)
-                .collect();
+        let versions: Vec<&'static rustls::SupportedProtocolVersion> = [
+            (TlsVersion::Tls12, &rustls::version::TLS12),
+            (TlsVersion::Tls13, &rustls::version::TLS13),
+        ]
+        .into_iter()
+        .filter(|(v, _)| (self.min_version..=self.max_version).contains(v))
+        .map(|(_, p)| p)
+        .collect();
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_protocol_versions(&versions)
             .map_err(|e| invalid("tls_server_config.min_version", e.to_string()))?;
@@ -419,7 +427,10 @@ mod tests {
                 "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n",
                 "TLS12 and TLS13 only",
             ),
-            ("http_server_config:\n  headers:\n    Server: x\n", "only Strict"),
+            (
+                "http_server_config:\n  headers:\n    Server: x\n",
+                "only Strict",
+            ),
             ("- a\n", "must be a mapping"),
         ] {
             let e = parse(text).unwrap_err().to_string();
