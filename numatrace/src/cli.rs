@@ -334,7 +334,7 @@ pub struct ServeArgs {
     ///
     ///   tls_server_config: {cert_file: PEM, key_file: PEM, min_version: TLS12|TLS13,
     ///     client_auth_type: RequireAndVerifyClientCert, client_ca_file: PEM}
-    ///   basic_auth_users: {USER: BCRYPT-HASH}    # htpasswd -nBC 10 USER
+    ///   basic_auth_users: {USER: BCRYPT-HASH}    # bcrypt: htpasswd -nBC 10 USER
     ///   http_server_config: {headers: {Strict-Transport-Security: ...}}
     ///
     /// Relative paths are relative to the file; an unknown key is an error. Read at start.
