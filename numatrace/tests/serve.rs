@@ -1001,7 +1001,17 @@ fn half_sent_headers_are_timed_out_and_capped() {
         "{early} of 80 closed over the cap, the rest by the 2 s header timeout; trickle cut \
          after {trickled:?}; keep-alive closed after {idle:?} idle"
     );
+    // A half-sent header does not hold up SIGTERM (answers in progress get up to 5 s).
+    let mut half = TcpStream::connect(&serve.addr).expect("connect");
+    half.write_all(b"GET /met").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let stopping = std::time::Instant::now();
     assert!(serve.stop().success());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(4),
+        "stopping took {:?} with a half-sent header open",
+        stopping.elapsed()
+    );
 }
 
 /// A throwaway CA-less certificate for `localhost` and its key, written into `dir`.

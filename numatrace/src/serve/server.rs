@@ -9,7 +9,8 @@
 //!   closed at once if every connection is being answered: nothing queues, and a flood of
 //!   half-open connections cannot keep a scrape out.
 //! - A request header larger than `max_header_bytes` is answered 431; bodies are never read.
-//! - On stop, no more connections are accepted; idle ones close, answers in progress finish.
+//! - On stop, no more connections are accepted; those without an answer in progress close at
+//!   once, answers in progress finish.
 
 use std::{
     collections::HashMap,
@@ -414,6 +415,10 @@ impl Server {
                 }
                 () = conn.changed.notified() => {}
                 _ = stop.wait_for(|s| *s), if !stopping => {
+                    // Nothing in progress (idle, or a header not yet whole): close now.
+                    if conn.waiting_since().is_some() {
+                        return;
+                    }
                     stopping = true;
                     served.as_mut().graceful_shutdown();
                 }
