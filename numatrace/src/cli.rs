@@ -353,6 +353,36 @@ pub struct ServeArgs {
     /// Print every metric family (name, type, labels, meaning) and exit; needs no root.
     #[arg(long)]
     pub metrics: bool,
+
+    /// TLS and basic auth, from a web config file in the Prometheus exporters' format
+    /// (exporter-toolkit's; `promtool check web-config` checks it):
+    ///
+    ///   tls_server_config: {cert_file: PEM, key_file: PEM, min_version: TLS12|TLS13,
+    ///     client_auth_type: RequireAndVerifyClientCert, client_ca_file: PEM}
+    ///   basic_auth_users: {USER: BCRYPT-HASH}    # bcrypt: htpasswd -nBC 10 USER
+    ///   http_server_config: {headers: {Strict-Transport-Security: ...}}
+    ///
+    /// Relative paths are relative to the file; an unknown key is an error. Read at start.
+    #[arg(long = "web.config.file", value_name = "PATH", verbatim_doc_comment)]
+    pub web_config_file: Option<std::path::PathBuf>,
+
+    /// A connection's first request header (and TLS handshake) must arrive within this of
+    /// accept; later ones within this of their first byte.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// A keep-alive connection idle for this long is closed.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Connections open at once at most: one more evicts the one idle longest, or is closed
+    /// at once when every one is being answered.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_connections: u32,
+
+    /// Largest request header in bytes (431 above it); request bodies are never read.
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(8192..=1048576))]
+    pub max_header_bytes: u32,
 }
 
 /// `top --sort`: the columns of the task and process tables.

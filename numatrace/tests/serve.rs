@@ -37,7 +37,8 @@ impl Serve {
                 panic!("serve exited before listening: {seen}");
             }
             seen.push_str(&line);
-            if let Some(rest) = line.split("serving http://").nth(1) {
+            if let Some(rest) = line.split("serving http").nth(1) {
+                let rest = rest.trim_start_matches('s').trim_start_matches("://");
                 break rest.split('/').next().unwrap().to_owned();
             }
         };
@@ -857,4 +858,333 @@ fn serves_a_socket_systemd_hands_it() {
         }),
         "programs left attached"
     );
+}
+
+/// Sends GET `path` on an open keep-alive connection and reads one response (by its
+/// Content-Length): the status.
+fn get_on(s: &mut TcpStream, path: &str) -> std::io::Result<u16> {
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())
+        .expect("content-length");
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)?;
+    Ok(head.split_whitespace().nth(1).unwrap().parse().unwrap())
+}
+
+/// How long until the peer closes `s` (EOF or reset), or None if it is still open after `max`.
+fn closed_within(s: &mut TcpStream, max: Duration) -> Option<Duration> {
+    let start = std::time::Instant::now();
+    s.set_read_timeout(Some(max)).unwrap();
+    let mut buf = [0u8; 1024];
+    match s.read(&mut buf) {
+        Ok(0) => Some(start.elapsed()),
+        // serve never answers a half-sent header; anything else read would be a bug.
+        Ok(n) => panic!("{n} bytes answered a half-sent header"),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            None
+        }
+        Err(_) => Some(start.elapsed()),
+    }
+}
+
+/// Slowloris: 80 connections that each send half a request header against `--header-timeout
+/// 2s --max-connections 64`: the ones over the cap are closed at once, all of them within the
+/// header timeout, and scrapes during and after the flood are answered; then one that trickles
+/// a byte every 250 ms is closed 2 s after its first. A keep-alive connection outlives the header timeout
+/// between requests and is closed after --idle-timeout.
+#[test]
+fn half_sent_headers_are_timed_out_and_capped() {
+    const TEST: &str = "half_sent_headers_are_timed_out_and_capped";
+    require_root!(TEST);
+    if common::host_covers(TEST) {
+        return;
+    }
+    let serve = Serve::start(&[
+        "--header-timeout",
+        "2s",
+        "--idle-timeout",
+        "4s",
+        "--max-connections",
+        "64",
+    ]);
+    let start = std::time::Instant::now();
+    let mut flood: Vec<TcpStream> = (0..80)
+        .map(|_| {
+            let mut s = TcpStream::connect(&serve.addr).expect("connect");
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Half: ")
+                .unwrap();
+            s
+        })
+        .collect();
+    let flooded = start.elapsed();
+    assert_eq!(serve.get("/metrics").0, 200, "a scrape during the flood");
+    let mut early = 0;
+    for (i, s) in flood.iter_mut().enumerate() {
+        let left = Duration::from_secs(6)
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(100));
+        let after = closed_within(s, left)
+            .map(|_| start.elapsed())
+            .unwrap_or_else(|| panic!("half-open connection {i} still open after 6 s"));
+        assert!(
+            after < flooded + Duration::from_millis(3500),
+            "connection {i} closed only {after:?} after the flood began (header timeout 2 s)"
+        );
+        if after < Duration::from_millis(1500) {
+            early += 1;
+        }
+    }
+    // 80 + the scrape against 64 places: at least 17 were closed at once.
+    assert!(
+        early >= 17,
+        "only {early} connections closed before the timeout"
+    );
+    // A header trickled a byte at a time does not renew the timeout.
+    let addr = serve.addr.clone();
+    let trickle = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&addr).expect("connect");
+        let t = std::time::Instant::now();
+        for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "
+            .iter()
+            .cycle()
+            .take(200)
+        {
+            if s.write_all(&[*b]).is_err() {
+                return Some(t.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        None
+    });
+    let trickled = trickle
+        .join()
+        .unwrap()
+        .expect("the trickling connection stayed open");
+    assert!(
+        trickled > Duration::from_millis(1500) && trickled < Duration::from_secs(4),
+        "a header trickled a byte at a time held its connection for {trickled:?}"
+    );
+    assert_eq!(serve.get("/metrics").0, 200, "a scrape after the flood");
+
+    // Keep-alive: idle 3 s (past the header timeout) and still served; closed after 4 s idle.
+    let mut ka = TcpStream::connect(&serve.addr).expect("connect");
+    ka.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(get_on(&mut ka, "/").unwrap(), 200);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        get_on(&mut ka, "/").unwrap(),
+        200,
+        "keep-alive cut while idle"
+    );
+    let idle = closed_within(&mut ka, Duration::from_secs(8)).expect("idle keep-alive left open");
+    assert!(
+        idle > Duration::from_secs(3) && idle < Duration::from_secs(6),
+        "idle keep-alive closed after {idle:?} (--idle-timeout 4s)"
+    );
+    println!(
+        "{early} of 80 closed over the cap, the rest by the 2 s header timeout; trickle cut \
+         after {trickled:?}; keep-alive closed after {idle:?} idle"
+    );
+    // A half-sent header does not hold up SIGTERM (answers in progress get up to 5 s).
+    let mut half = TcpStream::connect(&serve.addr).expect("connect");
+    half.write_all(b"GET /met").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let stopping = std::time::Instant::now();
+    assert!(serve.stop().success());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(4),
+        "stopping took {:?} with a half-sent header open",
+        stopping.elapsed()
+    );
+}
+
+/// A throwaway CA-less certificate for `localhost` and its key, written into `dir`.
+fn write_cert(dir: &std::path::Path) -> Vec<u8> {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    std::fs::write(dir.join("tls.crt"), c.cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), c.signing_key.serialize_pem()).unwrap();
+    c.cert.der().to_vec()
+}
+
+/// GET `path` over TLS (trusting `ca`, for the name localhost) with optional basic auth
+/// credentials: the status and the response head and body.
+fn https_get(addr: &str, ca: &[u8], creds: Option<&str>) -> (u16, String) {
+    use base64::Engine as _;
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(ca.to_vec()))
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let auth = creds
+        .map(|c| {
+            format!(
+                "Authorization: Basic {}\r\n",
+                base64::engine::general_purpose::STANDARD.encode(c)
+            )
+        })
+        .unwrap_or_default();
+    write!(
+        tls,
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .expect("TLS handshake and request");
+    let mut raw = Vec::new();
+    // A peer that closes without close_notify ends in an error after the whole response.
+    let _ = tls.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP response over TLS: {text:?}"));
+    (status, text)
+}
+
+/// `--web.config.file` with TLS and one basic-auth user: the right password is served over
+/// TLS, no or a wrong password (or user) gets 401 with `WWW-Authenticate: Basic`, and plain
+/// HTTP on the port gets no HTTP answer.
+#[test]
+fn tls_and_basic_auth_from_a_web_config() {
+    const TEST: &str = "tls_and_basic_auth_from_a_web_config";
+    require_root!(TEST);
+    if common::host_covers(TEST) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("numatrace-web-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = write_cert(&dir);
+    let hash = bcrypt::hash("correct horse", 6).unwrap();
+    let config = dir.join("web-config.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n\
+             basic_auth_users:\n  prometheus: {hash}\n"
+        ),
+    )
+    .unwrap();
+    let serve = Serve::start(&["--web.config.file", config.to_str().unwrap()]);
+    let (status, text) = https_get(&serve.addr, &ca, Some("prometheus:correct horse"));
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("numatrace_build_info"), "{text}");
+    // Again: from the verification cache.
+    assert_eq!(
+        https_get(&serve.addr, &ca, Some("prometheus:correct horse")).0,
+        200
+    );
+    for creds in [
+        None,
+        Some("prometheus:wrong"),
+        Some("someone:correct horse"),
+        Some("prometheus:"),
+    ] {
+        let (status, text) = https_get(&serve.addr, &ca, creds);
+        assert_eq!(status, 401, "{creds:?}: {text}");
+        assert!(
+            text.to_ascii_lowercase()
+                .contains("\r\nwww-authenticate: basic"),
+            "{text}"
+        );
+        assert!(!text.contains("numatrace_build_info"));
+    }
+    // Plain HTTP to the TLS port: no HTTP response (a TLS alert, or the connection closed).
+    let mut plain = TcpStream::connect(&serve.addr).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let _ = write!(
+        plain,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let mut raw = Vec::new();
+    let _ = plain.read_to_end(&mut raw);
+    assert!(
+        !raw.starts_with(b"HTTP/"),
+        "plain HTTP answered on the TLS port: {}",
+        String::from_utf8_lossy(&raw)
+    );
+    assert!(serve.stop().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A web config with a key exporter-toolkit's format does not have is refused before anything
+/// is attached, with one line naming the key. Needs no root.
+#[test]
+fn a_web_config_with_an_unknown_key_is_refused_at_start() {
+    let dir = std::env::temp_dir().join(format!("numatrace-badweb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("web-config.yml");
+    std::fs::write(
+        &config,
+        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n  cert_fiel: x.crt\n",
+    )
+    .unwrap();
+    let out = common::numatrace(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--web.config.file",
+        config.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("unknown key tls_server_config.cert_fiel") && err.contains("web-config.yml"),
+        "{err}"
+    );
+}
+
+/// `serve --help` documents the hardening flags and the web config format.
+#[test]
+fn serve_help_documents_limits_and_the_web_config() {
+    let help = String::from_utf8(common::numatrace(&["serve", "--help"]).stdout).unwrap();
+    for needle in [
+        "--web.config.file <PATH>",
+        "--header-timeout",
+        "[default: 10s]",
+        "--idle-timeout",
+        "[default: 60s]",
+        "--max-connections",
+        "[default: 64]",
+        "--max-header-bytes",
+        "tls_server_config",
+        "basic_auth_users",
+        "cert_file",
+        "bcrypt",
+    ] {
+        assert!(
+            help.contains(needle),
+            "serve --help lacks {needle}:\n{help}"
+        );
+    }
 }

@@ -1,42 +1,67 @@
 //! The HTTP side of `serve`: `/metrics` (text exposition format) and `/` (a link and the hook
-//! table). Anything else is 404; methods other than GET and HEAD are 405.
+//! table). Anything else is 404; methods other than GET and HEAD are 405. Request bodies are
+//! never read.
 
-use std::{fmt::Write as _, sync::Arc, time::Instant};
+use std::{fmt::Write as _, time::Instant};
 
-use axum::{
-    Router,
-    extract::State,
-    http::{StatusCode, header},
-    response::{Html, IntoResponse, Response},
-    routing::get,
-};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode, header};
 
 use super::Exporter;
 
-pub fn router(exporter: Arc<Exporter>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/", get(index))
-        .with_state(exporter)
+pub type Body = Full<Bytes>;
+
+/// A response with a body and its content type.
+pub fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    if let Ok(v) = header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r
 }
 
-async fn metrics(State(exporter): State<Arc<Exporter>>) -> Response {
+const TEXT: &str = "text/plain; charset=utf-8";
+
+pub async fn handle<B>(exporter: &Exporter, req: &Request<B>) -> Response<Body> {
+    let page = match req.uri().path() {
+        "/metrics" => Page::Metrics,
+        "/" => Page::Index,
+        _ => return response(StatusCode::NOT_FOUND, TEXT, ""),
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "");
+        r.headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("GET,HEAD"));
+        return r;
+    }
+    match page {
+        Page::Metrics => metrics(exporter).await,
+        Page::Index => response(StatusCode::OK, "text/html; charset=utf-8", index(exporter)),
+    }
+}
+
+enum Page {
+    Metrics,
+    Index,
+}
+
+async fn metrics(exporter: &Exporter) -> Response<Body> {
     match exporter.scrape(Instant::now()).await {
-        Ok(body) => (
-            [(
-                header::CONTENT_TYPE,
-                prometheus::TEXT_FORMAT, // text/plain; version=0.0.4
-            )],
+        // text/plain; version=0.0.4
+        Ok(body) => response(
+            StatusCode::OK,
+            prometheus::TEXT_FORMAT,
             body.as_str().to_owned(),
-        )
-            .into_response(),
+        ),
         Err(e) => {
             tracing::warn!("scrape failed: {e:#}");
-            (
+            response(
                 StatusCode::INTERNAL_SERVER_ERROR,
+                TEXT,
                 format!("numatrace: {e:#}\n"),
             )
-                .into_response()
         }
     }
 }
@@ -47,7 +72,7 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-async fn index(State(exporter): State<Arc<Exporter>>) -> Html<String> {
+fn index(exporter: &Exporter) -> String {
     let mut rows = String::new();
     for h in &exporter.hooks {
         let _ = write!(
@@ -63,12 +88,12 @@ async fn index(State(exporter): State<Arc<Exporter>>) -> Html<String> {
             escape(&h.reasons.join("; ")),
         );
     }
-    Html(format!(
+    format!(
         "<!doctype html><html><head><title>numatrace</title></head><body>\
          <h1>numatrace {}</h1><p><a href=\"/metrics\">/metrics</a></p>\
          <h2>Hooks on this kernel</h2><table border=\"1\">\
          <tr><th>hook</th><th>mechanism</th><th>attached</th><th>why not / notes</th></tr>\
          {rows}</table></body></html>\n",
         env!("CARGO_PKG_VERSION")
-    ))
+    )
 }

@@ -3,10 +3,13 @@
 //! the [`catalogue`] ([`expose`]) and hands them to a `prometheus` registry through a custom
 //! collector. Scrapes that arrive while one is being read share its result.
 
+pub mod auth;
 pub mod catalogue;
 pub mod expose;
 pub mod fold;
 pub mod http;
+pub mod server;
+pub mod webconfig;
 
 use std::{
     net::SocketAddr,
@@ -17,7 +20,6 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use prometheus::{Encoder as _, Registry, TextEncoder};
-use std::future::IntoFuture as _;
 
 use tokio::sync::Mutex;
 
@@ -28,9 +30,13 @@ use crate::{
     engine::{Detail, Engine, Snapshot},
     kernel::{facts::KernelFacts, vmstat::Vmstat},
 };
+use auth::Auth;
 use catalogue::Spec;
 use expose::{Inputs, SnapshotCollector};
 use fold::{Fold, FoldLimits};
+use server::{Limits, Server};
+use tokio_rustls::TlsAcceptor;
+use webconfig::WebConfig;
 
 /// What a scrape reads and updates, one scrape at a time.
 struct Live {
@@ -195,7 +201,26 @@ fn activated_listener() -> Result<Option<std::net::TcpListener>> {
     Ok(Some(l))
 }
 
+/// The web config's TLS acceptor, auth and headers, read before anything is attached so that
+/// a bad file fails at start with one line.
+fn secure(args: &ServeArgs) -> Result<(WebConfig, Option<TlsAcceptor>, Option<Arc<Auth>>)> {
+    let Some(path) = &args.web_config_file else {
+        return Ok((WebConfig::default(), None, None));
+    };
+    let what = || format!("--web.config.file {}", path.display());
+    let config = WebConfig::load(path).with_context(what)?;
+    let tls = match &config.tls {
+        Some(files) => Some(TlsAcceptor::from(Arc::new(
+            files.server_config().with_context(what)?,
+        ))),
+        None => None,
+    };
+    let auth = Auth::new(config.users.clone())?;
+    Ok((config, tls, auth))
+}
+
 pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
+    let (web, tls, auth) = secure(&args)?;
     let mut signals = Signals::new()?;
     let listener = match activated_listener()? {
         Some(l) => tokio::net::TcpListener::from_std(l)?,
@@ -204,6 +229,17 @@ pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
             .with_context(|| format!("listening on {}", args.listen))?,
     };
     let addr: SocketAddr = listener.local_addr()?;
+    if !addr.ip().is_loopback() && (tls.is_none() || auth.is_none()) {
+        tracing::warn!(
+            "serving {addr}, beyond loopback, without {}: anyone who reaches the port can \
+             scrape it (see --web.config.file)",
+            match (&tls, &auth) {
+                (None, None) => "TLS or basic auth",
+                (None, _) => "TLS (basic auth passwords cross the network in clear)",
+                _ => "basic auth",
+            }
+        );
+    }
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let load = LoadOptions {
         max_tasks: args.max_tasks,
@@ -227,27 +263,39 @@ pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
     let exporter = Arc::new(Exporter::new(engine, limits)?);
     // The first read starts the fold, so that the first scrape already has a previous one.
     exporter.scrape(Instant::now()).await?;
-    eprintln!("numatrace: serving http://{addr}/metrics (Ctrl-C stops)");
-    let app = http::router(Arc::clone(&exporter));
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = stop_rx.wait_for(|stop| *stop).await;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    eprintln!(
+        "numatrace: serving {scheme}://{addr}/metrics ({}; Ctrl-C stops)",
+        web.summary()
+    );
+    let server = Arc::new(Server {
+        exporter: Arc::clone(&exporter),
+        limits: Limits {
+            header_timeout: args.header_timeout,
+            idle_timeout: args.idle_timeout,
+            max_connections: args.max_connections as usize,
+            max_header_bytes: args.max_header_bytes as usize,
+        },
+        tls,
+        auth,
+        headers: web.headers,
     });
-    let mut server = tokio::spawn(server.into_future());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut server = tokio::spawn(server.run(listener, stop_rx));
     let served = tokio::select! {
         sig = signals.any() => {
             tracing::info!(sig, "stopping");
             let _ = stop_tx.send(true);
             // Connections still open after a few seconds are cut.
             match tokio::time::timeout(std::time::Duration::from_secs(5), &mut server).await {
-                Ok(r) => r.context("HTTP server")?.context("serving HTTP"),
+                Ok(r) => r.context("HTTP server"),
                 Err(_) => {
                     server.abort();
                     Ok(())
                 }
             }
         }
-        r = &mut server => r.context("HTTP server")?.context("serving HTTP"),
+        r = &mut server => r.context("HTTP server"),
     };
     exporter.stop().await?;
     served?;

@@ -1,0 +1,145 @@
+//! HTTP basic auth against the web config's bcrypt hashes.
+//!
+//! bcrypt is slow on purpose (tens of milliseconds at cost 10): verifications run off the async
+//! threads, one at a time so that a flood of wrong passwords costs at most one core, and a
+//! success is remembered (as an HMAC of user and password under a key made at start, never the
+//! password) so that a scrape every 15 s costs one verification in all. An unknown user is
+//! checked against a real hash too, so timing does not tell which users exist.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::{Arc, Mutex},
+};
+
+use base64::Engine as _;
+use hyper::{HeaderMap, header};
+use ring::{hmac, rand::SystemRandom};
+use tokio::sync::Semaphore;
+
+/// Remembered successes at most (then forgotten all at once; they are re-verified).
+const CACHE_MAX: usize = 256;
+
+pub struct Auth {
+    users: BTreeMap<String, String>,
+    key: hmac::Key,
+    verified: Mutex<HashSet<Vec<u8>>>,
+    bcrypt: Semaphore,
+}
+
+impl Auth {
+    /// None when there are no users (no auth).
+    pub fn new(users: BTreeMap<String, String>) -> anyhow::Result<Option<Arc<Self>>> {
+        if users.is_empty() {
+            return Ok(None);
+        }
+        let key = hmac::Key::generate(hmac::HMAC_SHA256, &SystemRandom::new())
+            .map_err(|_| anyhow::anyhow!("no randomness for the auth cache key"))?;
+        Ok(Some(Arc::new(Self {
+            users,
+            key,
+            verified: Mutex::new(HashSet::new()),
+            bcrypt: Semaphore::new(1),
+        })))
+    }
+
+    /// Whether the request's `Authorization: Basic` credentials are a user's.
+    pub async fn allows(self: &Arc<Self>, headers: &HeaderMap) -> bool {
+        let Some((user, password)) = basic_credentials(headers) else {
+            return false;
+        };
+        let tag = self.tag(&user, &password);
+        if self.verified.lock().unwrap().contains(tag.as_ref()) {
+            return true;
+        }
+        // An unknown user is verified against some user's hash: the same cost, then refused.
+        let (known, hash) = match self.users.get(&user) {
+            Some(h) => (true, h.clone()),
+            None => (
+                false,
+                self.users.values().next().cloned().unwrap_or_default(),
+            ),
+        };
+        let Ok(_one_at_a_time) = self.bcrypt.acquire().await else {
+            return false;
+        };
+        let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
+            .await
+            .is_ok_and(|r| r.unwrap_or(false))
+            && known;
+        if ok {
+            let mut v = self.verified.lock().unwrap();
+            if v.len() >= CACHE_MAX {
+                v.clear();
+            }
+            v.insert(tag.as_ref().to_vec());
+        }
+        ok
+    }
+
+    fn tag(&self, user: &str, password: &str) -> hmac::Tag {
+        let mut ctx = hmac::Context::with_key(&self.key);
+        ctx.update(&(user.len() as u64).to_le_bytes());
+        ctx.update(user.as_bytes());
+        ctx.update(password.as_bytes());
+        ctx.sign()
+    }
+}
+
+/// User and password of an `Authorization: Basic` header.
+fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, encoded) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_auth(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn reads_basic_credentials() {
+        // "prometheus:s3cr:et"
+        let h = with_auth("Basic cHJvbWV0aGV1czpzM2NyOmV0");
+        assert_eq!(
+            basic_credentials(&h),
+            Some(("prometheus".into(), "s3cr:et".into()))
+        );
+        assert_eq!(basic_credentials(&with_auth("Bearer abc")), None);
+        assert_eq!(basic_credentials(&with_auth("Basic !!!")), None);
+        assert_eq!(basic_credentials(&HeaderMap::new()), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn right_password_only() {
+        let hash = bcrypt::hash("s3cr:et", 4).unwrap();
+        let auth = Auth::new([("prometheus".to_owned(), hash)].into())
+            .unwrap()
+            .unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        for (creds, ok) in [
+            ("prometheus:s3cr:et", true),
+            ("prometheus:s3cr:et", true), // from the cache
+            ("prometheus:wrong", false),
+            ("other:s3cr:et", false),
+            ("prometheus:", false),
+        ] {
+            let h = with_auth(&format!("Basic {}", b64(creds)));
+            assert_eq!(auth.allows(&h).await, ok, "{creds}");
+        }
+        assert_eq!(auth.verified.lock().unwrap().len(), 1);
+    }
+}
