@@ -53,7 +53,9 @@ macro_rules! counter_struct {
             }
         }
     };
-    (@add sum $a:expr, $b:expr) => { $a += $b };
+    // Saturating: counters from a capture can be anything, and a total pinned at u64::MAX
+    // says "at least this" where a wrapped one would be small and wrong.
+    (@add sum $a:expr, $b:expr) => { $a = $a.saturating_add($b) };
     (@add max $a:expr, $b:expr) => { $a = $a.max($b) };
     (@add level $a:expr, $b:expr) => { let _ = (&$a, &$b); };
     (@add ratio $a:expr, $b:expr) => { let _ = (&$a, &$b); };
@@ -92,13 +94,14 @@ impl SkipCounts {
     pub fn from_slots(slots: &[u64]) -> Self {
         let mut s = Self::default();
         for (i, n) in slots.iter().enumerate() {
-            s.0[i.min(SKIP_REASON_OTHER)] += n;
+            let slot = &mut s.0[i.min(SKIP_REASON_OTHER)];
+            *slot = slot.saturating_add(*n);
         }
         s
     }
 
     pub fn total(&self) -> u64 {
-        self.0.iter().sum()
+        self.0.iter().fold(0u64, |a, b| a.saturating_add(*b))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,7 +130,7 @@ impl SkipCounts {
 
     pub fn add(&mut self, o: &Self) {
         for (a, b) in self.0.iter_mut().zip(o.0) {
-            *a += b;
+            *a = a.saturating_add(b);
         }
     }
 
@@ -163,7 +166,7 @@ impl<'de> Deserialize<'de> for SkipCounts {
                 .iter()
                 .position(|n| *n == k)
                 .unwrap_or(SKIP_REASON_OTHER);
-            s.0[slot] += v;
+            s.0[slot] = s.0[slot].saturating_add(v);
         }
         Ok(s)
     }

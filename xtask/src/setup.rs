@@ -16,6 +16,7 @@ pub struct Pins {
     pub stable: String,
     pub nightly: String,
     pub bpf_linker: String,
+    pub cargo_fuzz: String,
 }
 
 pub fn workspace_root() -> PathBuf {
@@ -43,6 +44,7 @@ fn pins() -> Result<Pins> {
         stable: get("stable")?,
         nightly: get("nightly")?,
         bpf_linker: get("bpf-linker")?,
+        cargo_fuzz: get("cargo-fuzz")?,
     })
 }
 
@@ -224,6 +226,46 @@ fn ensure_bpf_linker(p: &Pins) -> Result<PathBuf> {
     if !linker.exists() {
         bail!("bpf-linker was not installed at {}", linker.display());
     }
+    Ok(bin)
+}
+
+/// cargo-fuzz at its pinned version, for `cargo xtask test`'s fuzzing step only (not every
+/// build needs it); returns the directory holding `cargo-fuzz`.
+pub fn ensure_cargo_fuzz(p: &Pins) -> Result<PathBuf> {
+    let root = cache_dir().join(format!("cargo-fuzz-{}", p.cargo_fuzz));
+    let bin = root.join("bin");
+    let installed = Command::new(bin.join("cargo-fuzz"))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains(&p.cargo_fuzz)
+        });
+    if installed {
+        return Ok(bin);
+    }
+    eprintln!(
+        "xtask: building cargo-fuzz {} (a few minutes, once)",
+        p.cargo_fuzz
+    );
+    check(
+        Command::new("rustup")
+            .args([
+                "run",
+                &p.stable,
+                "cargo",
+                "install",
+                "cargo-fuzz",
+                "--locked",
+                "--force",
+            ])
+            .arg("--version")
+            .arg(format!("={}", p.cargo_fuzz))
+            .arg("--root")
+            .arg(&root)
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .env_remove("CARGO_TARGET_DIR"),
+    )?;
     Ok(bin)
 }
 

@@ -10,7 +10,10 @@
 //! ```
 //!
 //! A reader refuses a newer major version and ignores section kinds it does not know; minor
-//! versions only add kinds.
+//! versions only add kinds. It also refuses, one line naming the limit, a section that
+//! decompresses past [`Limits::section_bytes`], a file whose sections together decompress past
+//! [`Limits::total_bytes`] and more than [`Limits::sections`] sections: zstd is decoded as a
+//! stream that stops at the limit, with its window bounded ([`WINDOW_LOG_MAX`]).
 
 use std::io::{self, Read, Write};
 
@@ -27,6 +30,29 @@ pub const MAX_STORED: u32 = 64 << 20;
 pub const MAX_RAW: u32 = 256 << 20;
 const SECTION_HEADER: usize = 24;
 const ZSTD_LEVEL: i32 = 3;
+/// The largest zstd window a reader accepts (16 MiB; level 3 uses at most 2 MiB, level 19
+/// 8 MiB): what a crafted frame can make the decoder allocate.
+pub const WINDOW_LOG_MAX: u32 = 24;
+
+/// What a reader accepts, whatever the file says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Decompressed bytes of one section.
+    pub section_bytes: u64,
+    /// Decompressed bytes of all sections together.
+    pub total_bytes: u64,
+    pub sections: u64,
+}
+
+/// `n` bytes in the largest binary unit that divides it ("64 MiB", "4 GiB", "1000 bytes").
+pub fn size(n: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} bytes")
+}
 
 #[derive(Debug, Error)]
 pub enum FormatError {
@@ -40,6 +66,19 @@ pub enum FormatError {
     Compression(u8),
     #[error("corrupted section at byte {offset}: {what}")]
     Corrupted { offset: u64, what: String },
+    #[error(
+        "section {index} at byte {offset} decompresses past the limit of {} per section",
+        size(*limit)
+    )]
+    SectionTooLarge { index: u64, offset: u64, limit: u64 },
+    #[error(
+        "section {index} at byte {offset} decompresses past the limit of {} for all sections \
+         together",
+        size(*limit)
+    )]
+    TotalTooLarge { index: u64, offset: u64, limit: u64 },
+    #[error("section {index} at byte {offset} is past the limit of {limit} sections")]
+    TooManySections { index: u64, offset: u64, limit: u64 },
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -55,6 +94,8 @@ pub struct Header {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Section {
     pub kind: u32,
+    /// Its place in the file (the first section is 1) and the byte its header starts at.
+    pub index: u64,
     pub offset: u64,
     pub data: Vec<u8>,
 }
@@ -124,10 +165,19 @@ pub struct Reader<R> {
     offset: u64,
     /// Set once the input ended inside a section: the file was cut short there.
     pub truncated_at: Option<u64>,
+    limits: Limits,
+    /// Sections read so far, and their decompressed bytes.
+    sections: u64,
+    total: u64,
 }
 
 impl<R: Read> Reader<R> {
-    pub fn new(mut r: R) -> Result<Self, FormatError> {
+    /// A reader with the capture module's default limits.
+    pub fn new(r: R) -> Result<Self, FormatError> {
+        Self::with_limits(r, super::limits::CAPS.format(0))
+    }
+
+    pub fn with_limits(mut r: R, limits: Limits) -> Result<Self, FormatError> {
         let mut fixed = [0u8; 16];
         let n = read_full(&mut r, &mut fixed)?;
         if n < 8 || &fixed[..8] != MAGIC {
@@ -163,6 +213,9 @@ impl<R: Read> Reader<R> {
             },
             offset: 16 + len as u64,
             truncated_at: None,
+            limits,
+            sections: 0,
+            total: 0,
         })
     }
 
@@ -191,34 +244,89 @@ impl<R: Read> Reader<R> {
         let stored_len = u32_at(&head, 12);
         let raw_len = u32_at(&head, 16);
         let crc = u32_at(&head, 20);
-        if stored_len > MAX_STORED || raw_len > MAX_RAW {
+        let index = self.sections + 1;
+        if index > self.limits.sections {
+            return Err(FormatError::TooManySections {
+                index,
+                offset,
+                limit: self.limits.sections,
+            });
+        }
+        if stored_len > MAX_STORED {
             return Err(bad(format!(
-                "section sizes {stored_len}/{raw_len} beyond the format's limits"
+                "stored size {stored_len} beyond the format's limit of {}",
+                size(MAX_STORED.into())
             )));
         }
-        let mut stored = vec![0u8; stored_len as usize];
-        if read_full(&mut self.r, &mut stored)? < stored.len() {
+        let claimed = if flags & FLAG_ZSTD != 0 {
+            raw_len
+        } else {
+            stored_len
+        };
+        if u64::from(claimed) > self.limits.section_bytes {
+            return Err(FormatError::SectionTooLarge {
+                index,
+                offset,
+                limit: self.limits.section_bytes,
+            });
+        }
+        // Read as it comes (not allocated from the header's claim): a file cut short costs
+        // what it holds.
+        let mut stored = Vec::new();
+        (&mut self.r)
+            .take(u64::from(stored_len))
+            .read_to_end(&mut stored)?;
+        if stored.len() < stored_len as usize {
             self.truncated_at = Some(offset);
             return Ok(None);
         }
         if crc32fast::hash(&stored) != crc {
             return Err(bad("checksum mismatch".into()));
         }
+        let left = self.limits.total_bytes.saturating_sub(self.total);
         let data = if flags & FLAG_ZSTD != 0 {
-            // Streamed, so memory follows what the data really holds, not what it claims.
-            let mut data = Vec::new();
-            zstd::stream::read::Decoder::new(&stored[..])
-                .and_then(|d| d.take(u64::from(raw_len) + 1).read_to_end(&mut data))
+            // Streamed with a hard stop one byte past what may come, so memory follows what
+            // the data really holds, never more than the limits, whatever it claims.
+            let stop = u64::from(raw_len).min(left).saturating_add(1);
+            // Reserved (not touched) up front: growing by doubling would copy and fault in
+            // more than the data.
+            let mut data = Vec::with_capacity(stop.min(u64::from(raw_len)) as usize);
+            zstd::stream::read::Decoder::with_buffer(&stored[..])
+                .and_then(|mut d| {
+                    d.window_log_max(WINDOW_LOG_MAX)?;
+                    d.take(stop).read_to_end(&mut data)
+                })
                 .map_err(|e| bad(format!("zstd: {e}")))?;
+            if data.len() as u64 > left {
+                return Err(FormatError::TotalTooLarge {
+                    index,
+                    offset,
+                    limit: self.limits.total_bytes,
+                });
+            }
             if data.len() != raw_len as usize {
                 return Err(bad("decompressed size differs from the header's".into()));
             }
             data
         } else {
+            if stored.len() as u64 > left {
+                return Err(FormatError::TotalTooLarge {
+                    index,
+                    offset,
+                    limit: self.limits.total_bytes,
+                });
+            }
             stored
         };
+        self.sections = index;
+        self.total += data.len() as u64;
         self.offset += (SECTION_HEADER + stored_len as usize) as u64;
-        Ok(Some(Section { kind, offset, data }))
+        Ok(Some(Section {
+            kind,
+            index,
+            offset,
+            data,
+        }))
     }
 }
 

@@ -7,9 +7,32 @@
 //! records since the previous one) and `sample` (a snapshot, for rates over time); at the end
 //! `last` (the detailed snapshot at the end) and `end` (the window and what was not written).
 //! A capture without `end` was cut short; the report then stops at its last `sample`.
+//!
+//! Captures travel between strangers, so the reader trusts nothing a file says: whatever the
+//! input, `report` stays within bounded memory and time (a file of 100 MiB is read or refused
+//! in seconds and well under 512 MiB), and a capture past any limit of [`limits::CAPS`] is
+//! refused with one line naming it. The limits, against what `record` writes (`--max-size`
+//! 512M by default, a sample every `--interval` of 1 s, at most `--max-tasks` 16384 live tasks
+//! in the kernel, events compressing about 13:1):
+//! - 64 MiB decompressed per section (a sample of 16384 busy tasks is about 25 MiB; a second
+//!   of heavy migration about 0.5 MiB of events), the zstd window at most 16 MiB;
+//! - 2 GiB decompressed for the whole file, or 16 times the file's size when larger (so a
+//!   `--max-size` capture of 512 MiB still reads, and a small file cannot expand past what
+//!   `report` parses in a few seconds);
+//! - 2 Mi sections, 256 Ki samples (three days at 1 s), 256 Ki distinct tasks (exited ones
+//!   included) and 256 Ki tasks or VMA records per snapshot, 2 Mi events per section and 4 Gi
+//!   in all, 16 Mi JSON values per section and JSON nested at most 127 deep (serde_json's own
+//!   limit of 128, kept);
+//! - strings: a comm 64 bytes (the kernel keeps 15), a host name 256, a cgroup or mapping path
+//!   64 KiB (PATH_MAX, then redacted or escaped), a command-line argument or any other string
+//!   1 MiB.
+//!
+//! Counters from a capture are summed with saturating arithmetic: a crafted u64::MAX stays
+//! u64::MAX in a total instead of wrapping.
 
 pub mod events;
 pub mod format;
+pub mod limits;
 pub mod machine;
 pub mod redact;
 
@@ -32,6 +55,7 @@ use crate::{
 };
 pub use events::EventRecord;
 use format::{FormatError, Reader};
+use limits::{CAPS, Caps, Refusal};
 pub use machine::Machine;
 
 pub const SECTION_MACHINE: u32 = 1;
@@ -72,6 +96,15 @@ pub enum CaptureError {
         what: &'static str,
         offset: u64,
         why: String,
+    },
+    /// A section goes past a limit of [`limits::CAPS`].
+    #[error("{path}: section {index} ({what}) at byte {offset}: {refusal}")]
+    Refused {
+        path: PathBuf,
+        what: &'static str,
+        index: u64,
+        offset: u64,
+        refusal: Refusal,
     },
     #[error("{path}: {what}")]
     Missing { path: PathBuf, what: String },
@@ -156,11 +189,39 @@ pub struct Capture {
     pub truncated_at: Option<u64>,
 }
 
+/// Checks a section against the limits without building anything (see [`limits::scan`]).
+fn scan(
+    path: &Path,
+    what: &'static str,
+    s: &format::Section,
+    caps: &Caps,
+) -> Result<limits::Tally, CaptureError> {
+    match limits::scan(&s.data, caps) {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(refusal)) => Err(CaptureError::Refused {
+            path: path.to_owned(),
+            what,
+            index: s.index,
+            offset: s.offset,
+            refusal,
+        }),
+        Err(e) => Err(CaptureError::Section {
+            path: path.to_owned(),
+            what,
+            offset: s.offset,
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// A section's JSON, once it is known to be within the limits.
 fn parse<T: DeserializeOwned>(
     path: &Path,
     what: &'static str,
     s: &format::Section,
+    caps: &Caps,
 ) -> Result<T, CaptureError> {
+    scan(path, what, s, caps)?;
     serde_json::from_slice(&s.data).map_err(|e| CaptureError::Section {
         path: path.to_owned(),
         what,
@@ -169,70 +230,135 @@ fn parse<T: DeserializeOwned>(
     })
 }
 
+fn format_error(path: &Path) -> impl Fn(FormatError) -> CaptureError + '_ {
+    |source| CaptureError::Format {
+        path: path.to_owned(),
+        source,
+    }
+}
+
 fn open_reader(path: &Path) -> Result<Reader<BufReader<File>>, CaptureError> {
-    let file = File::open(path).map_err(|source| CaptureError::Io {
+    let io = |source| CaptureError::Io {
         path: path.to_owned(),
         source,
-    })?;
-    Reader::new(BufReader::new(file)).map_err(|source| CaptureError::Format {
-        path: path.to_owned(),
-        source,
-    })
+    };
+    let file = File::open(path).map_err(io)?;
+    let bytes = file.metadata().map_err(io)?.len();
+    Reader::with_limits(BufReader::new(file), CAPS.format(bytes)).map_err(format_error(path))
 }
 
 impl Capture {
     /// Reads every section but the events (which only the timeline needs, streamed).
     pub fn open(path: &Path) -> Result<Self, CaptureError> {
-        Self::read(path, open_reader(path)?)
+        Self::read(path, open_reader(path)?, &CAPS)
     }
 
     /// Reads a capture from any reader (`path` names it in errors).
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self, CaptureError> {
-        let r = Reader::new(bytes).map_err(|source| CaptureError::Format {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::read(path, r)
+        Self::from_bytes_with(path, bytes, &CAPS)
     }
 
-    fn read<R: std::io::Read>(path: &Path, mut r: Reader<R>) -> Result<Self, CaptureError> {
+    /// [`Capture::from_bytes`] with other limits than [`CAPS`].
+    pub fn from_bytes_with(path: &Path, bytes: &[u8], caps: &Caps) -> Result<Self, CaptureError> {
+        let r = Reader::with_limits(bytes, caps.format(bytes.len() as u64))
+            .map_err(format_error(path))?;
+        Self::read(path, r, caps)
+    }
+
+    fn read<R: std::io::Read>(
+        path: &Path,
+        mut r: Reader<R>,
+        caps: &Caps,
+    ) -> Result<Self, CaptureError> {
         let writer = r.header.writer.clone();
-        let fmt = |source| CaptureError::Format {
-            path: path.to_owned(),
-            source,
-        };
         let (mut machine, mut hooks, mut first, mut last, mut end) = (None, None, None, None, None);
         let mut samples = Vec::new();
         let mut latest: Option<Snapshot> = None;
         // Every task as last written, by key: samples are deltas of the task list.
         let mut tasks: BTreeMap<(u32, u64), TaskRecord> = BTreeMap::new();
+        // The traced tasks' totals, kept up to date task by task (recounting every task at
+        // every sample would take samples x tasks).
+        let mut totals = Counts::default();
         let (mut event_sections, mut events, mut unknown_sections) = (0, 0u64, 0);
-        while let Some(s) = r.next_section().map_err(fmt)? {
+        let refused = |s: &format::Section, what, refusal| CaptureError::Refused {
+            path: path.to_owned(),
+            what,
+            index: s.index,
+            offset: s.offset,
+            refusal,
+        };
+        while let Some(s) = r.next_section().map_err(format_error(path))? {
             match s.kind {
-                SECTION_MACHINE => machine = Some(parse(path, "machine", &s)?),
-                SECTION_PROBES => hooks = Some(parse(path, "probes", &s)?),
+                SECTION_MACHINE => machine = Some(parse(path, "machine", &s, caps)?),
+                SECTION_PROBES => hooks = Some(parse(path, "probes", &s, caps)?),
                 SECTION_FIRST => {
-                    let f: Snapshot = parse(path, "first", &s)?;
+                    let f: Snapshot = parse(path, "first", &s, caps)?;
                     tasks = f.tasks.iter().map(|t| (t.key(), t.clone())).collect();
+                    totals = Counts::default();
+                    for t in tasks.values().filter(|t| t.tgid != f.self_tgid) {
+                        totals.add(&t.counts);
+                    }
                     first = Some(f);
                 }
                 SECTION_SAMPLE => {
-                    let mut sample: Snapshot = parse(path, "sample", &s)?;
+                    if samples.len() as u64 >= caps.samples {
+                        return Err(refused(
+                            &s,
+                            "sample",
+                            Refusal::Total {
+                                what: "samples",
+                                limit: caps.samples,
+                            },
+                        ));
+                    }
+                    let mut sample: Snapshot = parse(path, "sample", &s, caps)?;
                     for t in std::mem::take(&mut sample.tasks) {
+                        let traced = t.tgid != sample.self_tgid;
+                        match tasks.get(&t.key()) {
+                            // Counters only grow: what the task added since it was last
+                            // written (max fields: its latest value).
+                            Some(old) if traced => totals.add(&t.counts.delta(&old.counts)),
+                            None if traced => totals.add(&t.counts),
+                            _ => {}
+                        }
                         tasks.insert(t.key(), t);
                     }
-                    let mut totals = Counts::default();
-                    for t in tasks.values().filter(|t| t.tgid != sample.self_tgid) {
-                        totals.add(&t.counts);
+                    if tasks.len() as u64 > caps.tasks {
+                        return Err(refused(
+                            &s,
+                            "sample",
+                            Refusal::Total {
+                                what: "distinct tasks",
+                                limit: caps.tasks,
+                            },
+                        ));
                     }
-                    samples.push((sample.mono_ns, totals.finished()));
+                    samples.push((sample.mono_ns, totals.clone().finished()));
                     latest = Some(sample);
                 }
-                SECTION_LAST => last = Some(parse(path, "last", &s)?),
-                SECTION_END => end = Some(parse(path, "end", &s)?),
+                SECTION_LAST => last = Some(parse(path, "last", &s, caps)?),
+                SECTION_END => end = Some(parse(path, "end", &s, caps)?),
                 SECTION_EVENTS => {
+                    let Some(n) = scan(path, "events", &s, caps)?.top_len else {
+                        return Err(CaptureError::Section {
+                            path: path.to_owned(),
+                            what: "events",
+                            offset: s.offset,
+                            why: "not a list of events".into(),
+                        });
+                    };
                     event_sections += 1;
-                    events += parse::<Vec<serde::de::IgnoredAny>>(path, "events", &s)?.len() as u64;
+                    events += n;
+                    if events > caps.events {
+                        return Err(refused(
+                            &s,
+                            "events",
+                            Refusal::Total {
+                                what: "events",
+                                limit: caps.events,
+                            },
+                        ));
+                    }
                 }
                 _ => unknown_sections += 1,
             }
@@ -291,16 +417,16 @@ pub fn for_each_event(
     mut f: impl FnMut(Vec<EventRecord>) -> Result<(), CaptureError>,
 ) -> Result<(), CaptureError> {
     let mut r = open_reader(path)?;
-    while let Some(s) = r.next_section().map_err(|source| CaptureError::Format {
-        path: path.to_owned(),
-        source,
-    })? {
+    while let Some(s) = r.next_section().map_err(format_error(path))? {
         if s.kind == SECTION_EVENTS {
-            f(parse(path, "events", &s)?)?;
+            f(parse(path, "events", &s, &CAPS)?)?;
         }
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod limit_tests;
 
 #[cfg(test)]
 mod tests {

@@ -139,14 +139,13 @@ impl Report {
                 self.stat.window.duration_s
             );
         }
-        if c.events_over_max_size + c.events_not_kept > 0 {
+        let not_written = c.events_over_max_size.saturating_add(c.events_not_kept);
+        if not_written > 0 {
             let _ = writeln!(
                 s,
                 "{} events were counted but not written ({} past --max-size, {} the recorder \
                  could not keep up with); the counts below include them.",
-                c.events_over_max_size + c.events_not_kept,
-                c.events_over_max_size,
-                c.events_not_kept
+                not_written, c.events_over_max_size, c.events_not_kept
             );
         }
         s.push('\n');

@@ -380,7 +380,11 @@ impl Snapshot {
             c.counts.add(&t.counts);
         }
         let activity = |c: &CgroupRecord| {
-            c.counts.hint_faults.faults + c.counts.scan.pte_updates + c.counts.skipped_vmas_total
+            c.counts
+                .hint_faults
+                .faults
+                .saturating_add(c.counts.scan.pte_updates)
+                .saturating_add(c.counts.skipped_vmas_total)
         };
         let mut v: Vec<_> = by_id
             .into_values()
@@ -441,12 +445,12 @@ impl Snapshot {
         }
         for flow in self.node_flows() {
             if let Some(r) = rows.get_mut(&flow.dst) {
-                r.pages_migrated_in += flow.pages;
-                r.migrations_in += flow.migrated;
+                r.pages_migrated_in = r.pages_migrated_in.saturating_add(flow.pages);
+                r.migrations_in = r.migrations_in.saturating_add(flow.migrated);
             }
             if let Some(r) = flow.src.and_then(|s| rows.get_mut(&s)) {
-                r.pages_migrated_out += flow.pages;
-                r.migrations_out += flow.migrated;
+                r.pages_migrated_out = r.pages_migrated_out.saturating_add(flow.pages);
+                r.migrations_out = r.migrations_out.saturating_add(flow.migrated);
             }
         }
         for t in self.traced(f).filter(|t| !t.exited) {

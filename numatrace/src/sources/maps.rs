@@ -66,7 +66,7 @@ pub fn node_flows(cells: &[u64], pages: &[u64]) -> Vec<NodeFlow> {
             let ok = cells.get(src * n + dst).copied().unwrap_or(0);
             let failed = cells.get(half + src * n + dst).copied().unwrap_or(0);
             let pages = pages.get(src * n + dst).copied().unwrap_or(0);
-            if ok + failed + pages > 0 {
+            if ok > 0 || failed > 0 || pages > 0 {
                 out.push(NodeFlow {
                     src: (src < n).then_some(src as u32),
                     dst: dst as u32,

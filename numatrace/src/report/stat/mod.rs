@@ -133,20 +133,28 @@ impl Dropped {
             vma_map_full: c(Counter::VmaMapFull),
             skip_gap_lost: c(Counter::SkipGapLost),
             node_out_of_range: c(Counter::NodeOutOfRange),
-            program_misses: s.program_misses.values().sum(),
+            program_misses: s
+                .program_misses
+                .values()
+                .fold(0u64, |a, b| a.saturating_add(*b)),
             total: 0,
         };
-        d.total = d.ringbuf_full
-            + d.task_map_full
-            + d.task_entries_evicted
-            + d.tracked_map_full
-            + d.read_failed
-            + d.undecodable
-            + d.inflight_lost
-            + d.vma_map_full
-            + d.skip_gap_lost
-            + d.node_out_of_range
-            + d.program_misses;
+        // Saturating: from a capture, any of them may be anything.
+        d.total = [
+            d.ringbuf_full,
+            d.task_map_full,
+            d.task_entries_evicted,
+            d.tracked_map_full,
+            d.read_failed,
+            d.undecodable,
+            d.inflight_lost,
+            d.vma_map_full,
+            d.skip_gap_lost,
+            d.node_out_of_range,
+            d.program_misses,
+        ]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
         d
     }
 }
@@ -217,7 +225,7 @@ impl Histograms {
         }
         self.hint_faults_per_region_pass = log2_buckets(&buckets);
         self.region_passes = counts.len() as u64;
-        let total: u64 = counts.iter().sum();
+        let total = counts.iter().fold(0u64, |a, b| a.saturating_add(*b));
         self.mean_hint_faults_per_region_pass =
             (!counts.is_empty()).then(|| total as f64 / counts.len() as f64);
     }

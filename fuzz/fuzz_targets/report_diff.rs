@@ -1,0 +1,22 @@
+//! `report --diff` on any bytes that read as a capture: the input against itself cut in half
+//! (a capture cut short reads up to its last whole section, so a shorter window), text and JSON.
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use numatrace::{capture::Capture, cmd::report::stat_of, report::diff::diff};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(after) = Capture::from_bytes(Path::new("after.ntrace"), data) else {
+        return;
+    };
+    let after = stat_of(&after);
+    let before = Capture::from_bytes(Path::new("before.ntrace"), &data[..data.len() / 2])
+        .map(|c| stat_of(&c))
+        .unwrap_or_else(|_| after.clone());
+    for d in [diff(&before, &after), diff(&after, &before)] {
+        let _ = d.to_text();
+        let _ = serde_json::to_string(&d);
+    }
+});
