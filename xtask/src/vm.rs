@@ -70,6 +70,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ),
     ("privileges", "command-line errors"),
     (
+        "untrusted_capture",
+        "hostile capture files read by report: no kernel involved",
+    ),
+    (
         "safety",
         "files, scratch space and users of traced commands: the same on every kernel",
     ),
