@@ -221,8 +221,8 @@ pub fn for_traced_command(user: Option<&str>, command: &[OsString]) -> Result<Op
     }
     eprintln!(
         "numatrace: running {} as {} (uid {}), who ran sudo; --user root keeps root",
-        command[0].to_string_lossy().escape_debug(),
-        id.name.escape_debug(),
+        crate::text_escape::Escaped(&command[0].to_string_lossy()),
+        crate::text_escape::Escaped(&id.name),
         id.uid
     );
     Ok(Some(id))

@@ -23,6 +23,7 @@ pub mod safe_fs;
 pub mod serve;
 pub mod sources;
 pub mod spawn;
+pub mod text_escape;
 pub mod top;
 
 /// Panics when `NUMATRACE_TEST_PANIC` names this point (`attach`: every program attached;

@@ -74,7 +74,10 @@ fn main() -> ExitCode {
         return match cmd::report::run(args) {
             Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             Err(e) => {
-                eprintln!("numatrace: {e:#}");
+                eprintln!(
+                    "numatrace: {}",
+                    numatrace::text_escape::Escaped(&format!("{e:#}"))
+                );
                 ExitCode::from(1)
             }
         };
@@ -107,7 +110,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
-            eprintln!("numatrace: {e:#}");
+            eprintln!(
+                "numatrace: {}",
+                numatrace::text_escape::Escaped(&format!("{e:#}"))
+            );
             ExitCode::from(1)
         }
     }

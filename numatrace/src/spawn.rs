@@ -117,13 +117,16 @@ pub fn exec_gated(fd: RawFd, identity: &str, command: &[OsString]) -> ! {
             // Never run the command with more privilege than asked for.
             eprintln!(
                 "numatrace: cannot switch user for {}: {e}",
-                prog.to_string_lossy().escape_debug()
+                crate::text_escape::Escaped(&prog.to_string_lossy())
             );
             std::process::exit(126);
         }
     }
     let err = std::process::Command::new(prog).args(args).exec();
-    eprintln!("numatrace: cannot run {}: {err}", prog.to_string_lossy());
+    eprintln!(
+        "numatrace: cannot run {}: {err}",
+        crate::text_escape::EscapedBytes(prog.as_encoded_bytes())
+    );
     std::process::exit(if err.kind() == std::io::ErrorKind::NotFound {
         127
     } else {

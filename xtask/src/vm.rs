@@ -70,6 +70,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ),
     ("privileges", "command-line errors"),
     (
+        "escape",
+        "escaping of what processes name themselves: the same on every kernel",
+    ),
+    (
         "untrusted_capture",
         "hostile capture files read by report: no kernel involved",
     ),

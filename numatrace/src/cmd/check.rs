@@ -8,6 +8,7 @@ use crate::{
     check::{CheckResult, SEEDS, run_seed},
     cli::CheckArgs,
     cmd::stat::Signals,
+    text_escape::Escaped,
 };
 
 pub const SCHEMA: &str = "numatrace.check/1";
@@ -25,24 +26,52 @@ fn to_text(results: &[CheckResult]) -> String {
     for r in results {
         out.push_str(&format!(
             "seed {} — {}\n  verdict: {}\n  {}\n",
-            r.patch, r.title, r.verdict, r.sentence
+            r.patch,
+            r.title,
+            r.verdict,
+            Escaped(&r.sentence)
         ));
         if !r.evidence.is_empty() {
             out.push_str("  evidence:\n");
             for (k, v) in &r.evidence {
-                out.push_str(&format!("    {k} = {v}\n"));
+                out.push_str(&format!("    {} = {}\n", Escaped(k), value_text(v)));
             }
         }
         if !r.kernel_facts.is_empty() {
             let facts: Vec<String> = r
                 .kernel_facts
                 .iter()
-                .map(|(k, v)| format!("{k}: {v}"))
+                .map(|(k, v)| format!("{}: {}", Escaped(k), Escaped(v)))
                 .collect();
             out.push_str(&format!("  relied on: {}\n", facts.join(", ")));
         }
     }
     out
+}
+
+/// A JSON value as JSON, but with its strings (a task's comm, a mapping) escaped for a terminal
+/// rather than for JSON: serde_json leaves C1 controls and bidi overrides as they are.
+fn value_text(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => format!("\"{}\"", Escaped(s).to_string().replace('"', "\\\"")),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(value_text).collect::<Vec<_>>().join(",")
+        ),
+        Value::Object(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!(
+                    "{}:{}",
+                    value_text(&Value::String(k.clone())),
+                    value_text(v)
+                ))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        other => other.to_string(),
+    }
 }
 
 pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
@@ -53,7 +82,7 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
             println!("nothing to restore: no numatrace check left tunables changed");
         }
         for n in &r.notes {
-            println!("{n}");
+            println!("{}", Escaped(n));
         }
         return Ok(i32::from(r.kept > 0));
     }
@@ -107,4 +136,46 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
         print!("{}", to_text(&results));
     }
     Ok(interrupted.map_or(0, |sig| 128 + sig))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::check::Verdict;
+
+    #[test]
+    fn text_escapes_what_the_traced_tasks_named_themselves() {
+        let evil = "\x1b]0;pwn\x07x\u{9b}2J\u{202e}";
+        let r = CheckResult {
+            patch: "000",
+            title: "t",
+            verdict: Verdict::NotExercised,
+            sentence: format!("task 7 {evil} waited"),
+            evidence: BTreeMap::from([
+                ("stalls".to_owned(), json!({ format!("7 {evil}"): 3 })),
+                ("task".to_owned(), json!(format!("7 \"{evil}\"\\"))),
+            ]),
+            kernel_facts: BTreeMap::from([("kernel".to_owned(), evil.to_owned())]),
+        };
+        let t = to_text(&[r]);
+        assert!(
+            !t.chars()
+                .any(|c| c != '\n' && crate::text_escape::needs_escape(c) && c != '\\'),
+            "{t:?}"
+        );
+        assert!(
+            t.contains("task 7 \\x1b]0;pwn\\x07x\\u{9b}2J\\u{202e} waited"),
+            "{t}"
+        );
+        assert!(t.contains(r#"{"7 \x1b]0;pwn"#), "{t}");
+        assert!(
+            t.contains(r#"task = "7 \"\x1b]0;pwn\x07x\u{9b}2J\u{202e}\"\\""#),
+            "{t}"
+        );
+        assert!(t.contains("kernel: \\x1b]0;pwn"), "{t}");
+    }
 }

@@ -283,23 +283,25 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     };
     rec.out.section(SECTION_END, &end)?;
     let bytes = rec.out.finish()?;
+    // The default name holds the hostname.
+    let shown = crate::text_escape::EscapedBytes(path.as_os_str().as_encoded_bytes());
     if let Some(e) = &rec.write_error {
         eprintln!(
             "numatrace: {} is incomplete: a write failed mid-way ({e}); what followed was counted, \
              not written",
-            path.display()
+            shown
         );
     }
     eprintln!(
         "numatrace: wrote {} ({:.1} MiB, {} events{}); read it with `numatrace report {}`",
-        path.display(),
+        shown,
         bytes as f64 / (1 << 20) as f64,
         rec.events_written,
         match rec.events_over + rec.not_kept {
             0 => String::new(),
             n => format!(", {n} more counted but not written"),
         },
-        path.display()
+        shown
     );
     Ok(c.exit.unwrap_or(0))
 }

@@ -17,6 +17,7 @@ use crate::{
         findings::{Finding, findings},
         stat::{KernelSummary, StatReport, Window},
     },
+    text_escape::Escaped,
 };
 
 pub const REPORT_SCHEMA: &str = "numatrace.report/1";
@@ -121,9 +122,9 @@ impl Report {
         let _ = writeln!(
             s,
             "Capture {} — {}, recorded on {} at {when}, {} samples, {} events{}",
-            c.file,
-            c.writer,
-            c.host,
+            Escaped(&c.file),
+            Escaped(&c.writer),
+            Escaped(&c.host),
             c.samples,
             c.events,
             if c.redacted { ", redacted" } else { "" }
@@ -152,7 +153,7 @@ impl Report {
         s.push_str(&self.stat.to_text(rows));
         let _ = writeln!(s, "\nVerdicts this capture's evidence supports:");
         for v in &self.verdicts {
-            let _ = writeln!(s, "  {} {}: {}", v.patch, v.verdict, v.sentence);
+            let _ = writeln!(s, "  {} {}: {}", v.patch, v.verdict, Escaped(&v.sentence));
         }
         let _ = writeln!(
             s,
@@ -164,15 +165,16 @@ impl Report {
             let _ = writeln!(s, "  nothing stands out.");
         }
         for f in &self.findings {
-            let _ = writeln!(s, "  - {}", f.sentence);
+            let _ = writeln!(s, "  - {}", Escaped(&f.sentence));
         }
         s
     }
 }
 
 fn open(path: &Path) -> Result<Capture> {
-    // One line naming the file and the problem (the error says both).
-    Capture::open(path).map_err(|e| anyhow::anyhow!("{e}"))
+    // One line naming the file and the problem (the error says both); serde's messages quote
+    // the file's strings (`unknown variant ...`) as they are.
+    Capture::open(path).map_err(|e| anyhow::anyhow!("{}", Escaped(&e.to_string())))
 }
 
 /// Where the output goes: stdout, or a file written whole or not at all (see
@@ -246,7 +248,8 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             serde_json::to_string_pretty(&report_of(&cap))?
         )?,
         ReportFormat::ChromeTrace => {
-            write_trace(&cap, out.writer()).map_err(|e| anyhow::anyhow!("{e}"))?;
+            write_trace(&cap, out.writer())
+                .map_err(|e| anyhow::anyhow!("{}", Escaped(&e.to_string())))?;
         }
     }
     out.commit()?;
@@ -259,4 +262,197 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use numatrace_common::TaskStats;
+
+    use super::*;
+    use crate::{
+        bpf::loader::HookReport,
+        capture::{
+            CaptureWriter, End, Machine, SECTION_END, SECTION_FIRST, SECTION_LAST, SECTION_MACHINE,
+            SECTION_PROBES,
+        },
+        engine::Snapshot,
+        kernel::nodes::NodeInfo,
+        model::{GapRecord, TaskRecord, VmaRecord},
+        plan::Mechanism,
+        report::stat::Scope,
+        text_escape::needs_escape,
+    };
+
+    /// Sets the terminal's title, clears the screen (ESC and the C1 CSI) and reverses the text.
+    const EVIL: &str = "\x1b]0;pwn\x07\x1b[2J\u{9b}1m\u{202e}";
+    const SHOWN: &str = "\\x1b]0;pwn\\x07\\x1b[2J\\u{9b}1m\\u{202e}";
+
+    fn raw_control(text: &str) -> Option<char> {
+        text.chars()
+            .find(|&c| c != '\n' && c != '\\' && needs_escape(c))
+    }
+
+    fn temp(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "numatrace-escape-{tag}-{}.ntrace",
+            std::process::id()
+        ))
+    }
+
+    fn hook(name: &str, attached: bool, reasons: Vec<String>) -> HookReport {
+        HookReport {
+            name: name.into(),
+            kind: "function".into(),
+            mechanism: if attached {
+                Mechanism::Tracepoint
+            } else {
+                Mechanism::None
+            },
+            symbol: None,
+            attached,
+            reasons,
+            what: String::new(),
+        }
+    }
+
+    /// A stranger's capture with control characters in every string it holds.
+    fn evil_capture(path: &Path) {
+        let window = Window {
+            duration_s: 1.0,
+            scope: Scope::Command,
+            pid: None,
+            command: Some(vec!["sh".into(), EVIL.into()]),
+            exit_code: Some(0),
+            comm_filter: None,
+            cgroup_filter: Some(format!("/x{EVIL}.slice")),
+            consistent: true,
+        };
+        let machine = Machine {
+            hostname: format!("host{EVIL}"),
+            kernel: Some(KernelSummary {
+                release: format!("6.18{EVIL}"),
+                numa_nodes: 1,
+                numa_balancing: Some(1),
+            }),
+            window: Some(window.clone()),
+            ..Machine::default()
+        };
+        let task = |pte: u64| {
+            let mut s = TaskStats::new(7, 7);
+            s.first_ns = 1;
+            s.runtime_first_ns = 1;
+            s.runtime_last_ns = 1 + pte * 200_000;
+            s.scan_runtime_ns = pte * 10_000;
+            s.pte_updates = pte;
+            s.hint_faults = pte / 10;
+            let mut t = TaskRecord::from_stats(&s, false);
+            t.comm = EVIL.into();
+            t.cgroup = Some(format!("/x{EVIL}.slice/app"));
+            t
+        };
+        let mut vma = VmaRecord::new(0x1000, 0x2000);
+        vma.start = format!("0x1000{EVIL}");
+        vma.mapping = Some(format!("/tmp/{EVIL}.so"));
+        vma.pte_updates = 10;
+        vma.pid_inactive = Some(GapRecord {
+            skips: 3,
+            over_threads: 2,
+            at_threshold: 0,
+            max_gap: 9,
+            max_gap_threads: 1,
+        });
+        let snap = |mono_ns: u64, pte: u64| Snapshot {
+            mono_ns,
+            consistent: true,
+            self_tgid: 1,
+            tasks: vec![task(pte)],
+            vmas: BTreeMap::from([(7, vec![vma.clone()])]),
+            vmstat_hi: BTreeMap::from([(format!("numa_{EVIL}"), pte)]),
+            vmstat_lo: BTreeMap::from([(format!("numa_{EVIL}"), pte)]),
+            nodes: vec![NodeInfo {
+                node: 0,
+                cpus: format!("0-3{EVIL}"),
+                distances: vec![10],
+                mem_total_bytes: Some(1 << 30),
+                mem_free_bytes: None,
+            }],
+            ..Snapshot::default()
+        };
+        let mut w = CaptureWriter::create(path, 1 << 30).unwrap();
+        w.section(SECTION_MACHINE, &machine).unwrap();
+        let hooks = vec![
+            hook(&format!("sched:{EVIL}"), true, vec![]),
+            hook("task_numa_work", false, vec![format!("refused: {EVIL}")]),
+        ];
+        w.section(SECTION_PROBES, &hooks).unwrap();
+        w.section(SECTION_FIRST, &snap(0, 0)).unwrap();
+        w.section(SECTION_LAST, &snap(1_000_000_000, 5000)).unwrap();
+        let end = End {
+            window,
+            exit_code: Some(0),
+            events_written: 0,
+            events_over_max_size: 0,
+            samples_over_max_size: 0,
+            events_not_kept: 0,
+            bytes: 0,
+            ended_unix_s: 0.0,
+        };
+        w.section(SECTION_END, &end).unwrap();
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn report_text_escapes_every_string_of_a_capture() {
+        let path = temp("report");
+        evil_capture(&path);
+        let cap = open(&path);
+        let _ = std::fs::remove_file(&path);
+        let r = report_of(&cap.unwrap());
+        // JSON keeps the exact strings.
+        assert_eq!(r.capture.host, format!("host{EVIL}"));
+        assert_eq!(r.stat.tasks[0].comm, EVIL);
+        let t = r.to_text(20);
+        assert_eq!(raw_control(&t), None, "{t:?}");
+        for want in [
+            format!("recorded on host{SHOWN} at"),
+            format!("kernel 6.18{SHOWN} ("),
+            format!("command `sh {SHOWN}`"),
+            format!(", cgroup /x{SHOWN}.slice,"),
+            format!("attached (sched:{SHOWN})"),
+            format!("\n7    7     {SHOWN}  5.00"),
+            format!("7 0x1000{SHOWN}-0x2000 /tmp/{SHOWN}.so (10 PTEs)"),
+            format!("by cgroup: /x{SHOWN}.slice/app (1 task"),
+            format!("0-3{SHOWN}"),
+            format!("numa_{SHOWN} +5000"),
+            // Sentences quoting the capture: a verdict (a hook's reason) and findings (comm).
+            format!("task_numa_work is not attached here: refused: {SHOWN}"),
+            format!("the most, 7 {SHOWN}, "),
+            format!("of 7 {SHOWN}, went 9 sequences"),
+        ] {
+            assert!(t.contains(&want), "{want:?} in\n{t}");
+        }
+
+        let d = diff(&r.stat, &r.stat).to_text();
+        assert_eq!(raw_control(&d), None, "{d:?}");
+        assert!(
+            d.contains(&format!("before: kernel 6.18{SHOWN}, 1.0 s")),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn an_error_quoting_the_capture_is_escaped() {
+        let path = temp("error");
+        let mut w = CaptureWriter::create(&path, 1 << 30).unwrap();
+        w.section(SECTION_MACHINE, &Machine::default()).unwrap();
+        w.section(SECTION_PROBES, &serde_json::json!([{ "mechanism": EVIL }]))
+            .unwrap();
+        w.finish().unwrap();
+        let e = open(&path).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(raw_control(&e), None, "{e:?}");
+        assert!(e.contains(SHOWN), "{e}");
+    }
 }

@@ -237,8 +237,9 @@ pub fn cgroup_filter(engine: &Engine, arg: Option<&str>) -> Result<Option<String
     let dir = mount.join(rel.trim_start_matches('/'));
     if !dir.is_dir() {
         bail!(
-            "--cgroup: {arg} is not a cgroup (no directory {})",
-            dir.display()
+            "--cgroup: {} is not a cgroup (no directory {})",
+            crate::text_escape::Escaped(arg),
+            crate::text_escape::EscapedBytes(dir.as_os_str().as_encoded_bytes())
         );
     }
     Ok(Some(rel))
@@ -319,7 +320,10 @@ pub async fn collect_with<O: Observer + ?Sized>(
     if let Some(prog) = opts.command.first()
         && resolve(Path::new(prog)).is_none()
     {
-        bail!("command not found: {}", prog.to_string_lossy());
+        bail!(
+            "command not found: {}",
+            crate::text_escape::EscapedBytes(prog.as_encoded_bytes())
+        );
     }
     if let Some(pid) = opts.pid
         && !process_alive(pid)

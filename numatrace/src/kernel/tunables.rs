@@ -196,9 +196,9 @@ pub fn pending_warning() -> Option<String> {
                 format!(
                     "{} (set to {} by pid {}, was {})",
                     e.path.display(),
-                    e.set.escape_debug(),
+                    crate::text_escape::Escaped(&e.set),
                     e.pid,
-                    e.original.escape_debug()
+                    crate::text_escape::Escaped(&e.original)
                 )
             })
             .collect();
@@ -237,7 +237,7 @@ fn restore_in(store: &Store, known: impl Fn(&Path) -> bool) -> Result<Restored> 
         if !known(&e.path) {
             out.notes.push(format!(
                 "{}: not a NUMA balancing tunable; ignored and dropped from the record",
-                path.to_string().escape_debug()
+                crate::text_escape::Escaped(&path.to_string())
             ));
             continue;
         }
@@ -262,7 +262,7 @@ fn restore_in(store: &Store, known: impl Fn(&Path) -> bool) -> Result<Restored> 
                 out.notes.push(format!(
                     "{path} = {} changed since numatrace set it to {} (was {}): left as is \
                      and kept in {}",
-                    now.escape_debug(),
+                    crate::text_escape::Escaped(&now),
                     e.set,
                     e.original,
                     store.file.display()
@@ -418,7 +418,7 @@ impl Drop for Tunables {
                 Ok(now) => tracing::warn!(
                     "{} was changed to {} while numatrace had it at {}: left as is",
                     e.path.display(),
-                    now.escape_debug(),
+                    crate::text_escape::Escaped(&now),
                     e.set
                 ),
                 Err(err) => {

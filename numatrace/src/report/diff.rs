@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::stat::StatReport;
-use crate::sources::maps::quantile;
+use crate::{sources::maps::quantile, text_escape::Escaped};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DiffRow {
@@ -153,7 +153,10 @@ impl Diff {
         let _ = writeln!(
             s,
             "before: kernel {}, {:.1} s    after: kernel {}, {:.1} s",
-            self.before_kernel, self.before_window_s, self.after_kernel, self.after_window_s
+            Escaped(&self.before_kernel),
+            self.before_window_s,
+            Escaped(&self.after_kernel),
+            self.after_window_s
         );
         let _ = writeln!(
             s,

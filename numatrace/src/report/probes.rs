@@ -3,7 +3,11 @@
 use serde::Serialize;
 
 use super::table;
-use crate::{bpf::loader::HookReport, kernel::facts::KernelFacts};
+use crate::{
+    bpf::loader::HookReport,
+    kernel::facts::KernelFacts,
+    text_escape::{Escaped, escape},
+};
 
 pub const SCHEMA: &str = "numatrace.probes/1";
 
@@ -30,10 +34,10 @@ impl<'a> ProbesReport<'a> {
         let yes = |b: bool| if b { "yes" } else { "no" };
         let mut out = format!(
             "kernel {}: BTF {}, kprobes {}, tracefs {}{}, {} NUMA node{}, numa_balancing={}\n\n",
-            k.release,
+            Escaped(&k.release),
             yes(k.btf_vmlinux),
             yes(k.kprobes),
-            k.tracefs.as_deref().unwrap_or("unavailable"),
+            Escaped(k.tracefs.as_deref().unwrap_or("unavailable")),
             if k.tracefs_mounted_by_us {
                 " (mounted by numatrace)"
             } else {
@@ -53,14 +57,14 @@ impl<'a> ProbesReport<'a> {
         for h in self.hooks {
             // A hook with alternative symbols shows the one this kernel has.
             let name = match &h.symbol {
-                Some(s) if h.name.contains('|') => format!("{} [{s}]", h.name),
-                _ => h.name.to_owned(),
+                Some(s) if h.name.contains('|') => format!("{} [{}]", Escaped(&h.name), Escaped(s)),
+                _ => escape(&h.name).into_owned(),
             };
             rows.push(vec![
                 name,
                 h.mechanism.to_string(),
                 yes(h.attached).into(),
-                h.reasons.join("; "),
+                escape(&h.reasons.join("; ")).into_owned(),
             ]);
         }
         out.push_str(&table(&rows));
@@ -71,5 +75,39 @@ impl<'a> ProbesReport<'a> {
             self.hooks.len()
         ));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Mechanism;
+
+    #[test]
+    fn text_escapes_what_the_kernel_and_symbols_say() {
+        let facts = KernelFacts {
+            release: "6.18\x1b[2J".into(),
+            tracefs: Some("/sys/kernel/tracing\u{202e}".into()),
+            ..KernelFacts::default()
+        };
+        let hooks = [HookReport {
+            name: "migrate_misplaced_folio|_page".into(),
+            kind: "function".into(),
+            mechanism: Mechanism::Fentry,
+            symbol: Some("migrate_misplaced_folio\x07".into()),
+            attached: false,
+            reasons: vec!["refused\r\nfake line".into()],
+            what: String::new(),
+        }];
+        let t = ProbesReport::new(&facts, &hooks).to_text();
+        assert!(
+            !t.chars()
+                .any(|c| c != '\n' && c != '\\' && crate::text_escape::needs_escape(c)),
+            "{t:?}"
+        );
+        assert!(t.starts_with("kernel 6.18\\x1b[2J: "), "{t}");
+        assert!(t.contains("tracefs /sys/kernel/tracing\\u{202e},"), "{t}");
+        assert!(t.contains("[migrate_misplaced_folio\\x07]"), "{t}");
+        assert!(t.contains("refused\\r\\nfake line"), "{t}");
     }
 }

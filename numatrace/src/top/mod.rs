@@ -21,6 +21,7 @@ use crate::{
     kernel::facts::KernelFacts,
     report::stat::{KernelSummary, Scope, StatReport, Window},
     sources::procfs::own_cpu_ns,
+    text_escape::Escaped,
 };
 use app::{App, Key, View};
 use view::{FrameView, History, OwnCost};
@@ -266,9 +267,9 @@ fn detail_lines(
             out.push(format!(
                 "task {} ({}) of process {}, cgroup {}, preferred node {}, last ran on node {}",
                 t.pid,
-                t.comm,
+                Escaped(&t.comm),
                 t.tgid,
-                t.cgroup.as_deref().unwrap_or("?"),
+                Escaped(t.cgroup.as_deref().unwrap_or("?")),
                 t.preferred_node.map_or("-".into(), |n| n.to_string()),
                 t.last_node.map_or("-".into(), |n| n.to_string()),
             ));
@@ -293,7 +294,8 @@ fn detail_lines(
                 .find(|t| t.pid == t.tgid)
                 .map_or(first.comm.as_str(), |t| t.comm.as_str());
             out.push(format!(
-                "process {key} ({comm}), {} threads seen",
+                "process {key} ({}), {} threads seen",
+                Escaped(comm),
                 threads.len()
             ));
             counts_lines(&c.finished(), &mut out);
@@ -305,7 +307,7 @@ fn detail_lines(
     {
         out.push(format!(
             "THP: {} (0: PR_SET_THP_DISABLE in force, seed 004)",
-            l.trim()
+            Escaped(l.trim())
         ));
     }
     let mut vmas = full.vmas.get(&tgid).cloned().unwrap_or_default();
@@ -320,9 +322,9 @@ fn detail_lines(
         for (v, g) in idle.iter().take(4) {
             out.push(format!(
                 "  {}-{} {:<24} {}/{}{}",
-                v.start,
-                v.end,
-                v.mapping.as_deref().unwrap_or("?"),
+                Escaped(&v.start),
+                Escaped(&v.end),
+                Escaped(v.mapping.as_deref().unwrap_or("?")),
                 g.max_gap,
                 g.max_gap_threads,
                 if g.over_threads > 0 {
@@ -345,9 +347,9 @@ fn detail_lines(
             let skips: Vec<String> = v.skips.iter().map(|(r, n)| format!("{r}={n}")).collect();
             out.push(format!(
                 "  {}-{} {:<24} {} PTEs, {} calls{}{}",
-                v.start,
-                v.end,
-                v.mapping.as_deref().unwrap_or("?"),
+                Escaped(&v.start),
+                Escaped(&v.end),
+                Escaped(v.mapping.as_deref().unwrap_or("?")),
                 v.pte_updates,
                 v.calls,
                 if skips.is_empty() {

@@ -13,7 +13,7 @@ use super::{
     app::{App, HELP, Mode, View},
     view::{COLUMNS, FrameView, Row},
 };
-use crate::bpf::loader::HookReport;
+use crate::{bpf::loader::HookReport, text_escape::Escaped};
 
 /// What the frame shows besides the view: the kernel line and, in detail, the row's lines.
 pub struct Context<'a> {
@@ -186,13 +186,16 @@ fn draw_detail(f: &mut Frame, area: Rect, app: &App, ctx: &Context) {
 
 fn draw_footer(f: &mut Frame, area: Rect, app: &App, nrows: usize) {
     let status = match &app.mode {
-        Mode::Filter(t) => format!("filter: {t}_  (Enter apply, Esc cancel)"),
+        Mode::Filter(t) => format!("filter: {}_  (Enter apply, Esc cancel)", Escaped(t)),
         Mode::Sort => "sort: ← → column, ↑ ↓ direction, Enter done".to_owned(),
         _ => {
             let mut s =
                 "q quit  ? help  t/P/c/n views  s sort  / filter  p pause  i hooks".to_owned();
             if !app.filter.is_empty() {
-                s.push_str(&format!("  [filter: {}] {nrows} rows", app.filter));
+                s.push_str(&format!(
+                    "  [filter: {}] {nrows} rows",
+                    Escaped(&app.filter)
+                ));
             }
             s
         }
@@ -240,13 +243,13 @@ fn draw_hooks(f: &mut Frame, area: Rect, hooks: &[HookReport]) {
         .map(|h| {
             let s = format!(
                 "{:<32} {:<10} {}",
-                h.name,
+                Escaped(&h.name),
                 if h.attached {
                     h.mechanism.to_string()
                 } else {
                     "-".into()
                 },
-                h.reasons.first().map(String::as_str).unwrap_or("")
+                Escaped(h.reasons.first().map(String::as_str).unwrap_or(""))
             );
             if h.attached {
                 Line::from(s)
@@ -529,5 +532,71 @@ mod tests {
         app.key(Key::Char('i'), &[]);
         let t = render(&app, false, 120, 30);
         assert!(t.contains("fentry refused: EPERM"), "{t}");
+    }
+
+    /// What a process named itself (comm), its cgroup and the kernel's strings reach the screen
+    /// escaped: in every view, the overlays and `top -b`'s text.
+    #[test]
+    fn strings_from_the_system_are_escaped_on_screen_and_in_batch_text() {
+        const EVIL: &str = "\x1b]0;pwn\x07\u{9b}2J\u{202e}";
+        const SHOWN: &str = "\\x1b]0;pwn\\x07\\u{9b}2J\\u{202e}";
+        let mut delta = delta();
+        for t in &mut delta.tasks {
+            t.comm = format!("w{EVIL}");
+            t.cgroup = Some(format!("/app.slice/{EVIL}"));
+        }
+        delta.nodes[0].cpus = format!("0{EVIL}");
+        let mut hooks = hooks(false);
+        hooks.push(HookReport {
+            reasons: vec![format!("refused: {EVIL}")],
+            ..hook(&format!("x{EVIL}"), false)
+        });
+        let view = FrameView::build(&delta, &hooks, &Filter::default(), OwnCost::default());
+        let raw = |t: &str| {
+            t.chars()
+                .find(|&c| c != '\n' && c != '\\' && crate::text_escape::needs_escape(c))
+        };
+        let header = view.header(&format!("6.18{EVIL}"), Some(1), 2);
+        let batch = crate::top::batch::text_frame(&header, &view, 20, None);
+        assert_eq!(raw(&batch), None, "{batch:?}");
+        assert!(batch.contains(&format!("kernel 6.18{SHOWN},")), "{batch}");
+        assert!(batch.contains(&format!(" w{SHOWN} ")), "{batch}");
+        assert!(
+            batch.contains(&format!(" {SHOWN}\n")),
+            "the CGROUP cell: {batch}"
+        );
+        let ctx = |hooks| Context {
+            kernel: "6.18",
+            balancing: Some(1),
+            nodes: 2,
+            hooks,
+            detail_lines: vec![],
+            detail_spark: vec![],
+        };
+        let screen = |app: &App| {
+            let rows = app.rows(&view);
+            let mut term = Terminal::new(TestBackend::new(250, 40)).unwrap();
+            term.draw(|f| draw(f, app, &view, &rows, &ctx(&hooks)))
+                .unwrap();
+            let buf = term.backend().buffer().clone();
+            (0..40)
+                .map(|y| (0..250).map(|x| buf[(x, y)].symbol()).collect::<String>())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        // Cells are cut at the column's width: the escaped text's start is enough.
+        for (key, want) in [
+            ('t', "w\\x1b]0;pwn\\x07".to_owned()),
+            ('P', "w\\x1b]0;pwn\\x07".to_owned()),
+            ('c', "/app.slice/\\x1b]0;pwn\\x07".to_owned()),
+            ('n', "0\\x1b]0;pw".to_owned()),
+            ('i', format!("refused: {SHOWN}")),
+        ] {
+            let mut app = App::default();
+            app.key(Key::Char(key), &[]);
+            let t = screen(&app);
+            assert_eq!(raw(&t), None, "{t:?}");
+            assert!(t.contains(&want), "{key}: {want} in\n{t}");
+        }
     }
 }

@@ -12,6 +12,7 @@ use crate::{
     model::{Counts, TaskRecord},
     plan::Mechanism,
     sources::maps::{NodeFlow, log2_buckets, quantile},
+    text_escape::{Escaped, escape},
 };
 
 /// What this kernel lets numatrace supply; a column without it shows `-`, never 0.
@@ -256,12 +257,13 @@ fn counts_row(
     (cells, sort)
 }
 
-/// The last component of a cgroup path, which is what tells containers and services apart.
+/// The last component of a cgroup path, which is what tells containers and services apart
+/// (escaped for the screen).
 pub fn short_cgroup(path: Option<&str>) -> String {
     match path {
         None => "?".into(),
         Some("/") => "/".into(),
-        Some(p) => p.rsplit('/').next().unwrap_or(p).to_owned(),
+        Some(p) => escape(p.rsplit('/').next().unwrap_or(p)).into_owned(),
     }
 }
 
@@ -341,7 +343,7 @@ impl FrameView {
                     &caps,
                     secs,
                     t.pid.to_string(),
-                    t.comm.clone(),
+                    escape(&t.comm).into_owned(),
                     node_cell(t),
                     short_cgroup(t.cgroup.as_deref()),
                 );
@@ -361,7 +363,7 @@ impl FrameView {
                     &caps,
                     secs,
                     p.tgid.to_string(),
-                    format!("{} ({})", p.comm, p.threads),
+                    format!("{} ({})", Escaped(&p.comm), p.threads),
                     "-".into(),
                     String::new(),
                 );
@@ -381,7 +383,9 @@ impl FrameView {
                     &caps,
                     secs,
                     c.tasks.to_string(),
-                    c.path.clone().unwrap_or_else(|| format!("id {}", c.id)),
+                    c.path
+                        .as_deref()
+                        .map_or_else(|| format!("id {}", c.id), |p| escape(p).into_owned()),
                     String::new(),
                     String::new(),
                 );
@@ -409,7 +413,7 @@ impl FrameView {
                     key: u64::from(n.node),
                     cells: vec![
                         n.node.to_string(),
-                        n.cpus.clone(),
+                        escape(&n.cpus).into_owned(),
                         n.mem_total_bytes
                             .map_or("-".into(), |b| format!("{}M", b >> 20)),
                         h(fmt_rate(hint)),
@@ -442,7 +446,7 @@ impl FrameView {
             hooks_missing: hooks
                 .iter()
                 .filter(|h| !h.attached && !h.reasons.iter().any(|r| r.starts_with("not needed")))
-                .map(|h| h.name.clone())
+                .map(|h| escape(&h.name).into_owned())
                 .collect(),
             caps,
             own,
@@ -467,7 +471,8 @@ impl FrameView {
         };
         vec![
             format!(
-                "numatrace top - kernel {kernel}, balancing {}, {nodes} node{}, {:.1}s",
+                "numatrace top - kernel {}, balancing {}, {nodes} node{}, {:.1}s",
+                Escaped(kernel),
                 balancing.map_or("?".into(), |b| b.to_string()),
                 if nodes == 1 { "" } else { "s" },
                 self.interval_s

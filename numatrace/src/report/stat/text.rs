@@ -3,6 +3,7 @@
 use super::{Scope, StatReport};
 use crate::model::{Counts, SkipCounts};
 use crate::report::table;
+use crate::text_escape::{Escaped, escape};
 
 impl StatReport {
     pub fn to_text(&self, max_rows: usize) -> String {
@@ -12,7 +13,13 @@ impl StatReport {
             Scope::Pid => format!("pid {} and its children", w.pid.unwrap_or(0)),
             Scope::Command => format!(
                 "command `{}`{}",
-                w.command.as_deref().unwrap_or_default().join(" "),
+                w.command
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|a| escape(a))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 w.exit_code
                     .map_or(String::new(), |c| format!(" (exit {c})"))
             ),
@@ -22,11 +29,11 @@ impl StatReport {
             w.duration_s,
             w.comm_filter
                 .as_ref()
-                .map_or(String::new(), |c| format!(", comm {c}")),
+                .map_or(String::new(), |c| format!(", comm {}", Escaped(c))),
             w.cgroup_filter
                 .as_ref()
-                .map_or(String::new(), |c| format!(", cgroup {c}")),
-            self.kernel.release,
+                .map_or(String::new(), |c| format!(", cgroup {}", Escaped(c))),
+            Escaped(&self.kernel.release),
             self.kernel.numa_nodes,
             if self.kernel.numa_nodes == 1 { "" } else { "s" },
             self.kernel
@@ -40,7 +47,7 @@ impl StatReport {
             self.hooks.len(),
             attached
                 .iter()
-                .map(|h| h.name.as_str())
+                .map(|h| escape(&h.name))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
@@ -76,7 +83,7 @@ impl StatReport {
             rows.push(vec![
                 t.pid.to_string(),
                 t.tgid.to_string(),
-                format!("{}{}", t.comm, if t.exited { "*" } else { "" }),
+                format!("{}{}", Escaped(&t.comm), if t.exited { "*" } else { "" }),
                 scan_share(c),
                 c.scan.pte_updates.to_string(),
                 c.hint_faults.faults.to_string(),
@@ -187,9 +194,9 @@ impl StatReport {
                     .map(|(p, v)| format!(
                         "{} {}-{} {} ({} PTEs)",
                         p.tgid,
-                        v.start,
-                        v.end,
-                        v.mapping.as_deref().unwrap_or("?"),
+                        Escaped(&v.start),
+                        Escaped(&v.end),
+                        Escaped(v.mapping.as_deref().unwrap_or("?")),
                         v.pte_updates
                     ))
                     .collect::<Vec<_>>()
@@ -210,8 +217,8 @@ impl StatReport {
                     .map(|(p, v, g)| format!(
                         "{} {}-{} {}/{}{}",
                         p.tgid,
-                        v.start,
-                        v.end,
+                        Escaped(&v.start),
+                        Escaped(&v.end),
                         g.max_gap,
                         g.max_gap_threads,
                         if g.over_threads > 0 {
@@ -240,7 +247,7 @@ impl StatReport {
             "kernel /proc/vmstat (system-wide): {}\n",
             self.vmstat_delta
                 .iter()
-                .map(|(k, v)| format!("{k} +{v}"))
+                .map(|(k, v)| format!("{} +{v}", Escaped(k)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
@@ -286,7 +293,7 @@ impl StatReport {
                 .take(5)
                 .map(|c| format!(
                     "{} ({} task{}: {} PTEs, {} hint faults, {} skipped VMAs)",
-                    c.path.as_deref().unwrap_or("?"),
+                    Escaped(c.path.as_deref().unwrap_or("?")),
                     c.tasks,
                     if c.tasks == 1 { "" } else { "s" },
                     c.counts.scan.pte_updates,
@@ -325,7 +332,7 @@ impl StatReport {
         for n in &self.nodes {
             rows.push(vec![
                 n.node.to_string(),
-                n.cpus.clone(),
+                escape(&n.cpus).into_owned(),
                 n.mem_total_bytes
                     .map_or("-".into(), |b| format!("{} MiB", b >> 20)),
                 n.hint_faults.to_string(),
@@ -386,5 +393,22 @@ mod tests {
         assert!(t.contains("numatrace itself"), "{t}");
         assert!(t.contains("3 hint faults"), "{t}");
         assert!(t.contains("by cgroup: /app.slice (1 task"), "{t}");
+    }
+
+    #[test]
+    fn text_escapes_strings_from_proc() {
+        let mut r = super::super::tests::sample();
+        r.tasks[0].comm = "\x1b]0;pwn\x07x".into();
+        r.cgroups[0].path = Some("/a\u{9b}2J.slice".into());
+        r.window.command = Some(vec!["sh".into(), "-c".into(), "printf '\x1b[2J'".into()]);
+        let t = r.to_text(20);
+        assert!(
+            !t.chars()
+                .any(|c| c != '\n' && c != '\\' && crate::text_escape::needs_escape(c)),
+            "{t:?}"
+        );
+        assert!(t.contains(" \\x1b]0;pwn\\x07x "), "{t}");
+        assert!(t.contains("by cgroup: /a\\u{9b}2J.slice ("), "{t}");
+        assert!(t.contains("command `sh -c printf '\\x1b[2J'`"), "{t}");
     }
 }
