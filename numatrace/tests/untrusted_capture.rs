@@ -170,9 +170,34 @@ fn a_capture_of_tiny_task_records_is_refused_in_bounded_memory_and_time() {
     check("tiny task records", &run, "section 4 (sample) at byte ");
     assert!(
         run.stderr
-            .contains("tasks past the limit of 262144 per section"),
+            .contains("tasks past the limit of 65536 per section"),
         "{}",
         run.stderr
+    );
+}
+
+/// The same within the per-section limits: samples of 65536 identical tiny task records each,
+/// 160 of them (10 Mi records, 450 MiB of JSON from a file of about 100 KiB).
+#[test]
+fn samples_of_tiny_task_records_within_the_section_limit_are_refused_in_time() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let path = scratch("tiny-samples");
+    let empty = serde_json::to_string(&Snapshot::default()).unwrap();
+    let task = json!({"pid": 1, "tgid": 1, "comm": "", "exited": false}).to_string();
+    let tasks = format!("\"tasks\":[{task}{}]", format!(",{task}").repeat(65_535));
+    let raw = empty.replace("\"tasks\":[]", &tasks).into_bytes();
+    drop(tasks);
+    let mut section = Vec::new();
+    format::write_section(&mut section, SECTION_SAMPLE, &raw).unwrap();
+    drop(raw);
+    let bytes = write_capture(&path, &section, 160);
+    assert!(bytes < 1 << 20, "a small file: {bytes}");
+    let run = report(&path);
+    let _ = std::fs::remove_file(&path);
+    check(
+        "tiny samples",
+        &run,
+        "task and VMA records past the limit of 8388608 per capture",
     );
 }
 

@@ -136,6 +136,8 @@ fn totals_kept_task_by_task_match_a_recount_of_a_real_capture() {
 fn each_count_past_its_limit_is_refused_naming_it() {
     let small = Caps {
         tasks: 3,
+        distinct_tasks: 3,
+        records: 5,
         vmas: 2,
         samples: 2,
         section_events: 4,
@@ -167,6 +169,16 @@ fn each_count_past_its_limit_is_refused_naming_it() {
     );
     assert!(
         e.ends_with("distinct tasks past the limit of 3 per capture"),
+        "{e}"
+    );
+    // Task records in all snapshots: 3 in `first`, 3 in a sample (the same tasks again).
+    let sample = snapshot(tasks(3)).to_string().into_bytes();
+    let e = refused(
+        &capture(machine(), tasks(3), &[(SECTION_SAMPLE, sample)]),
+        &small,
+    );
+    assert!(
+        e.ends_with("task and VMA records past the limit of 5 per capture"),
         "{e}"
     );
     let mut vmas = snapshot(json!([]));

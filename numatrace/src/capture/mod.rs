@@ -19,10 +19,13 @@
 //! - 2 GiB decompressed for the whole file, or 16 times the file's size when larger (so a
 //!   `--max-size` capture of 512 MiB still reads, and a small file cannot expand past what
 //!   `report` parses in a few seconds);
-//! - 2 Mi sections, 256 Ki samples (three days at 1 s), 256 Ki distinct tasks (exited ones
-//!   included) and 256 Ki tasks or VMA records per snapshot, 2 Mi events per section and 4 Gi
-//!   in all, 16 Mi JSON values per section and JSON nested at most 127 deep (serde_json's own
-//!   limit of 128, kept);
+//! - 2 Mi sections, 256 Ki samples (three days at 1 s), 64 Ki tasks per snapshot (4 times
+//!   `--max-tasks`; a task is 600 bytes in memory and a report holds a few copies) and 128 Ki
+//!   distinct tasks over the samples (exited ones included), 256 Ki VMA records per snapshot,
+//!   8 Mi task and VMA records in all snapshots together (parsing one costs about a
+//!   microsecond; real ones are about 1 KiB of JSON, so the byte limit comes first), 1 Mi
+//!   events per section and 4 Gi in all, 8 Mi JSON values per section (a number is 8 bytes in
+//!   memory) and JSON nested at most 127 deep (serde_json's own limit of 128, kept);
 //! - strings: a comm 64 bytes (the kernel keeps 15), a host name 256, a cgroup or mapping path
 //!   64 KiB (PATH_MAX, then redacted or escaped), a command-line argument or any other string
 //!   1 MiB.
@@ -214,6 +217,37 @@ fn scan(
     }
 }
 
+/// A snapshot section, once it is known to be within the limits; `records` counts the task
+/// and VMA records of all snapshots so far.
+fn parse_snapshot(
+    path: &Path,
+    what: &'static str,
+    s: &format::Section,
+    caps: &Caps,
+    records: &mut u64,
+) -> Result<Snapshot, CaptureError> {
+    let t = scan(path, what, s, caps)?;
+    *records = records.saturating_add(t.tasks).saturating_add(t.vmas);
+    if *records > caps.records {
+        return Err(CaptureError::Refused {
+            path: path.to_owned(),
+            what,
+            index: s.index,
+            offset: s.offset,
+            refusal: Refusal::Total {
+                what: "task and VMA records",
+                limit: caps.records,
+            },
+        });
+    }
+    serde_json::from_slice(&s.data).map_err(|e| CaptureError::Section {
+        path: path.to_owned(),
+        what,
+        offset: s.offset,
+        why: e.to_string(),
+    })
+}
+
 /// A section's JSON, once it is known to be within the limits.
 fn parse<T: DeserializeOwned>(
     path: &Path,
@@ -280,6 +314,7 @@ impl Capture {
         // every sample would take samples x tasks).
         let mut totals = Counts::default();
         let (mut event_sections, mut events, mut unknown_sections) = (0, 0u64, 0);
+        let mut records = 0u64;
         let refused = |s: &format::Section, what, refusal| CaptureError::Refused {
             path: path.to_owned(),
             what,
@@ -292,7 +327,7 @@ impl Capture {
                 SECTION_MACHINE => machine = Some(parse(path, "machine", &s, caps)?),
                 SECTION_PROBES => hooks = Some(parse(path, "probes", &s, caps)?),
                 SECTION_FIRST => {
-                    let f: Snapshot = parse(path, "first", &s, caps)?;
+                    let f = parse_snapshot(path, "first", &s, caps, &mut records)?;
                     tasks = f.tasks.iter().map(|t| (t.key(), t.clone())).collect();
                     totals = Counts::default();
                     for t in tasks.values().filter(|t| t.tgid != f.self_tgid) {
@@ -311,7 +346,7 @@ impl Capture {
                             },
                         ));
                     }
-                    let mut sample: Snapshot = parse(path, "sample", &s, caps)?;
+                    let mut sample = parse_snapshot(path, "sample", &s, caps, &mut records)?;
                     for t in std::mem::take(&mut sample.tasks) {
                         let traced = t.tgid != sample.self_tgid;
                         match tasks.get(&t.key()) {
@@ -323,20 +358,22 @@ impl Capture {
                         }
                         tasks.insert(t.key(), t);
                     }
-                    if tasks.len() as u64 > caps.tasks {
+                    if tasks.len() as u64 > caps.distinct_tasks {
                         return Err(refused(
                             &s,
                             "sample",
                             Refusal::Total {
                                 what: "distinct tasks",
-                                limit: caps.tasks,
+                                limit: caps.distinct_tasks,
                             },
                         ));
                     }
                     samples.push((sample.mono_ns, totals.clone().finished()));
                     latest = Some(sample);
                 }
-                SECTION_LAST => last = Some(parse(path, "last", &s, caps)?),
+                SECTION_LAST => {
+                    last = Some(parse_snapshot(path, "last", &s, caps, &mut records)?);
+                }
                 SECTION_END => end = Some(parse(path, "end", &s, caps)?),
                 SECTION_EVENTS => {
                     let Some(n) = scan(path, "events", &s, caps)?.top_len else {
