@@ -110,6 +110,9 @@ fn fuzz(tools: &Tools) -> Result<()> {
         return Ok(());
     }
     let bin = ensure_cargo_fuzz(&tools.pins)?;
+    // The instrumented build (about 13 min cold on 2 cores) is kept in the cache, so that a
+    // fresh clone rebuilds only numatrace itself; corpus and crashes stay with the checkout.
+    let build_dir = crate::setup::cache_dir().join(format!("fuzz-target-{}", tools.pins.nightly));
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), PathBuf::from)
         .join("fuzz");
@@ -117,7 +120,7 @@ fn fuzz(tools: &Tools) -> Result<()> {
     check(
         cargo_fuzz(tools, &bin)
             .args(["build", "--target-dir"])
-            .arg(&target_dir),
+            .arg(&build_dir),
     )?;
     let list = output(cargo_fuzz(tools, &bin).arg("list"))?;
     let seeds = workspace_root().join("fuzz/seeds");
@@ -129,7 +132,7 @@ fn fuzz(tools: &Tools) -> Result<()> {
         eprintln!("xtask: fuzzing {target} for {seconds} s");
         let status = cargo_fuzz(tools, &bin)
             .args(["run", "--target-dir"])
-            .arg(&target_dir)
+            .arg(&build_dir)
             .arg(target)
             .arg(&corpus)
             .arg(&seeds)
