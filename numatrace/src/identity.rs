@@ -99,6 +99,14 @@ impl Identity {
     /// privilege the next one drops) and sets HOME/USER/LOGNAME. For the trampoline, just
     /// before it execs the command.
     pub fn become_user(&self) -> std::io::Result<()> {
+        // A session of its own, without root's controlling terminal: a command that kept it
+        // could push keystrokes into a root shell (TIOCSTI). numatrace passes SIGINT, SIGTERM
+        // and SIGHUP on to it, so Ctrl-C still reaches it.
+        // SAFETY: setsid has no preconditions; it fails only for a group leader, which the
+        // trampoline (a fresh child) is not.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
         let groups: Vec<libc::gid_t> = self.groups.clone();
         // SAFETY: a valid array of `groups.len()` gids.
         if unsafe { libc::setgroups(groups.len(), groups.as_ptr()) } != 0

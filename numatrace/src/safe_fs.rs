@@ -151,7 +151,14 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
+    /// For the user: under sudo the file becomes theirs.
     pub fn create(dest: &Path, force: bool) -> Result<Self, SafeFsError> {
+        Self::create_as(dest, force, true)
+    }
+
+    /// `for_invoker` false: root's own state, never handed to the sudo user (who could
+    /// otherwise rewrite what root later acts on).
+    fn create_as(dest: &Path, force: bool, for_invoker: bool) -> Result<Self, SafeFsError> {
         check_dest(dest, force)?;
         let dir = match dest.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
@@ -164,7 +171,9 @@ impl AtomicFile {
             .permissions(std::fs::Permissions::from_mode(FILE_MODE))
             .tempfile_in(dir)
             .map_err(io_err(dest))?;
-        hand_over(tmp.as_file(), dest)?;
+        if for_invoker {
+            hand_over(tmp.as_file(), dest)?;
+        }
         Ok(Self {
             tmp,
             dest: dest.to_owned(),
@@ -212,6 +221,14 @@ pub fn write_atomic(dest: &Path, bytes: &[u8], force: bool) -> Result<(), SafeFs
     f.commit()
 }
 
+/// Writes root's own state file `dest` whole, replacing it, 0600 and root's even under sudo.
+pub fn write_state(dest: &Path, bytes: &[u8]) -> Result<(), SafeFsError> {
+    use std::io::Write as _;
+    let mut f = AtomicFile::create_as(dest, true, false)?;
+    f.write_all(bytes).map_err(io_err(dest))?;
+    f.commit()
+}
+
 /// `/run/numatrace`, created 0700 if missing; refused if it is a symlink, not root's, or
 /// writable by others (someone could plant the files numatrace trusts there).
 pub fn run_dir() -> Result<PathBuf, SafeFsError> {
@@ -248,6 +265,11 @@ pub fn private_dir(dir: &Path) -> Result<PathBuf, SafeFsError> {
     }
     if meta.mode() & 0o022 != 0 {
         return Err(unsafe_dir(&format!("mode {:o}", meta.mode() & 0o7777)));
+    }
+    // Ours and not writable by others, but readable (an older numatrace made it 0755): close it.
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io_err(dir))?;
     }
     Ok(dir.to_owned())
 }

@@ -277,7 +277,12 @@ fn open_reader(path: &Path) -> Result<Reader<BufReader<File>>, CaptureError> {
         source,
     };
     let file = File::open(path).map_err(io)?;
-    let bytes = file.metadata().map_err(io)?.len();
+    // What the file holds on disk, not its length: a sparse hole must not buy a crafted file
+    // 16 x its length in decompression budget.
+    let meta = file.metadata().map_err(io)?;
+    let bytes = meta
+        .len()
+        .min(std::os::unix::fs::MetadataExt::blocks(&meta).saturating_mul(512));
     Reader::with_limits(BufReader::new(file), CAPS.format(bytes)).map_err(format_error(path))
 }
 

@@ -92,9 +92,20 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     let mut signals = Signals::new()?;
     let mut args = args;
     args.run_as = crate::identity::for_traced_command(args.user.as_deref(), &args.command)?;
-    // One numatrace at a time changes the tunables; held for the whole run.
-    let _lock = if args.command.is_empty() {
-        Some(tunables::Lock::acquire()?)
+    // One numatrace at a time changes the tunables: held for the whole run by a check whose
+    // reproducers change them (002, 003). Where no lock can be had (no writable /run), the
+    // reproducers run with the tunables as they are, saying so.
+    let changes_tunables =
+        args.command.is_empty() && ["all", "002", "003"].contains(&args.patch.as_str());
+    let _lock = if changes_tunables {
+        match tunables::Lock::acquire() {
+            Ok(l) => Some(l),
+            Err(e @ tunables::LockError::Busy(_)) => return Err(e.into()),
+            Err(e) => {
+                eprintln!("numatrace: warning: {}", Escaped(&e.to_string()));
+                None
+            }
+        }
     } else {
         None
     };
@@ -104,22 +115,25 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
         .iter()
         .filter(|s| args.patch == "all" || args.patch == s.id)
     {
-        results.push(run_seed(seed.id, &args, no_fentry, &mut signals).await?);
         // Ctrl-C ends the window it arrives in (its tunables restored on the way out) and the
-        // whole run: the seeds not yet run are not started.
+        // whole run: no later window or seed starts (a seed's second window refuses to).
+        let result = run_seed(seed.id, &args, no_fentry, &mut signals).await;
         if let Some(sig) = signals.received() {
             interrupted = Some(sig);
+            if let Ok(r) = result {
+                results.push(r);
+            }
             break;
         }
-    }
-    if results.is_empty() {
-        anyhow::bail!("unknown patch {}", args.patch);
+        results.push(result?);
     }
     if let Some(sig) = interrupted {
         eprintln!(
             "numatrace: check stopped by signal {sig} after seed {}; tunables restored",
             results.last().map_or("-", |r| r.patch)
         );
+    } else if results.is_empty() {
+        anyhow::bail!("unknown patch {}", args.patch);
     }
     if args.json {
         let report = CheckReport {

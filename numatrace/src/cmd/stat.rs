@@ -317,6 +317,10 @@ pub async fn collect_with<O: Observer + ?Sized>(
     signals: &mut Signals,
     observer: &mut O,
 ) -> Result<Collected> {
+    // A run of several windows (check) that was told to stop starts no further one.
+    if let Some(sig) = signals.received() {
+        bail!("interrupted by signal {sig}: no further window started");
+    }
     if let Some(prog) = opts.command.first()
         && resolve(Path::new(prog)).is_none()
     {

@@ -16,7 +16,7 @@ use std::{
     sync::atomic::{AtomicBool, Ordering},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 const DEBUGFS_DIR: &str = "/sys/kernel/debug/sched/numa_balancing";
@@ -121,7 +121,8 @@ impl Store {
         }
         // Whole or not at all: a torn record would restore half.
         let text = serde_json::to_vec_pretty(entries)?;
-        crate::safe_fs::write_atomic(&self.file, &text, true)?;
+        // Root's, even under sudo: the user must not choose what root writes back.
+        crate::safe_fs::write_state(&self.file, &text)?;
         Ok(())
     }
 }
@@ -134,10 +135,37 @@ pub struct Lock {
     _file: fs::File,
 }
 
+/// Why [`Lock::acquire`] did not take the lock.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "another numatrace (pid {0}) is changing the NUMA balancing tunables; run one check at a \
+         time"
+    )]
+    Busy(String),
+    /// No lock can be had here (no writable /run, not root): nothing may change the tunables.
+    #[error("cannot lock {LOCK}: {0:#}")]
+    Unavailable(anyhow::Error),
+}
+
 impl Lock {
     /// Takes the lock, or says which numatrace holds it.
-    pub fn acquire() -> Result<Self> {
-        crate::safe_fs::run_dir()?;
+    pub fn acquire() -> Result<Self, LockError> {
+        for _ in 0..3 {
+            if let Some(lock) = Self::try_once()? {
+                return Ok(lock);
+            }
+        }
+        Err(LockError::Unavailable(anyhow::anyhow!(
+            "{LOCK} keeps being replaced"
+        )))
+    }
+
+    /// None: the file locked was replaced at its path meanwhile (try again).
+    fn try_once() -> Result<Option<Self>, LockError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let unavailable = LockError::Unavailable;
+        crate::safe_fs::run_dir().map_err(|e| unavailable(e.into()))?;
         let mut file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -146,23 +174,31 @@ impl Lock {
             .mode(crate::safe_fs::FILE_MODE)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(LOCK)
-            .with_context(|| format!("opening {LOCK}"))?;
+            .with_context(|| format!("opening {LOCK}"))
+            .map_err(unavailable)?;
         // SAFETY: a valid open descriptor.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let holder = fs::read_to_string(LOCK).unwrap_or_default();
-            bail!(
-                "another numatrace (pid {}) is changing the NUMA balancing tunables; run one \
-                 check at a time",
+            return Err(LockError::Busy(
                 holder
                     .trim()
                     .parse::<u32>()
-                    .map_or("?".into(), |p| p.to_string())
-            );
+                    .map_or("?".into(), |p| p.to_string()),
+            ));
         }
-        file.set_len(0)?;
-        write!(file, "{}", std::process::id())?;
+        // A lock on a file no longer at the path (removed and made anew meanwhile) excludes
+        // nobody.
+        let held = file.metadata().map_err(|e| unavailable(e.into()))?;
+        match fs::symlink_metadata(LOCK) {
+            Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {}
+            _ => return Ok(None),
+        }
+        let wrote = file
+            .set_len(0)
+            .and_then(|()| write!(file, "{}", std::process::id()));
+        wrote.map_err(|e| unavailable(e.into()))?;
         HELD.store(true, Ordering::SeqCst);
-        Ok(Self { _file: file })
+        Ok(Some(Self { _file: file }))
     }
 }
 
@@ -195,7 +231,7 @@ pub fn pending_warning() -> Option<String> {
             .map(|e| {
                 format!(
                     "{} (set to {} by pid {}, was {})",
-                    e.path.display(),
+                    crate::text_escape::Escaped(&e.path.display().to_string()),
                     crate::text_escape::Escaped(&e.set),
                     e.pid,
                     crate::text_escape::Escaped(&e.original)
@@ -223,7 +259,7 @@ pub struct Restored {
 /// Restores what killed runs left changed — each tunable only while it still holds the value
 /// numatrace set; others are kept in the record and reported. Takes the [`Lock`].
 pub fn restore_saved() -> Result<Restored> {
-    let _lock = Lock::acquire()?;
+    let _lock = Lock::acquire().map_err(anyhow::Error::from)?;
     mount_debugfs();
     restore_in(&Store::real(), is_known_path)
 }
@@ -352,9 +388,16 @@ impl Tunables {
             let inherited = record
                 .iter()
                 .position(|e| e.path == *path && e.pid != me && e.set == now && e.boot_id == boot);
-            let original = match inherited {
-                Some(i) => record.remove(i).original,
-                None => now.clone(),
+            // Taken out only while this run's own entry is in place: on any failure below it
+            // goes back, so a killed run's record is never lost.
+            let taken = inherited.map(|i| (i, record.remove(i)));
+            let original = taken
+                .as_ref()
+                .map_or_else(|| now.clone(), |(_, e)| e.original.clone());
+            let put_back = |record: &mut Vec<Entry>| {
+                if let Some((i, e)) = &taken {
+                    record.insert((*i).min(record.len()), e.clone());
+                }
             };
             let entry = Entry {
                 path: path.clone(),
@@ -371,6 +414,7 @@ impl Tunables {
                     store.file.display()
                 ));
                 record.pop();
+                put_back(&mut record);
                 continue;
             }
             match fs::write(path, value) {
@@ -381,6 +425,7 @@ impl Tunables {
                 Err(e) => {
                     notes.push(format!("{name}: left at {now} ({e})"));
                     record.pop();
+                    put_back(&mut record);
                     let _ = store.save(&record);
                 }
             }

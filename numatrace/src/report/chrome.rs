@@ -142,8 +142,16 @@ fn trace_event<W: Write + ?Sized>(
                     dur: u64,
                     args: Value| {
         let g = tgid_of(pid, tgid);
-        seen.insert((pid, track), g);
-        procs.insert(g);
+        // Names are bounded like the tasks a capture may hold: past the cap a thread's events
+        // are still drawn, under its number alone (a crafted capture's distinct pids would
+        // otherwise grow these maps without bound).
+        let cap = crate::capture::limits::CAPS.distinct_tasks as usize;
+        if seen.len() < cap || seen.contains_key(&(pid, track)) {
+            seen.insert((pid, track), g);
+        }
+        if procs.len() < cap {
+            procs.insert(g);
+        }
         // A call that began before the recording did is cut at its start, not moved.
         let dur = dur.saturating_sub(w.t0_ns.saturating_sub(ts));
         let v = json!({"ph": "X", "name": name, "cat": cat, "pid": g,

@@ -74,8 +74,13 @@ enum Phase {
         first: bool,
         started: Option<Instant>,
     },
-    /// `n` answers in progress; `unread`: bytes arrived meanwhile (a pipelined request).
-    Busy { n: usize, unread: bool },
+    /// `n` answers in progress since `since`; `unread`: bytes arrived meanwhile (a pipelined
+    /// request). Bounded too: a client that stops reading must not hold its slot for ever.
+    Busy {
+        n: usize,
+        unread: bool,
+        since: Instant,
+    },
 }
 
 struct Conn {
@@ -105,7 +110,7 @@ impl Conn {
                 since, first: true, ..
             } => Some(since + l.header_timeout),
             Phase::Waiting { since, .. } => Some(since + l.idle_timeout),
-            Phase::Busy { .. } => None,
+            Phase::Busy { since, .. } => Some(since + l.idle_timeout),
         }
     }
 
@@ -132,10 +137,15 @@ impl Conn {
     fn begin(self: &Arc<Self>) -> Answering {
         let mut p = self.phase.lock().unwrap();
         *p = match *p {
-            Phase::Busy { n, unread } => Phase::Busy { n: n + 1, unread },
+            Phase::Busy { n, unread, since } => Phase::Busy {
+                n: n + 1,
+                unread,
+                since,
+            },
             Phase::Waiting { .. } => Phase::Busy {
                 n: 1,
                 unread: false,
+                since: Instant::now(),
             },
         };
         Answering(Arc::clone(self))
@@ -148,10 +158,14 @@ struct Answering(Arc<Conn>);
 impl Drop for Answering {
     fn drop(&mut self) {
         let mut p = self.0.phase.lock().unwrap();
-        if let Phase::Busy { n, unread } = *p {
+        if let Phase::Busy { n, unread, since } = *p {
             let now = Instant::now();
             *p = if n > 1 {
-                Phase::Busy { n: n - 1, unread }
+                Phase::Busy {
+                    n: n - 1,
+                    unread,
+                    since,
+                }
             } else {
                 Phase::Waiting {
                     since: now,
@@ -380,8 +394,14 @@ impl Server {
         let c = Arc::clone(&conn);
         let service = service_fn(move |req| {
             let me = Arc::clone(&me);
-            let answering = c.begin();
-            async move { Ok::<_, Infallible>(me.answer(req, answering).await) }
+            let c = Arc::clone(&c);
+            // Busy from when hyper runs the answer, not when it parsed the request: hyper
+            // holds a pipelined request's future until its write buffer drains, and a client
+            // that never reads would otherwise sit "busy" with no deadline.
+            async move {
+                let answering = c.begin();
+                Ok::<_, Infallible>(me.answer(req, answering).await)
+            }
         });
         let mut builder = http1::Builder::new();
         builder
