@@ -460,6 +460,8 @@ fn a_capture_in_a_two_node_guest_shows_migrations_and_node_flows() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Captures are created 0600: shared with the unprivileged reader as a user would.
+    fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let rep = json(&report(&[cap.to_str().unwrap(), "--json"], true));
     let totals = &rep["stat"]["totals"];
     println!("totals: {}", totals["hint_faults"]);

@@ -604,6 +604,23 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_runs_entry_survives_a_write_that_fails() {
+        // Readable, constant, and refused for writing even to root (a 0444 sysctl): a killed
+        // run's entry whose value still holds is inherited, then this run's write fails.
+        let path = PathBuf::from("/proc/sys/kernel/osrelease");
+        let now = read_value(&path).unwrap();
+        let f = Fixture::new();
+        let store = f.store();
+        let dead = dead_entry(&path, "original", &now);
+        store.save(std::slice::from_ref(&dead)).unwrap();
+        let (guard, notes) = Tunables::set_in(f.store(), &[(path.clone(), "osrelease", "x")]);
+        assert!(notes[0].contains("left at"), "{notes:?}");
+        drop(guard);
+        assert_eq!(read_value(&path).unwrap(), now);
+        assert_eq!(store.load(), [dead], "the killed run's entry was lost");
+    }
+
+    #[test]
     fn a_new_run_inherits_a_dead_runs_original_only_while_its_value_holds() {
         let f = Fixture::new();
         let kept = f.tunable("scan_delay_ms", "100");
