@@ -339,7 +339,9 @@ fn a_capture_read_as_nobody_equals_stat_of_the_same_run() {
 /// The Perfetto export: valid JSON, every event with the documented fields, complete events
 /// never overlapping on one track; with `spans`, at least one complete event.
 fn chrome_trace_is_valid(cap: &Path, spans: bool) -> serde_json::Value {
-    let out = tmp("trace.json");
+    // One trace per capture: `report -o` refuses a file that exists.
+    let stem = cap.file_stem().unwrap().to_string_lossy();
+    let out = tmp(&format!("{stem}.trace.json"));
     let r = report(
         &[
             cap.to_str().unwrap(),
