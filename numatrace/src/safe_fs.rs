@@ -215,18 +215,18 @@ impl io::Write for AtomicFile {
 
 /// Writes `bytes` to `dest` whole (see [`AtomicFile`]).
 pub fn write_atomic(dest: &Path, bytes: &[u8], force: bool) -> Result<(), SafeFsError> {
+    write_whole(AtomicFile::create(dest, force)?, dest, bytes)
+}
+
+fn write_whole(mut f: AtomicFile, dest: &Path, bytes: &[u8]) -> Result<(), SafeFsError> {
     use std::io::Write as _;
-    let mut f = AtomicFile::create(dest, force)?;
     f.write_all(bytes).map_err(io_err(dest))?;
     f.commit()
 }
 
 /// Writes root's own state file `dest` whole, replacing it, 0600 and root's even under sudo.
 pub fn write_state(dest: &Path, bytes: &[u8]) -> Result<(), SafeFsError> {
-    use std::io::Write as _;
-    let mut f = AtomicFile::create_as(dest, true, false)?;
-    f.write_all(bytes).map_err(io_err(dest))?;
-    f.commit()
+    write_whole(AtomicFile::create_as(dest, true, false)?, dest, bytes)
 }
 
 /// `/run/numatrace`, created 0700 if missing; refused if it is a symlink, not root's, or

@@ -172,11 +172,6 @@ pub struct Reader<R> {
 }
 
 impl<R: Read> Reader<R> {
-    /// A reader with the capture module's default limits.
-    pub fn new(r: R) -> Result<Self, FormatError> {
-        Self::with_limits(r, super::limits::CAPS.format(0))
-    }
-
     pub fn with_limits(mut r: R, limits: Limits) -> Result<Self, FormatError> {
         let mut fixed = [0u8; 16];
         let n = read_full(&mut r, &mut fixed)?;

@@ -12,7 +12,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use thiserror::Error;
 
-use super::format::{Limits, size};
+use super::format::{FormatError, Limits, Reader, size};
 
 /// Every limit a reader applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,5 +337,13 @@ impl<'de> Visitor<'de> for Key {
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<(Ctx, u64), E> {
         Ok((Ctx::of_key(s), s.len() as u64))
+    }
+}
+
+// Here rather than in format.rs, so that the container format does not import its caps back.
+impl<R: std::io::Read> Reader<R> {
+    /// A reader with the capture module's default limits.
+    pub fn new(r: R) -> Result<Self, FormatError> {
+        Self::with_limits(r, CAPS.format(0))
     }
 }

@@ -215,9 +215,10 @@ fn pid_alive(pid: u32) -> bool {
 /// Entries left by numatrace runs that are gone (killed before they restored them).
 fn stale(entries: &[Entry]) -> Vec<&Entry> {
     let me = std::process::id();
+    let boot = boot_id();
     entries
         .iter()
-        .filter(|e| e.pid != me && !(pid_alive(e.pid) && e.boot_id == boot_id()))
+        .filter(|e| e.pid != me && !(pid_alive(e.pid) && e.boot_id == boot))
         .collect()
 }
 
@@ -353,15 +354,14 @@ impl Tunables {
             }
         };
         mount_debugfs();
-        let named: Vec<(PathBuf, &str, &str)> = values
-            .iter()
-            .filter_map(|(name, value)| tunable_path(name).map(|p| (p, *name, *value)))
-            .collect();
-        let mut notes: Vec<String> = values
-            .iter()
-            .filter(|(name, _)| tunable_path(name).is_none())
-            .map(|(name, _)| format!("{name}: not on this kernel"))
-            .collect();
+        let mut named = Vec::new();
+        let mut notes = Vec::new();
+        for (name, value) in values {
+            match tunable_path(name) {
+                Some(p) => named.push((p, *name, *value)),
+                None => notes.push(format!("{name}: not on this kernel")),
+            }
+        }
         let (mut guard, set_notes) = Self::set_in(Store::real(), &named);
         guard._lock = lock;
         notes.extend(set_notes);
