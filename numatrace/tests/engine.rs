@@ -9,9 +9,10 @@ use std::{process::Command, time::Duration};
 use common::{Sysctl, workload_bin};
 use numatrace::{
     bpf::loader::LoadOptions,
-    engine::{Detail, Engine, Filter, Snapshot},
+    engine::{Detail, Engine, Snapshot},
     kernel::facts::KernelFacts,
     model::Counts,
+    model::Filter,
     report::stat::{Dropped, KernelSeen},
 };
 use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};

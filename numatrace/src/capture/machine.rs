@@ -39,7 +39,7 @@ pub struct Machine {
     pub redacted: bool,
     /// The window as planned: scope, command and filters (the `end` section has the final one;
     /// a capture cut short before it is reported with this).
-    pub window: Option<crate::report::stat::Window>,
+    pub window: Option<crate::model::Window>,
 }
 
 fn read_trim(p: impl AsRef<Path>) -> Option<String> {

@@ -52,9 +52,8 @@ use std::collections::BTreeMap;
 
 use crate::{
     bpf::loader::HookReport,
-    engine::{Filter, Snapshot},
-    model::{Counts, TaskRecord},
-    report::stat::Window,
+    engine::Snapshot,
+    model::{Counts, Filter, TaskRecord, Window},
 };
 pub use events::EventRecord;
 use format::{FormatError, Reader};

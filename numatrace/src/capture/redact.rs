@@ -5,7 +5,7 @@
 
 use std::hash::{BuildHasher as _, Hasher as _, RandomState};
 
-use crate::{engine::Snapshot, report::stat::Window};
+use crate::{engine::Snapshot, model::Window};
 
 pub struct Redactor {
     key: RandomState,

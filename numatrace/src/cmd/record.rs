@@ -23,8 +23,7 @@ use crate::{
     cli::RecordArgs,
     cmd::stat::{CollectOptions, Observer, Signals, collect_with},
     engine::{Detail, Engine, Snapshot},
-    model::Counts,
-    report::stat::Window,
+    model::{Counts, Window},
 };
 
 /// Ring records kept between two ticks at most (the rest are counted as not kept).

@@ -10,12 +10,12 @@ use crate::{
     capture::Capture,
     check::{CheckResult, NEED_REPRODUCER, offline_verdicts},
     cli::{ReportArgs, ReportFormat},
-    engine::Filter,
+    model::{Filter, Window},
     report::{
         chrome::write_trace,
         diff::diff,
         findings::{Finding, findings},
-        stat::{KernelSummary, StatReport, Window},
+        stat::{KernelSummary, StatReport},
     },
     text_escape::Escaped,
 };
@@ -69,7 +69,6 @@ pub fn stat_of(cap: &Capture) -> StatReport {
     };
     let filter = Filter {
         comm: window.comm_filter.clone(),
-        tgid: None,
         cgroup: window.cgroup_filter.clone(),
     };
     let kernel = cap.machine.kernel.clone().unwrap_or(KernelSummary {
@@ -279,9 +278,9 @@ mod tests {
         },
         engine::Snapshot,
         kernel::nodes::NodeInfo,
+        model::Scope,
         model::{GapRecord, TaskRecord, VmaRecord},
         plan::Mechanism,
-        report::stat::Scope,
         text_escape::needs_escape,
     };
 

@@ -8,9 +8,10 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use crate::{
     bpf::loader::LoadOptions,
     cli::StatArgs,
-    engine::{Detail, Engine, Filter, Snapshot},
+    engine::{Detail, Engine, Snapshot},
     kernel::facts::KernelFacts,
-    report::stat::{KernelSummary, Scope, StatReport, Window},
+    model::{Filter, Scope, Window},
+    report::stat::{KernelSummary, StatReport},
     sources::cgroups::relative_path,
     spawn::{GatedChild, resolve},
 };
@@ -420,7 +421,6 @@ pub async fn collect_with<O: Observer + ?Sized>(
     let consistent = first.consistent && last.consistent;
     let filter = Filter {
         comm: opts.comm.clone(),
-        tgid: None,
         cgroup: planned.cgroup_filter.clone(),
     };
     let window = Window {

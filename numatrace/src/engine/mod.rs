@@ -36,7 +36,7 @@ use crate::{
     sources::{cgroups::CgroupResolver, maps::Maps, procfs, progstats, ringbuf},
 };
 use accum::Accum;
-pub use snapshot::{Filter, InFlight, Snapshot};
+pub use snapshot::{InFlight, Snapshot};
 
 /// How much a snapshot reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,43 +5,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use numatrace_common::{
-    Counter, MAX_NODES, NODE_FAULT_FIELDS, RegionKey, SKIP_REASON_SLOTS, TaskStats,
-};
+use numatrace_common::{Counter, MAX_NODES, NODE_FAULT_FIELDS, SKIP_REASON_SLOTS, TaskStats};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     kernel::nodes::NodeInfo,
-    model::{CgroupRecord, Counts, EventTally, NodeRecord, ProcessRecord, TaskRecord, VmaRecord},
-    sources::{
-        cgroups::within,
-        maps::{Counters, NodeFlow, node_flows},
+    model::{
+        CgroupRecord, Counts, EventTally, Filter, NodeRecord, ProcessRecord, RegionCount,
+        TaskRecord, VmaRecord,
     },
+    sources::maps::{Counters, NodeFlow, node_flows},
 };
-
-/// Hint faults of one 2 MiB region in one scan pass (seed 001).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RegionCount {
-    pub tgid: u32,
-    pub scan_seq: u32,
-    pub region: u64,
-    pub faults: u64,
-}
-
-impl RegionCount {
-    pub fn from_key(k: &RegionKey, faults: u64) -> Self {
-        Self {
-            tgid: k.tgid,
-            scan_seq: k.scan_seq,
-            region: k.region,
-            faults,
-        }
-    }
-
-    fn key(&self) -> (u32, u32, u64) {
-        (self.tgid, self.scan_seq, self.region)
-    }
-}
 
 /// Hint faults the kernel had counted in numa_hint_faults (before migrating) whose
 /// task_numa_fault, where numatrace counts them, had not yet run when the task map was read:
@@ -114,29 +88,6 @@ fn sub_maps(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<St
     a.iter()
         .filter_map(|(k, v)| Some((k.clone(), v.saturating_sub(*b.get(k)?))))
         .collect()
-}
-
-/// What a view keeps: tasks by comm, thread group and cgroup subtree. Views never delete.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Filter {
-    /// comm as the kernel keeps it (15 bytes).
-    pub comm: Option<String>,
-    pub tgid: Option<u32>,
-    /// A cgroup path under the cgroup2 mount: that cgroup and its descendants.
-    pub cgroup: Option<String>,
-}
-
-impl Filter {
-    pub fn matches(&self, t: &TaskRecord) -> bool {
-        self.comm
-            .as_ref()
-            .is_none_or(|c| t.comm == c.chars().take(15).collect::<String>())
-            && self.tgid.is_none_or(|g| t.tgid == g)
-            && self
-                .cgroup
-                .as_ref()
-                .is_none_or(|root| t.cgroup.as_deref().is_some_and(|p| within(p, root)))
-    }
 }
 
 impl Snapshot {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::stat::StatReport;
-use crate::{sources::maps::quantile, text_escape::Escaped};
+use crate::{model::quantile, text_escape::Escaped};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DiffRow {

@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::{
-    check::seed003::MIN_TASK_RUNTIME_NS, report::stat::StatReport, sources::maps::quantile,
-};
+use crate::{check::seed003::MIN_TASK_RUNTIME_NS, model::quantile, report::stat::StatReport};
 
 /// seed 003's cap on the share of run time spent scanning.
 pub const SCAN_SHARE_CAP: f64 = 0.03;
@@ -225,11 +223,10 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::maps::Log2Bucket;
     use crate::{
-        engine::{Filter, Snapshot},
-        model::TaskRecord,
-        report::stat::{KernelSummary, Window},
+        engine::Snapshot,
+        model::{Filter, Log2Bucket, TaskRecord, Window},
+        report::stat::KernelSummary,
     };
     use numatrace_common::TaskStats;
 

@@ -15,7 +15,8 @@ use super::{
 };
 use crate::{
     bpf::loader::HookReport,
-    engine::{Filter, Snapshot},
+    engine::Snapshot,
+    model::Filter,
     model::{Counts, skip_reason_name},
     report::stat::Dropped,
 };

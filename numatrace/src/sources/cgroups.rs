@@ -60,15 +60,6 @@ pub fn relative_path(mount: Option<&Path>, arg: &str) -> String {
     }
 }
 
-/// Whether cgroup `path` is `root` or below it.
-pub fn within(path: &str, root: &str) -> bool {
-    root == "/"
-        || path == root
-        || path
-            .strip_prefix(root)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
 pub struct CgroupResolver {
     mount: Option<PathBuf>,
     paths: HashMap<u64, String>,
@@ -140,6 +131,7 @@ impl Default for CgroupResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::within;
 
     #[test]
     fn finds_the_unified_mount_in_both_layouts() {

@@ -17,9 +17,10 @@ use crate::{
     bpf::loader::LoadOptions,
     cli::{SortColumn, TopArgs},
     cmd::stat::{Signals, cgroup_filter, process_alive},
-    engine::{Detail, Engine, Filter, Snapshot},
+    engine::{Detail, Engine, Snapshot},
     kernel::facts::KernelFacts,
-    report::stat::{KernelSummary, Scope, StatReport, Window},
+    model::{Filter, Scope, Window},
+    report::stat::{KernelSummary, StatReport},
     sources::procfs::own_cpu_ns,
     text_escape::Escaped,
 };
@@ -104,7 +105,6 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
     }
     let filter = Filter {
         comm: args.comm.clone(),
-        tgid: None,
         cgroup: cgroup_filter(&engine, args.cgroup.as_deref())?,
     };
     let stats = match engine.enable_bpf_stats() {
@@ -361,7 +361,7 @@ fn detail_lines(
             ));
         }
     }
-    let lat = crate::sources::maps::log2_buckets(&delta.migrate_latency);
+    let lat = crate::model::log2_buckets(&delta.migrate_latency);
     if !lat.is_empty() {
         out.push(format!(
             "migration latency, all traced tasks (< bound: count): {}",

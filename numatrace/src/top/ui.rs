@@ -279,8 +279,9 @@ mod tests {
 
     use super::*;
     use crate::{
-        engine::{Filter, Snapshot},
+        engine::Snapshot,
         kernel::nodes::NodeInfo,
+        model::Filter,
         plan::Mechanism,
         top::{
             app::{Key, View},

@@ -8,10 +8,10 @@ use serde::Serialize;
 
 use crate::{
     bpf::loader::HookReport,
-    engine::{Filter, Snapshot},
-    model::{Counts, TaskRecord},
+    engine::Snapshot,
+    model::{Counts, Filter, TaskRecord, log2_buckets, quantile},
     plan::Mechanism,
-    sources::maps::{NodeFlow, log2_buckets, quantile},
+    sources::maps::NodeFlow,
     text_escape::{Escaped, escape},
 };
 

@@ -1,6 +1,7 @@
 //! The text form of the `stat` report, for people.
 
-use super::{Scope, StatReport};
+use super::StatReport;
+use crate::model::Scope;
 use crate::model::{Counts, SkipCounts};
 use crate::report::table;
 use crate::text_escape::{Escaped, escape};

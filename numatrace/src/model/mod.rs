@@ -8,7 +8,17 @@
 
 use std::collections::BTreeMap;
 
-use numatrace_common::{SKIP_REASON_NAMES, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, TaskStats};
+pub mod filter;
+pub mod hist;
+pub mod window;
+
+pub use filter::{Filter, within};
+pub use hist::{Log2Bucket, log2_buckets, quantile};
+pub use window::{Scope, Window};
+
+use numatrace_common::{
+    RegionKey, SKIP_REASON_NAMES, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, TaskStats,
+};
 use serde::{Deserialize, Serialize};
 
 /// Declares a counter struct; each field has a kind that says how it combines:
@@ -600,6 +610,30 @@ counter_struct! {
         sum vma_scan: u64,
         /// Timed calls for `record`'s timeline (scan calls, migrations, stalls).
         sum spans: u64,
+    }
+}
+
+/// Hint faults of one 2 MiB region in one scan pass (seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionCount {
+    pub tgid: u32,
+    pub scan_seq: u32,
+    pub region: u64,
+    pub faults: u64,
+}
+
+impl RegionCount {
+    pub fn from_key(k: &RegionKey, faults: u64) -> Self {
+        Self {
+            tgid: k.tgid,
+            scan_seq: k.scan_seq,
+            region: k.region,
+            faults,
+        }
+    }
+
+    pub fn key(&self) -> (u32, u32, u64) {
+        (self.tgid, self.scan_seq, self.region)
     }
 }
 
