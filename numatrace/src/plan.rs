@@ -10,7 +10,9 @@ use crate::kernel::{
 };
 use numatrace_common::*;
 
-pub use crate::catalogue::{FentryVariant, GAP_FIELDS, HOOKS, HookKind, HookSpec, Programs};
+pub use crate::kernel::catalogue::{
+    FentryVariant, GAP_FIELDS, HOOKS, HookKind, HookSpec, Programs,
+};
 
 /// How a hook is (or would be) attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@
 use numatrace_common::*;
 
 use crate::{
-    catalogue::{HookKind, Programs},
+    kernel::catalogue::{HookKind, Programs},
     kernel::facts::{FentryTest, KernelFacts, KernelVersion},
     plan::{HookPlan, Mechanism, Plan, fentry_fallback, plan},
 };

@@ -1,5 +1,5 @@
 //! What the running kernel offers: the input of [`crate::plan::plan`] (which reads it, never the
-//! reverse: both take the hook list from [`crate::catalogue`]). Gathering does I/O;
+//! reverse: both take the hook list from [`crate::kernel::catalogue`]). Gathering does I/O;
 //! everything is plain data so that tests can build facts for kernels this machine is not.
 
 use std::{
@@ -15,7 +15,7 @@ use super::{
     btf::BtfParam,
     tracefs::{Format, Tracefs, TracefsError},
 };
-use crate::catalogue::{HOOKS, HookKind};
+use crate::kernel::catalogue::{HOOKS, HookKind};
 
 pub use super::version::KernelVersion;
 

@@ -1,6 +1,8 @@
-//! Reading the running kernel: facts for the plan, tracefs, capabilities, /proc/vmstat.
+//! Reading the running kernel: facts for the plan, tracefs, capabilities, /proc/vmstat, and
+//! the catalogue of every hook the product uses with what each needs of a kernel.
 pub mod btf;
 pub mod caps;
+pub mod catalogue;
 pub mod facts;
 pub mod mempolicy;
 pub mod nodes;

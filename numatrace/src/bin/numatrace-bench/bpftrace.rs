@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use numatrace::{
-    catalogue::HookKind,
+    kernel::catalogue::HookKind,
     plan::{Mechanism, Plan},
 };
 
