@@ -20,6 +20,7 @@ mod plan_lines;
 pub mod report;
 pub mod safe_fs;
 pub mod serve;
+pub mod session;
 pub mod sources;
 pub mod spawn;
 pub mod text_escape;

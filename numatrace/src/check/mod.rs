@@ -30,10 +30,10 @@ use serde_json::json;
 
 use crate::{
     cli::CheckArgs,
-    cmd::stat::{CollectOptions, Signals, collect},
     kernel::tunables::Tunables,
     model::{Counts, GapRecord},
     report::stat::StatReport,
+    session::{CollectOptions, Signals},
     spawn::resolve,
 };
 
@@ -109,6 +109,15 @@ pub struct CheckResult {
 
 /// The window of one command of a check: a reproducer runs as root, the user's `-- COMMAND` as
 /// `--user` or the user who ran sudo (resolved once by `cmd::check` into `args.run_as`).
+/// One window of a reproducer (or the user's command): its report and the command's exit code.
+async fn collect(
+    opts: &CollectOptions,
+    signals: &mut Signals,
+) -> Result<(StatReport, Option<i32>)> {
+    let c = crate::session::collect(opts, signals).await?;
+    Ok((StatReport::of(&c), c.exit))
+}
+
 fn window_for(command: Vec<OsString>, args: &CheckArgs, no_fentry: bool) -> CollectOptions {
     let mut opts = CollectOptions::for_command(command, no_fentry);
     if !args.command.is_empty() {

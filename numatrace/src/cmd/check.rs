@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::{
     check::{CheckResult, SEEDS, run_seed},
     cli::CheckArgs,
-    cmd::stat::Signals,
+    session::Signals,
     text_escape::Escaped,
 };
 

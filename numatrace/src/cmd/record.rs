@@ -21,9 +21,9 @@ use crate::{
         redact::Redactor,
     },
     cli::RecordArgs,
-    cmd::stat::{CollectOptions, Observer, Signals, collect_with},
     engine::{Detail, Engine, Snapshot},
     model::{Counts, Window},
+    session::{CollectOptions, Observer, Signals, collect_with},
 };
 
 /// Ring records kept between two ticks at most (the rest are counted as not kept).

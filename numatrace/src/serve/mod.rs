@@ -26,9 +26,9 @@ use tokio::sync::Mutex;
 use crate::{
     bpf::loader::{HookReport, LoadOptions},
     cli::ServeArgs,
-    cmd::stat::Signals,
     engine::{Detail, Engine, Snapshot},
     kernel::{facts::KernelFacts, vmstat::Vmstat},
+    session::Signals,
 };
 use auth::Auth;
 use catalogue::Spec;

@@ -57,6 +57,15 @@ pub fn own_cpu_ns() -> Option<u64> {
     Some(ticks * 1_000_000_000 / hz)
 }
 
+/// The process exists and has not exited (a zombie waiting for its parent counts as exited).
+pub fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,12 +16,13 @@ use tokio::sync::mpsc;
 use crate::{
     bpf::loader::LoadOptions,
     cli::{SortColumn, TopArgs},
-    cmd::stat::{Signals, cgroup_filter, process_alive},
     engine::{Detail, Engine, Snapshot},
     kernel::facts::KernelFacts,
     model::{Filter, Scope, Window},
     report::stat::{KernelSummary, StatReport},
+    session::{Signals, cgroup_filter},
     sources::procfs::own_cpu_ns,
+    sources::procfs::process_alive,
     text_escape::Escaped,
 };
 use app::{App, Key, View};

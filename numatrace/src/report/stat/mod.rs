@@ -232,6 +232,17 @@ pub struct StatReport {
 }
 
 impl StatReport {
+    /// The report of a collected window.
+    pub fn of(c: &crate::session::Collected) -> Self {
+        Self::new(
+            KernelSummary::from(&c.facts),
+            c.window.clone(),
+            c.hooks.clone(),
+            &c.last.delta(&c.first),
+            &c.filter,
+        )
+    }
+
     /// The report of one window: `delta` is the later snapshot minus the earlier.
     pub fn new(
         kernel: KernelSummary,
