@@ -7,7 +7,6 @@
 //! subcommand together.
 pub mod bpf;
 pub mod capture;
-pub mod check;
 pub mod cli;
 pub mod cmd;
 pub mod engine;

@@ -8,9 +8,9 @@ use serde::Serialize;
 
 use crate::{
     capture::Capture,
-    check::{CheckResult, NEED_REPRODUCER, offline_verdicts},
     cli::{ReportArgs, ReportFormat},
     model::{Filter, Window},
+    report::verdicts::{CheckResult, NEED_REPRODUCER, offline_verdicts},
     report::{
         chrome::write_trace,
         diff::diff,

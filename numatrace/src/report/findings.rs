@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::{check::seed003::MIN_TASK_RUNTIME_NS, model::quantile, report::stat::StatReport};
+use crate::{
+    model::quantile, report::stat::StatReport, report::verdicts::seed003::MIN_TASK_RUNTIME_NS,
+};
 
 /// seed 003's cap on the share of run time spent scanning.
 pub const SCAN_SHARE_CAP: f64 = 0.03;

@@ -1,10 +1,12 @@
-//! Frontends that print: `probes` and `stat` reports, as text for people and JSON for tools;
-//! a capture's findings, the diff of two windows and the Chrome trace of a capture.
+//! What the frontends print, as text for people and JSON for tools: the `probes` and `stat`
+//! reports, the verdicts on the seed patches, a window's findings, the diff of two windows and
+//! the Chrome trace of a capture. Pure functions of their input: nothing here reads the kernel.
 pub mod chrome;
 pub mod diff;
 pub mod findings;
 pub mod probes;
 pub mod stat;
+pub mod verdicts;
 
 /// Left-aligned table cells, widths from the content.
 pub(crate) fn table(rows: &[Vec<String>]) -> String {

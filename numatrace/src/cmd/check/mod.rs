@@ -1,13 +1,32 @@
-//! `numatrace check`: runs the chosen seeds' checks ([`crate::check`]) and prints their
-//! verdicts as text or JSON (`numatrace.check/1`).
+//! `numatrace check`: runs the chosen seeds' reproducers (one module per seed: its workload
+//! and control under the collector), judges them with [`crate::report::verdicts`] and prints
+//! the verdicts as text or JSON (`numatrace.check/1`).
 
-use anyhow::Result;
+mod seed000;
+mod seed001;
+mod seed002;
+mod seed003;
+mod seed004;
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, Result};
 use serde::Serialize;
+use serde_json::json;
 
 use crate::{
-    check::{CheckResult, SEEDS, run_seed},
     cli::CheckArgs,
-    session::Signals,
+    kernel::tunables::Tunables,
+    report::{
+        stat::StatReport,
+        verdicts::{CheckResult, SEEDS, Verdict, balancing_off, hint_evidence, hook, require},
+    },
+    session::{CollectOptions, Signals},
+    spawn::resolve,
     text_escape::Escaped,
 };
 
@@ -152,6 +171,60 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     Ok(interrupted.map_or(0, |sig| 128 + sig))
 }
 
+/// Runs seed `id`'s check (its reproducer, or the user's command).
+pub async fn run_seed(
+    id: &str,
+    args: &CheckArgs,
+    no_fentry: bool,
+    signals: &mut Signals,
+) -> Result<CheckResult> {
+    match id {
+        "000" => seed000::run(args, no_fentry, signals).await,
+        "001" => seed001::run(args, no_fentry, signals).await,
+        "002" => seed002::run(args, no_fentry, signals).await,
+        "003" => seed003::run(args, no_fentry, signals).await,
+        "004" => seed004::run(args, no_fentry, signals).await,
+        other => anyhow::bail!("unknown patch {other}"),
+    }
+}
+
+/// The window of one command of a check: a reproducer runs as root, the user's `-- COMMAND` as
+/// `--user` or the user who ran sudo (resolved once by `cmd::check` into `args.run_as`).
+/// One window of a reproducer (or the user's command): its report and the command's exit code.
+async fn collect(
+    opts: &CollectOptions,
+    signals: &mut Signals,
+) -> Result<(StatReport, Option<i32>)> {
+    let c = crate::session::collect(opts, signals).await?;
+    Ok((StatReport::of(&c), c.exit))
+}
+
+fn window_for(command: Vec<OsString>, args: &CheckArgs, no_fentry: bool) -> CollectOptions {
+    let mut opts = CollectOptions::for_command(command, no_fentry);
+    if !args.command.is_empty() {
+        opts.run_as = args.run_as.clone();
+    }
+    opts
+}
+
+/// numatrace-workload: next to this binary, else on PATH.
+fn workload_binary() -> Result<PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("numatrace-workload")))
+        .filter(|p| p.is_file());
+    beside
+        .or_else(|| resolve(Path::new("numatrace-workload")))
+        .context(
+            "numatrace-workload (the reproducers) is neither next to numatrace nor on PATH: \
+             `cargo xtask build` builds it beside numatrace",
+        )
+}
+
+fn duration_arg(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string().replace(' ', "")
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -159,7 +232,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::check::Verdict;
+    use crate::report::verdicts::Verdict;
 
     #[test]
     fn text_escapes_what_the_traced_tasks_named_themselves() {

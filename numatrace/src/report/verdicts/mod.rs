@@ -1,7 +1,7 @@
-//! `numatrace check`: one module per seed patch, each of one shape — its id and title, the
-//! hooks it needs, its reproducer (`run`: the workload and its control under the collector) and
-//! a pure function from the measured evidence to a verdict, unit-tested on recorded evidence.
-//! This module holds what they share; `cmd::check` only dispatches and prints.
+//! Verdicts on the seed patches: one module per seed, each of one shape — its id and title, the
+//! hooks it needs, and pure functions from measured evidence to a verdict, unit-tested on
+//! recorded evidence. `check` runs the reproducers that gather the evidence; `report` judges a
+//! capture with the verdicts that need none.
 
 pub mod seed000;
 pub mod seed001;
@@ -18,23 +18,14 @@ pub fn offline_verdicts(r: &crate::report::stat::StatReport) -> Vec<CheckResult>
 /// Seeds whose verdict needs `numatrace check` on the machine itself.
 pub const NEED_REPRODUCER: [&str; 3] = ["000", "001", "004"];
 
-use std::{
-    collections::BTreeMap,
-    ffi::OsString,
-    path::{Path, PathBuf},
-};
+use std::collections::BTreeMap;
 
-use anyhow::{Context as _, Result};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::{
-    cli::CheckArgs,
-    kernel::tunables::Tunables,
     model::{Counts, GapRecord},
     report::stat::StatReport,
-    session::{CollectOptions, Signals},
-    spawn::resolve,
 };
 
 /// A seed patch numatrace can judge.
@@ -54,23 +45,6 @@ pub const SEEDS: [Seed; 5] = [
     seed003::SEED,
     seed004::SEED,
 ];
-
-/// Runs seed `id`'s check (its reproducer, or the user's command).
-pub async fn run_seed(
-    id: &str,
-    args: &CheckArgs,
-    no_fentry: bool,
-    signals: &mut Signals,
-) -> Result<CheckResult> {
-    match id {
-        "000" => seed000::run(args, no_fentry, signals).await,
-        "001" => seed001::run(args, no_fentry, signals).await,
-        "002" => seed002::run(args, no_fentry, signals).await,
-        "003" => seed003::run(args, no_fentry, signals).await,
-        "004" => seed004::run(args, no_fentry, signals).await,
-        other => anyhow::bail!("unknown patch {other}"),
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -107,45 +81,12 @@ pub struct CheckResult {
     pub kernel_facts: BTreeMap<String, String>,
 }
 
-/// The window of one command of a check: a reproducer runs as root, the user's `-- COMMAND` as
-/// `--user` or the user who ran sudo (resolved once by `cmd::check` into `args.run_as`).
-/// One window of a reproducer (or the user's command): its report and the command's exit code.
-async fn collect(
-    opts: &CollectOptions,
-    signals: &mut Signals,
-) -> Result<(StatReport, Option<i32>)> {
-    let c = crate::session::collect(opts, signals).await?;
-    Ok((StatReport::of(&c), c.exit))
-}
-
-fn window_for(command: Vec<OsString>, args: &CheckArgs, no_fentry: bool) -> CollectOptions {
-    let mut opts = CollectOptions::for_command(command, no_fentry);
-    if !args.command.is_empty() {
-        opts.run_as = args.run_as.clone();
-    }
-    opts
-}
-
-/// numatrace-workload: next to this binary, else on PATH.
-fn workload_binary() -> Result<PathBuf> {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(|d| d.join("numatrace-workload")))
-        .filter(|p| p.is_file());
-    beside
-        .or_else(|| resolve(Path::new("numatrace-workload")))
-        .context(
-            "numatrace-workload (the reproducers) is neither next to numatrace nor on PATH: \
-             `cargo xtask build` builds it beside numatrace",
-        )
-}
-
-fn hook<'a>(r: &'a StatReport, name: &str) -> Option<&'a crate::bpf::loader::HookReport> {
+pub fn hook<'a>(r: &'a StatReport, name: &str) -> Option<&'a crate::bpf::loader::HookReport> {
     r.hooks.iter().find(|h| h.name == name)
 }
 
 /// Hooks a check needs: `Err` names the first one missing and why.
-fn require(r: &StatReport, names: &[&str]) -> Result<BTreeMap<String, String>, String> {
+pub fn require(r: &StatReport, names: &[&str]) -> Result<BTreeMap<String, String>, String> {
     let mut facts = BTreeMap::new();
     for n in names {
         match hook(r, n) {
@@ -174,7 +115,7 @@ fn require(r: &StatReport, names: &[&str]) -> Result<BTreeMap<String, String>, S
 
 impl Seed {
     /// This seed's result, with the evidence and what it relied on.
-    fn result(
+    pub fn result(
         &self,
         verdict: Verdict,
         sentence: String,
@@ -192,20 +133,20 @@ impl Seed {
     }
 
     /// This seed cannot be judged here, and why.
-    fn unsupported(&self, why: String) -> CheckResult {
+    pub fn unsupported(&self, why: String) -> CheckResult {
         self.result(Verdict::Unsupported, why, BTreeMap::new(), BTreeMap::new())
     }
 }
 
 /// The sentence for a `not-exercised` verdict when NUMA balancing was simply off: that, not the
 /// workload, is then the reason.
-fn balancing_off(verdict: Verdict, r: &StatReport) -> Option<String> {
+pub fn balancing_off(verdict: Verdict, r: &StatReport) -> Option<String> {
     (verdict == Verdict::NotExercised && r.kernel.numa_balancing == Some(0)).then(|| {
         "kernel.numa_balancing is 0: NUMA balancing is off (sysctl kernel.numa_balancing=1).".into()
     })
 }
 
-fn hint_evidence(prefix: &str, r: &StatReport, ev: &mut BTreeMap<String, serde_json::Value>) {
+pub fn hint_evidence(prefix: &str, r: &StatReport, ev: &mut BTreeMap<String, serde_json::Value>) {
     let t = &r.totals;
     let h = &t.hint_faults;
     for (k, v) in [
@@ -228,10 +169,6 @@ fn hint_evidence(prefix: &str, r: &StatReport, ev: &mut BTreeMap<String, serde_j
         .map(|t| (format!("{} {}", t.pid, t.comm), t.counts.migrations.stalls))
         .collect();
     ev.insert(format!("{prefix}migration_stalls_per_task"), json!(stalls));
-}
-
-fn duration_arg(d: std::time::Duration) -> String {
-    humantime::format_duration(d).to_string().replace(' ', "")
 }
 
 #[cfg(test)]
