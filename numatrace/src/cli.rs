@@ -87,7 +87,7 @@ pub enum Command {
     /// counted between scrapes. With BPF run-time statistics on while it serves (kernel 5.8+),
     /// numatrace_bpf_* show its own kernel cost. Under systemd socket activation it serves the
     /// socket it is given. Ctrl-C or SIGTERM stops it and detaches everything.
-    #[command(after_long_help = format!("{SERVE_AFTER_HELP}\n\n{}", crate::serve::catalogue::describe()))]
+    #[command(after_long_help = format!("{SERVE_AFTER_HELP}\n\n{}", crate::report::metrics::describe()))]
     Serve(ServeArgs),
     /// Record NUMA balancing into one capture file, to attach to a bug report.
     ///

@@ -18,12 +18,10 @@ pub mod plan;
 mod plan_lines;
 pub mod report;
 pub mod safe_fs;
-pub mod serve;
 pub mod session;
 pub mod sources;
 pub mod spawn;
 pub mod text_escape;
-pub mod top;
 
 /// Panics when `NUMATRACE_TEST_PANIC` names this point (`attach`: every program attached;
 /// `frame`: `top` drew its first frame). For the reliability suite, which checks that a panic

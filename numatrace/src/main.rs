@@ -65,7 +65,7 @@ fn main() -> ExitCode {
     if let Command::Serve(a) = &cli.command
         && a.metrics
     {
-        print!("{}", numatrace::serve::catalogue::describe());
+        print!("{}", numatrace::report::metrics::describe());
         return ExitCode::SUCCESS;
     }
 
@@ -94,10 +94,10 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(cmd::stat::run(args, cli.no_fentry)))
         }
         Command::Top(args) => {
-            runtime().and_then(|rt| rt.block_on(numatrace::top::run(args, cli.no_fentry)))
+            runtime().and_then(|rt| rt.block_on(numatrace::cmd::top::run(args, cli.no_fentry)))
         }
         Command::Serve(args) => {
-            runtime().and_then(|rt| rt.block_on(numatrace::serve::run(args, cli.no_fentry)))
+            runtime().and_then(|rt| rt.block_on(numatrace::cmd::serve::run(args, cli.no_fentry)))
         }
         Command::Record(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::record::run(args, cli.no_fentry)))

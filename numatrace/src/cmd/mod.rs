@@ -1,6 +1,10 @@
-//! Subcommands: each wires sources, model and a report together.
+//! The frontends, siblings that share nothing but the layers below them: `stat`, `top`,
+//! `serve`, `record`, `report`, `check` and `probes`, each wiring the session, the engine and a
+//! report together for one subcommand.
 pub mod check;
 pub mod probes;
 pub mod record;
 pub mod report;
+pub mod serve;
 pub mod stat;
+pub mod top;

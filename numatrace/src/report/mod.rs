@@ -4,6 +4,7 @@
 pub mod chrome;
 pub mod diff;
 pub mod findings;
+pub mod metrics;
 pub mod probes;
 pub mod stat;
 pub mod verdicts;

@@ -9,16 +9,16 @@ use prometheus::{
     proto::{self, LabelPair, Metric, MetricFamily, MetricType},
 };
 
-use super::{
-    catalogue::{Kind, Spec, vmstat_exported, vmstat_family},
-    fold::{Fold, OTHER},
-};
+use super::fold::{Fold, OTHER};
 use crate::{
     bpf::loader::HookReport,
     engine::Snapshot,
     model::Filter,
     model::{Counts, skip_reason_name},
-    report::stat::Dropped,
+    report::{
+        metrics::{Kind, Spec, vmstat_exported, vmstat_family},
+        stat::Dropped,
+    },
 };
 
 /// What one scrape exports besides the fold.
@@ -580,8 +580,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        kernel::nodes::NodeInfo, model::TaskRecord, plan::Mechanism, serve::catalogue,
-        serve::fold::FoldLimits, sources::maps::Counters,
+        cmd::serve::fold::FoldLimits, kernel::nodes::NodeInfo, model::TaskRecord, plan::Mechanism,
+        report::metrics as catalogue, sources::maps::Counters,
     };
 
     fn task(pid: u32, comm: &str, cgroup: &str, k: u64) -> TaskRecord {

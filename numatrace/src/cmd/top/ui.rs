@@ -279,14 +279,14 @@ mod tests {
 
     use super::*;
     use crate::{
+        cmd::top::{
+            app::{Key, View},
+            view::OwnCost,
+        },
         engine::Snapshot,
         kernel::nodes::NodeInfo,
         model::Filter,
         plan::Mechanism,
-        top::{
-            app::{Key, View},
-            view::OwnCost,
-        },
     };
 
     fn hook(name: &str, attached: bool) -> HookReport {
@@ -558,7 +558,7 @@ mod tests {
                 .find(|&c| c != '\n' && c != '\\' && crate::text_escape::needs_escape(c))
         };
         let header = view.header(&format!("6.18{EVIL}"), Some(1), 2);
-        let batch = crate::top::batch::text_frame(&header, &view, 20, None);
+        let batch = crate::cmd::top::batch::text_frame(&header, &view, 20, None);
         assert_eq!(raw(&batch), None, "{batch:?}");
         assert!(batch.contains(&format!("kernel 6.18{SHOWN},")), "{batch}");
         assert!(batch.contains(&format!(" w{SHOWN} ")), "{batch}");

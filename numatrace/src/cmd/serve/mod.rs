@@ -1,10 +1,9 @@
 //! `numatrace serve`: a Prometheus endpoint on the engine. Every scrape takes a snapshot, folds
 //! it into monotonic per-task / per-cgroup / total counters ([`fold`]), builds the families of
-//! the [`catalogue`] ([`expose`]) and hands them to a `prometheus` registry through a custom
+//! the metric catalogue ([`crate::report::metrics`], in [`expose`]) and hands them to a `prometheus` registry through a custom
 //! collector. Scrapes that arrive while one is being read share its result.
 
 pub mod auth;
-pub mod catalogue;
 pub mod expose;
 pub mod fold;
 pub mod http;
@@ -28,10 +27,10 @@ use crate::{
     cli::ServeArgs,
     engine::{Detail, Engine, Snapshot},
     kernel::{facts::KernelFacts, vmstat::Vmstat},
+    report::metrics::{self as catalogue, Spec},
     session::Signals,
 };
 use auth::Auth;
-use catalogue::Spec;
 use expose::{Inputs, SnapshotCollector};
 use fold::{Fold, FoldLimits};
 use server::{Limits, Server};
