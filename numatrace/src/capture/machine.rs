@@ -6,8 +6,8 @@ use std::{collections::BTreeMap, fs, path::Path};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    kernel::facts::KernelSummary,
     kernel::{facts::KernelFacts, nodes::NodeInfo, tunables::tunable_path},
-    report::stat::KernelSummary,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -9,13 +9,14 @@ use serde::Serialize;
 use crate::{
     capture::Capture,
     cli::{ReportArgs, ReportFormat},
+    kernel::facts::KernelSummary,
     model::{Filter, Window},
     report::verdicts::{CheckResult, NEED_REPRODUCER, offline_verdicts},
     report::{
         chrome::write_trace,
         diff::diff,
         findings::{Finding, findings},
-        stat::{KernelSummary, StatReport},
+        stat::StatReport,
     },
     text_escape::Escaped,
 };
@@ -262,6 +263,11 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod capture_tests;
+#[cfg(test)]
+mod limit_tests;
 
 #[cfg(test)]
 mod tests {

@@ -354,6 +354,24 @@ impl KernelFacts {
     }
 }
 
+/// What a report says of the kernel it ran on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelSummary {
+    pub release: String,
+    pub numa_nodes: u32,
+    pub numa_balancing: Option<u32>,
+}
+
+impl From<&KernelFacts> for KernelSummary {
+    fn from(f: &KernelFacts) -> Self {
+        Self {
+            release: f.release.clone(),
+            numa_nodes: f.numa_nodes,
+            numa_balancing: f.numa_balancing,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -227,8 +227,8 @@ mod tests {
     use super::*;
     use crate::{
         engine::Snapshot,
+        kernel::facts::KernelSummary,
         model::{Filter, Log2Bucket, TaskRecord, Window},
-        report::stat::KernelSummary,
     };
     use numatrace_common::TaskStats;
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     bpf::loader::HookReport,
     engine::{InFlight, Snapshot},
-    kernel::facts::KernelFacts,
+    kernel::facts::KernelSummary,
     model::{
         CgroupRecord, Counts, EventTally, Filter, Log2Bucket, NodeRecord, ProcessRecord,
         TaskRecord, Window, log2_buckets,
@@ -21,23 +21,6 @@ use crate::{
 use numatrace_common::Counter;
 
 pub const SCHEMA: &str = "numatrace.stat/1";
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct KernelSummary {
-    pub release: String,
-    pub numa_nodes: u32,
-    pub numa_balancing: Option<u32>,
-}
-
-impl From<&KernelFacts> for KernelSummary {
-    fn from(f: &KernelFacts) -> Self {
-        Self {
-            release: f.release.clone(),
-            numa_nodes: f.numa_nodes,
-            numa_balancing: f.numa_balancing,
-        }
-    }
-}
 
 /// Everything that could not be counted or delivered. `total` = 0 means the report is complete.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,7 +5,13 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{format::FormatError, limits::Caps, *};
+use std::collections::BTreeMap;
+
+use crate::{
+    capture::{format::FormatError, limits::Caps, *},
+    engine::Snapshot,
+    model::Counts,
+};
 
 fn section(out: &mut Vec<u8>, kind: u32, raw: &[u8]) {
     format::write_section(out, kind, raw).unwrap();
@@ -83,7 +89,7 @@ fn counters_at_u64_max_saturate_in_every_total() {
     );
     let c = read(&b, &limits::CAPS).unwrap();
     assert_eq!(c.samples[0].1.hint_faults.faults, u64::MAX);
-    let r = crate::cmd::report::report_of(&c);
+    let r = super::report_of(&c);
     let t = &r.stat.totals;
     assert_eq!(t.hint_faults.faults, u64::MAX);
     assert_eq!(t.hint_faults.remote, u64::MAX - 2);
@@ -107,7 +113,7 @@ fn counters_at_u64_max_saturate_in_every_total() {
 
 #[test]
 fn totals_kept_task_by_task_match_a_recount_of_a_real_capture() {
-    const REAL: &[u8] = include_bytes!("../../tests/fixtures/capture-6.12-migrate.ntrace");
+    const REAL: &[u8] = include_bytes!("../../../tests/fixtures/capture-6.12-migrate.ntrace");
     let c = Capture::from_bytes(Path::new("fixture"), REAL).unwrap();
     // The reader before it kept totals incrementally: every task recounted at every sample.
     let mut r = format::Reader::new(REAL).unwrap();
