@@ -19,12 +19,10 @@ use numatrace_common::{
 };
 
 use crate::tasks::{
-    BPF_NOEXIST, add, count, count_n, current, current_task, emit_events, header, is_self,
-    note_current, read_field, send, send_span, task_entry, touch, wanted,
+    BPF_NOEXIST, TASK_OFFSETS, add, count, count_n, current, current_task, emit_events, header,
+    is_self, note_current, read_field, send, send_span, task_entry, touch, wanted,
 };
 
-#[unsafe(no_mangle)]
-pub(crate) static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
 #[unsafe(no_mangle)]
 static FUNC_CONFIG: Global<FuncConfig> = Global::new(FuncConfig::DEFAULT);
 

@@ -13,8 +13,12 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     COUNTER_SLOTS, Config, Counter, DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, EventHeader,
-    EventKind, MAX_TRACKED_TGIDS, SpanEvent, TaskStats,
+    EventKind, MAX_TRACKED_TGIDS, SpanEvent, TaskOffsets, TaskStats,
 };
+
+/// Offsets of `task_struct` fields, set by the loader from the kernel's BTF.
+#[unsafe(no_mangle)]
+pub(crate) static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
 
 #[map]
 pub static TASK_STATS: LruHashMap<u32, TaskStats> =
@@ -166,7 +170,7 @@ const PF_EXITING: u32 = 0x4;
 /// hinting fault in mm_release can follow it.
 #[inline(always)]
 fn current_exiting() -> bool {
-    let off = crate::functions::TASK_OFFSETS.load().flags;
+    let off = TASK_OFFSETS.load().flags;
     read_field::<u32>(current_task(), off).is_some_and(|f| f & PF_EXITING != 0)
 }
 
@@ -175,7 +179,7 @@ fn current_exiting() -> bool {
 /// the same clock. Unknown (no BTF offset): assumed so.
 #[inline(always)]
 pub fn owned_by_current(t: *const TaskStats) -> bool {
-    let off = crate::functions::TASK_OFFSETS.load().start_time;
+    let off = TASK_OFFSETS.load().start_time;
     read_field::<u64>(current_task(), off).is_none_or(|start| unsafe { (*t).first_ns } >= start)
 }
 
