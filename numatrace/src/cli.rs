@@ -534,10 +534,6 @@ pub struct StatArgs {
     /// The command to run and trace, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
-
-    /// Send the command's stdout to /dev/null (for `check`, whose own output is the report).
-    #[arg(skip)]
-    pub quiet_command: bool,
 }
 
 /// A duration: a bare number of seconds (`16`, `0.5`, as `top -d` and `perf` take), or with

@@ -18,17 +18,7 @@ use numatrace::{
 use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
 
 fn options() -> LoadOptions {
-    LoadOptions {
-        max_tasks: DEFAULT_MAX_TASKS,
-        max_vmas: MAX_VMAS,
-        ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
-        filter_tgids: false,
-        emit_events: true,
-        emit_spans: false,
-        bpf_log: false,
-        sample_hz: 99,
-        no_fentry: false,
-    }
+    LoadOptions::default()
 }
 
 /// The workload: migrating where there are two nodes, else threads the scanner visits.

@@ -54,6 +54,23 @@ pub struct LoadOptions {
     pub no_fentry: bool,
 }
 
+impl Default for LoadOptions {
+    /// System-wide, the maps at their default sizes, events on, no timeline, 99 Hz sampling.
+    fn default() -> Self {
+        Self {
+            max_tasks: numatrace_common::DEFAULT_MAX_TASKS,
+            max_vmas: numatrace_common::MAX_VMAS,
+            ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
+            filter_tgids: false,
+            emit_events: true,
+            emit_spans: false,
+            bpf_log: false,
+            sample_hz: 99,
+            no_fentry: false,
+        }
+    }
+}
+
 /// What happened to one hook.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HookReport {

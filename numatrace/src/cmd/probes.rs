@@ -7,7 +7,6 @@ use crate::{
     kernel::facts::KernelFacts,
     report::probes::ProbesReport,
 };
-use numatrace_common::DEFAULT_MAX_TASKS;
 
 /// Prints the report; returns the process exit code (1 when nothing could attach).
 pub fn run(json: bool, dump_facts: bool, no_fentry: bool) -> Result<i32> {
@@ -16,16 +15,12 @@ pub fn run(json: bool, dump_facts: bool, no_fentry: bool) -> Result<i32> {
     }
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let opts = LoadOptions {
-        max_vmas: numatrace_common::MAX_VMAS,
-        max_tasks: DEFAULT_MAX_TASKS,
         ringbuf_bytes: 64 << 10,
         // Attach for real but count nothing: the followed set stays empty.
         filter_tgids: true,
         emit_events: false,
-        emit_spans: false,
-        bpf_log: false,
-        sample_hz: 99,
         no_fentry,
+        ..LoadOptions::default()
     };
     let (facts, hooks, code) = match Session::start(facts, &opts) {
         Ok(s) => (s.facts, s.hooks, 0),

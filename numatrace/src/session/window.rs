@@ -218,11 +218,11 @@ pub async fn collect_with<O: Observer + ?Sized>(
         max_vmas: opts.max_vmas,
         ringbuf_bytes: opts.ringbuf_size,
         filter_tgids: scope != Scope::System,
-        emit_events: true,
         emit_spans: opts.emit_spans,
         bpf_log: opts.bpf_log,
         sample_hz: opts.sample_hz,
         no_fentry: opts.no_fentry,
+        ..LoadOptions::default()
     };
     let mut engine = Engine::start(facts, &load)?;
     let cgroup_filter = cgroup_filter(&engine, opts.cgroup.as_deref())?;

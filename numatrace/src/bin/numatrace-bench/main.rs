@@ -104,17 +104,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// What `stat` loads with its defaults, system-wide.
 pub fn load_options() -> LoadOptions {
-    LoadOptions {
-        max_tasks: DEFAULT_MAX_TASKS,
-        max_vmas: MAX_VMAS,
-        ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
-        filter_tgids: false,
-        emit_events: true,
-        emit_spans: false,
-        bpf_log: false,
-        sample_hz: 99,
-        no_fentry: false,
-    }
+    LoadOptions::default()
 }
 
 /// Scan tunables for a high rate of NUMA balancing events (restored when dropped).

@@ -242,16 +242,12 @@ pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let load = LoadOptions {
         max_tasks: args.max_tasks,
-        max_vmas: numatrace_common::MAX_VMAS,
-        ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
-        filter_tgids: false,
         // Per-event records feed only the per-VMA detail; serve exports the kernel maps'
         // aggregates, so the ring buffer carries task exits alone.
         emit_events: false,
-        emit_spans: false,
-        bpf_log: false,
         sample_hz: args.sample_hz,
         no_fentry,
+        ..LoadOptions::default()
     };
     let engine = Engine::start(facts, &load)?;
     let limits = FoldLimits {

@@ -92,14 +92,10 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let load = LoadOptions {
         max_tasks: args.max_tasks,
-        max_vmas: numatrace_common::MAX_VMAS,
-        ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
         filter_tgids: args.pid.is_some(),
-        emit_events: true,
-        emit_spans: false,
-        bpf_log: false,
         sample_hz: args.sample_hz,
         no_fentry,
+        ..LoadOptions::default()
     };
     let mut engine = Engine::start(facts, &load)?;
     if let Some(pid) = args.pid {
