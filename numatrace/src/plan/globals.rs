@@ -197,7 +197,11 @@ pub(super) fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
     .find(|&o| o != FIELD_ABSENT)
     .or_else(|| {
         let off = field(facts, "page.compound_mapcount");
-        (off != FIELD_ABSENT).then_some(facts.page_size? + off)
+        // Checked first: FIELD_ABSENT + the page size overflows.
+        if off == FIELD_ABSENT {
+            return None;
+        }
+        Some(facts.page_size? + off)
     })
     .unwrap_or(FIELD_ABSENT);
     o.page = PageOffsets {

@@ -337,3 +337,10 @@ fn no_tracefs_means_no_tracepoints() {
         hook(&p, "sched:sched_move_numa")
     );
 }
+
+#[test]
+fn no_mapcount_fields_at_all() {
+    let mut f = debian_6_1();
+    f.btf_fields.insert("page.compound_mapcount".into(), None);
+    assert_eq!(plan(&f).offsets.page.large_mapcount, FIELD_ABSENT);
+}
