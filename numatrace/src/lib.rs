@@ -14,8 +14,6 @@ pub mod identity;
 pub mod kernel;
 pub mod model;
 pub mod plan;
-#[cfg(test)]
-mod plan_lines;
 pub mod report;
 pub mod safe_fs;
 pub mod session;

@@ -15,7 +15,6 @@ use numatrace::{
     model::Filter,
     report::stat::{Dropped, KernelSeen},
 };
-use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
 
 fn options() -> LoadOptions {
     LoadOptions::default()

@@ -13,7 +13,7 @@ use std::{
 const LAYERS: &[&[&str]] = &[
     &["text_escape", "safe_fs", "model"],
     &["kernel", "identity"],
-    &["spawn", "plan", "plan_lines"],
+    &["spawn", "plan"],
     &["bpf"],
     &["sources"],
     &["engine"],

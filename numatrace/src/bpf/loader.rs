@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::{
     kernel::facts::{FentryTest, KernelFacts},
-    plan::{HookKind, HookPlan, Mechanism, Plan, fentry_fallback, kprobe_fallback, plan},
+    plan::{HookKind, HookPlan, Mechanism, Plan, Reason, fentry_fallback, kprobe_fallback, plan},
 };
 use numatrace_common::{
     Config, GLOBAL_CONFIG, GLOBAL_FORK_OFFSETS, GLOBAL_FUNC_CONFIG, GLOBAL_MIGRATE_OFFSETS,
@@ -291,7 +291,7 @@ fn detach(ebpf: &mut Ebpf, h: &HookPlan) {
 }
 
 fn report(h: &HookPlan, attached: Result<(), String>) -> HookReport {
-    let mut reasons = h.reasons.clone();
+    let mut reasons: Vec<String> = h.reasons.iter().map(ToString::to_string).collect();
     let attached = match attached {
         Ok(()) => true,
         Err(e) => {
@@ -349,17 +349,20 @@ impl Session {
             // preemptible kernel that is refused, to the fentry that loaded.
             let fallback = outcome.as_ref().err().and_then(|e| {
                 kprobe_fallback(&facts, h)
-                    .map(|k| (k, "fentry", "kprobe", e.clone()))
+                    .map(|k| (k, Mechanism::Fentry, Mechanism::Kprobe, e.clone()))
                     .or_else(|| {
-                        fentry_fallback(&facts, h).map(|f| (f, "kprobe", "fentry", e.clone()))
+                        fentry_fallback(&facts, h)
+                            .map(|f| (f, Mechanism::Kprobe, Mechanism::Fentry, e.clone()))
                     })
             });
             if let Some((mut alt, refused, used, e)) = fallback {
                 detach(&mut ebpf, h);
-                alt.reasons.push(format!(
-                    "{refused} program refused, fell back to {used}: {e}"
-                ));
                 tracing::warn!(hook = %h.spec.name, "{refused} refused ({e}); using {used}");
+                alt.reasons.push(Reason::FellBack {
+                    refused,
+                    used,
+                    error: e,
+                });
                 outcome = attach(&mut ebpf, &alt, btf.as_ref(), opts);
                 *h = alt;
             }

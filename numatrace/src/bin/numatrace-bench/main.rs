@@ -16,7 +16,6 @@ use std::{collections::HashSet, path::PathBuf, time::Duration};
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use numatrace::{bpf::loader::LoadOptions, engine::Engine, kernel::tunables::Tunables};
-use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
 use serde::Serialize;
 
 #[derive(Parser)]

@@ -707,7 +707,7 @@ mod tests {
         fold.advance(&snap2);
         let text = render(&specs, &fold, &snap2);
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/serve/golden/exposition.txt");
+            .join("src/cmd/serve/golden/exposition.txt");
         if std::env::var("NUMATRACE_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, &text).unwrap();

@@ -453,10 +453,10 @@ mod tests {
             + "\n"
     }
 
-    /// Compares with `src/top/golden/NAME.txt`; `NUMATRACE_UPDATE_GOLDEN=1` rewrites it.
+    /// Compares with `src/cmd/top/golden/NAME.txt`; `NUMATRACE_UPDATE_GOLDEN=1` rewrites it.
     fn golden(name: &str, text: &str) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/top/golden")
+            .join("src/cmd/top/golden")
             .join(format!("{name}.txt"));
         if std::env::var("NUMATRACE_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();

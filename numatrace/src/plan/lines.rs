@@ -6,19 +6,24 @@
 
 use numatrace_common::*;
 
-use crate::{
-    kernel::catalogue::{HookKind, Programs},
-    kernel::facts::{FentryTest, KernelFacts, KernelVersion},
-    plan::{HookPlan, Mechanism, Plan, fentry_fallback, plan},
+use super::{
+    HookKind, HookPlan, Mechanism, Plan, Programs, Reason, Refusal, fentry_fallback, plan,
 };
+use crate::kernel::facts::{FentryTest, KernelFacts, KernelVersion};
 
 /// Each line's fixture, by vm-test label.
 const LINES: &[(&str, &str)] = &[
-    ("5.10", include_str!("../tests/fixtures/kernels/5.10.json")),
-    ("6.1", include_str!("../tests/fixtures/kernels/6.1.json")),
-    ("6.8", include_str!("../tests/fixtures/kernels/6.8.json")),
-    ("6.12", include_str!("../tests/fixtures/kernels/6.12.json")),
-    ("7.x", include_str!("../tests/fixtures/kernels/7.x.json")),
+    (
+        "5.10",
+        include_str!("../../tests/fixtures/kernels/5.10.json"),
+    ),
+    ("6.1", include_str!("../../tests/fixtures/kernels/6.1.json")),
+    ("6.8", include_str!("../../tests/fixtures/kernels/6.8.json")),
+    (
+        "6.12",
+        include_str!("../../tests/fixtures/kernels/6.12.json"),
+    ),
+    ("7.x", include_str!("../../tests/fixtures/kernels/7.x.json")),
 ];
 
 fn facts(label: &str) -> KernelFacts {
@@ -192,7 +197,14 @@ fn per_line_tracepoints_and_fallbacks() {
     let p = plan(&facts("5.10"));
     let h = hook(&p, "do_huge_pmd_numa_page");
     assert_eq!(h.mechanism, Mechanism::Kprobe, "{h:?}");
-    assert!(h.reasons[0].contains("EINVAL"), "{h:?}");
+    assert!(h.reasons[0].to_string().contains("EINVAL"), "{h:?}");
+    assert!(matches!(
+        h.reasons[0],
+        Reason::Refused(Refusal::FentryRefused {
+            errno: libc::EINVAL,
+            ..
+        })
+    ));
 }
 
 /// Debian's 7.x preempts kernel code (lazy): every function hook it has takes its kprobe, so
