@@ -743,7 +743,7 @@ mod tests {
         // Desc::new validates names and label names.
         SnapshotCollector::new(&specs).unwrap();
         let readme = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md"),
         )
         .unwrap();
         for s in &specs {
