@@ -29,55 +29,116 @@ pub struct Spec {
     pub labels: Vec<&'static str>,
 }
 
+/// Every family's name, written once: the catalogue lists them and the exposition emits them,
+/// so a name that one side spells and the other does not fails to compile.
+pub mod family {
+    pub const HINT_FAULT_PAGES: &str = "numatrace_hint_fault_pages_total";
+    pub const HINT_FAULTS_BY_PAGE_SIZE: &str = "numatrace_hint_faults_by_page_size_total";
+    pub const HINT_FAULT_MIGRATE_FAILURES: &str = "numatrace_hint_fault_migrate_failures_total";
+    pub const COW_SHARED_HINT_FAULTS: &str = "numatrace_cow_shared_hint_faults_total";
+    pub const COW_SHARED_MIGRATIONS: &str = "numatrace_cow_shared_migrations_total";
+    pub const MIGRATE_CALLS: &str = "numatrace_migrate_calls_total";
+    pub const MIGRATE_PAGES: &str = "numatrace_migrate_pages_total";
+    pub const MIGRATE_THPS: &str = "numatrace_migrate_thps_total";
+    pub const MIGRATE_MISPLACED: &str = "numatrace_migrate_misplaced_total";
+    pub const MIGRATION_LATENCY_SECONDS: &str = "numatrace_migration_latency_seconds";
+    pub const MIGRATION_STALLS: &str = "numatrace_migration_stalls_total";
+    pub const MIGRATION_STALL_SECONDS: &str = "numatrace_migration_stall_seconds_total";
+    pub const PLACEMENT_EVENTS: &str = "numatrace_placement_events_total";
+    pub const PID_INACTIVE_SKIPS: &str = "numatrace_pid_inactive_skips_total";
+    pub const PID_INACTIVE_SKIPS_OVER_THREADS: &str =
+        "numatrace_pid_inactive_skips_over_threads_total";
+    pub const PID_INACTIVE_SKIPS_AT_THRESHOLD: &str =
+        "numatrace_pid_inactive_skips_at_threshold_total";
+    pub const NODE_HINT_FAULTS: &str = "numatrace_node_hint_faults_total";
+    pub const NODE_HINT_FAULT_PAGES: &str = "numatrace_node_hint_fault_pages_total";
+    pub const NODE_MIGRATIONS: &str = "numatrace_node_migrations_total";
+    pub const NODE_MIGRATED_PAGES: &str = "numatrace_node_migrated_pages_total";
+    pub const NODE_MEMORY_BYTES: &str = "numatrace_node_memory_bytes";
+    pub const NODE_TASKS: &str = "numatrace_node_tasks";
+    pub const DROPPED_EVENTS: &str = "numatrace_dropped_events_total";
+    pub const RINGBUF_RECORDS: &str = "numatrace_ringbuf_records_total";
+    pub const BPF_RUN_SECONDS: &str = "numatrace_bpf_run_seconds_total";
+    pub const BPF_RUNS: &str = "numatrace_bpf_runs_total";
+    pub const BPF_STATS_ENABLED: &str = "numatrace_bpf_stats_enabled";
+    pub const SCRAPE_DURATION_SECONDS: &str = "numatrace_scrape_duration_seconds";
+    pub const CPU_SECONDS: &str = "numatrace_cpu_seconds_total";
+    pub const SNAPSHOT_CONSISTENT: &str = "numatrace_snapshot_consistent";
+    pub const TASKS_TRACKED: &str = "numatrace_tasks_tracked";
+    pub const NUMA_BALANCING: &str = "numatrace_numa_balancing";
+    pub const HOOK_INFO: &str = "numatrace_hook_info";
+    pub const BUILD_INFO: &str = "numatrace_build_info";
+}
+
+/// The per-scope workload families' names, after the scope's prefix.
+pub mod workload {
+    pub const SCAN_SECONDS: &str = "scan_seconds_total";
+    pub const SCAN_CPU_SECONDS: &str = "scan_cpu_seconds_total";
+    pub const SCAN_CALLS: &str = "scan_calls_total";
+    pub const RUN_SECONDS: &str = "run_seconds_total";
+    pub const PTE_UPDATES: &str = "pte_updates_total";
+    pub const HINT_FAULTS: &str = "hint_faults_total";
+    pub const MIGRATED_PAGES: &str = "migrated_pages_total";
+    pub const SKIPPED_VMAS: &str = "skipped_vmas_total";
+}
+
+/// The prefixes of the workload families' scopes.
+pub mod scope {
+    pub const ALL: &str = "numatrace_";
+    pub const CGROUP: &str = "numatrace_cgroup_";
+    pub const TASK: &str = "numatrace_task_";
+    pub const SELF: &str = "numatrace_self_";
+}
+
 /// Families exported at each level of aggregation: in total (`numatrace_`), per cgroup
 /// (`numatrace_cgroup_`, label `cgroup`), per task (`numatrace_task_`, labels `comm`, `pid`) and
 /// for numatrace's own threads (`numatrace_self_`).
 pub const WORKLOAD: [(&str, &[&str], &str); 8] = [
     (
-        "scan_seconds_total",
+        workload::SCAN_SECONDS,
         &[],
         "Wall-clock time inside task_numa_work, the PTE scanner (seconds).",
     ),
     (
-        "scan_cpu_seconds_total",
+        workload::SCAN_CPU_SECONDS,
         &[],
         "CPU time spent inside task_numa_work (sum_exec_runtime across the calls, seconds); \
          divided by run_seconds_total it is the scan share that the 3% cap bounds.",
     ),
-    ("scan_calls_total", &[], "task_numa_work calls."),
+    (workload::SCAN_CALLS, &[], "task_numa_work calls."),
     (
-        "run_seconds_total",
+        workload::RUN_SECONDS,
         &[],
         "CPU time of the tasks between the first and the latest event numatrace saw of each \
          (sum_exec_runtime, seconds).",
     ),
     (
-        "pte_updates_total",
+        workload::PTE_UPDATES,
         &[],
         "Page-table entries change_prot_numa made PROT_NONE (the kernel's numa_pte_updates).",
     ),
     (
-        "hint_faults_total",
+        workload::HINT_FAULTS,
         &["locality"],
         "NUMA hint faults, local (the page was on the faulting CPU's node) or remote.",
     ),
     (
-        "migrated_pages_total",
+        workload::MIGRATED_PAGES,
         &[],
         "Pages migrated by NUMA hint faults (TNF_MIGRATED; the kernel's numa_pages_migrated).",
     ),
     (
-        "skipped_vmas_total",
+        workload::SKIPPED_VMAS,
         &["reason"],
         "VMAs the scanner skipped (sched_skip_vma_numa), by the kernel's reason.",
     ),
 ];
 
 pub const SCOPES: [(&str, &[&str], &str); 4] = [
-    ("numatrace_", &[], "All traced tasks"),
-    ("numatrace_cgroup_", &["cgroup"], "Per cgroup"),
-    ("numatrace_task_", &["comm", "pid"], "Per task (top N)"),
-    ("numatrace_self_", &[], "numatrace's own threads"),
+    (scope::ALL, &[], "All traced tasks"),
+    (scope::CGROUP, &["cgroup"], "Per cgroup"),
+    (scope::TASK, &["comm", "pid"], "Per task (top N)"),
+    (scope::SELF, &[], "numatrace's own threads"),
 ];
 
 fn spec(name: &str, kind: Kind, labels: &[&'static str], help: &str) -> Spec {
@@ -94,213 +155,213 @@ fn fixed() -> Vec<Spec> {
     use Kind::*;
     vec![
         spec(
-            "numatrace_hint_fault_pages_total",
+            family::HINT_FAULT_PAGES,
             Counter,
             &[],
             "Pages the hint faults covered (a PMD THP fault covers 512).",
         ),
         spec(
-            "numatrace_hint_faults_by_page_size_total",
+            family::HINT_FAULTS_BY_PAGE_SIZE,
             Counter,
             &["page_size"],
             "Hint faults by the size of the faulting page: base, pmd (THP) or large (other \
              large folios).",
         ),
         spec(
-            "numatrace_hint_fault_migrate_failures_total",
+            family::HINT_FAULT_MIGRATE_FAILURES,
             Counter,
             &[],
             "Hint faults whose page migration failed (TNF_MIGRATE_FAIL).",
         ),
         spec(
-            "numatrace_cow_shared_hint_faults_total",
+            family::COW_SHARED_HINT_FAULTS,
             Counter,
             &["page_size"],
             "Hint faults on copy-on-write pages mapped more than once (seed 000), base or large.",
         ),
         spec(
-            "numatrace_cow_shared_migrations_total",
+            family::COW_SHARED_MIGRATIONS,
             Counter,
             &[],
             "COW-shared pages those faults migrated.",
         ),
         spec(
-            "numatrace_migrate_calls_total",
+            family::MIGRATE_CALLS,
             Counter,
             &[],
             "migrate_pages() calls for NUMA balancing (mm_migrate_pages, reason numa_misplaced).",
         ),
         spec(
-            "numatrace_migrate_pages_total",
+            family::MIGRATE_PAGES,
             Counter,
             &["result"],
             "Pages those calls migrated (succeeded) or not (failed), from mm_migrate_pages.",
         ),
         spec(
-            "numatrace_migrate_thps_total",
+            family::MIGRATE_THPS,
             Counter,
             &["result"],
             "Transparent huge pages among them.",
         ),
         spec(
-            "numatrace_migrate_misplaced_total",
+            family::MIGRATE_MISPLACED,
             Counter,
             &["result"],
             "migrate_misplaced_folio/_page calls that migrated or not_migrated.",
         ),
         spec(
-            "numatrace_migration_latency_seconds",
+            family::MIGRATION_LATENCY_SECONDS,
             Histogram,
             &[],
             "Duration of migrate_misplaced_folio/_page calls (seconds, from log2 buckets).",
         ),
         spec(
-            "numatrace_migration_stalls_total",
+            family::MIGRATION_STALLS,
             Counter,
             &[],
             "Waits on a page under migration (migration_entry_wait).",
         ),
         spec(
-            "numatrace_migration_stall_seconds_total",
+            family::MIGRATION_STALL_SECONDS,
             Counter,
             &[],
             "Time spent in those waits (seconds).",
         ),
         spec(
-            "numatrace_placement_events_total",
+            family::PLACEMENT_EVENTS,
             Counter,
             &["kind"],
             "Task placement: move (sched_move_numa), swap_out / swap_in (sched_swap_numa as \
              initiator / as the other task), stick and stick_no_target (sched_stick_numa).",
         ),
         spec(
-            "numatrace_pid_inactive_skips_total",
+            family::PID_INACTIVE_SKIPS,
             Counter,
             &[],
             "pid_inactive VMA skips whose scan-sequence gap was recorded (seed 002).",
         ),
         spec(
-            "numatrace_pid_inactive_skips_over_threads_total",
+            family::PID_INACTIVE_SKIPS_OVER_THREADS,
             Counter,
             &[],
             "Of those, skips with a gap larger than the task's thread count (a VMA seed 002 \
              would have scanned).",
         ),
         spec(
-            "numatrace_pid_inactive_skips_at_threshold_total",
+            family::PID_INACTIVE_SKIPS_AT_THRESHOLD,
             Counter,
             &[],
             "Of those, skips with a gap equal to the thread count.",
         ),
         spec(
-            "numatrace_node_hint_faults_total",
+            family::NODE_HINT_FAULTS,
             Counter,
             &["node", "locality"],
             "Hint faults by the faulting CPU's node, local or remote.",
         ),
         spec(
-            "numatrace_node_hint_fault_pages_total",
+            family::NODE_HINT_FAULT_PAGES,
             Counter,
             &["node"],
             "Pages those faults covered.",
         ),
         spec(
-            "numatrace_node_migrations_total",
+            family::NODE_MIGRATIONS,
             Counter,
             &["src", "dst", "result"],
             "migrate_misplaced_folio/_page calls (folios) by source and destination node; src \
              \"unknown\" when the source could not be resolved.",
         ),
         spec(
-            "numatrace_node_migrated_pages_total",
+            family::NODE_MIGRATED_PAGES,
             Counter,
             &["src", "dst"],
             "Pages hint faults migrated, by source and destination node.",
         ),
         spec(
-            "numatrace_node_memory_bytes",
+            family::NODE_MEMORY_BYTES,
             Gauge,
             &["node", "state"],
             "Memory of the node (state total or free), from sysfs.",
         ),
         spec(
-            "numatrace_node_tasks",
+            family::NODE_TASKS,
             Gauge,
             &["node", "role"],
             "Live traced tasks whose preferred node it is (role preferred) or that last ran \
              an event on it (role last_ran).",
         ),
         spec(
-            "numatrace_dropped_events_total",
+            family::DROPPED_EVENTS,
             Counter,
             &["cause"],
             "What could not be counted or delivered, by cause (see the stat report's `dropped`).",
         ),
         spec(
-            "numatrace_ringbuf_records_total",
+            family::RINGBUF_RECORDS,
             Counter,
             &["kind"],
             "Ring-buffer records read, by kind.",
         ),
         spec(
-            "numatrace_bpf_run_seconds_total",
+            family::BPF_RUN_SECONDS,
             Counter,
             &["program"],
             "Time the kernel spent running each of numatrace's programs (BPF run-time \
              statistics, on while serving; seconds).",
         ),
         spec(
-            "numatrace_bpf_runs_total",
+            family::BPF_RUNS,
             Counter,
             &["program"],
             "Runs of each program.",
         ),
         spec(
-            "numatrace_bpf_stats_enabled",
+            family::BPF_STATS_ENABLED,
             Gauge,
             &[],
             "1 when the kernel's BPF run-time statistics are on (numatrace_bpf_* are counted).",
         ),
         spec(
-            "numatrace_scrape_duration_seconds",
+            family::SCRAPE_DURATION_SECONDS,
             Gauge,
             &[],
             "Time this response took to read the kernel side and build (seconds).",
         ),
         spec(
-            "numatrace_cpu_seconds_total",
+            family::CPU_SECONDS,
             Counter,
             &[],
             "numatrace's own CPU time (user + system, seconds; process_cpu_seconds_total counts \
              whole seconds only).",
         ),
         spec(
-            "numatrace_snapshot_consistent",
+            family::SNAPSHOT_CONSISTENT,
             Gauge,
             &[],
             "1 when nothing was counted while the kernel maps were read.",
         ),
         spec(
-            "numatrace_tasks_tracked",
+            family::TASKS_TRACKED,
             Gauge,
             &[],
             "Tasks whose counts numatrace holds (live, and exited ones not yet folded away).",
         ),
         spec(
-            "numatrace_numa_balancing",
+            family::NUMA_BALANCING,
             Gauge,
             &[],
             "kernel.numa_balancing when serve started (0 off, 1 normal, 2 memory tiering, 3 both).",
         ),
         spec(
-            "numatrace_hook_info",
+            family::HOOK_INFO,
             Gauge,
             &["hook", "mechanism", "attached", "kernel"],
             "One series per hook: how it is attached on this kernel (fentry, kprobe, \
              tracepoint, tp_btf, perf_event or none).",
         ),
         spec(
-            "numatrace_build_info",
+            family::BUILD_INFO,
             Gauge,
             &["version"],
             "numatrace's version.",
@@ -345,20 +406,51 @@ pub fn families<'a>(vmstat_names: impl IntoIterator<Item = &'a String>) -> Vec<S
 }
 
 /// The catalogue as text, for `serve --help`.
+/// The families `serve --help` and the docs list: the workload ones once, not per scope.
+fn listed() -> impl Iterator<Item = Spec> {
+    families(&[]).into_iter().filter(|f| {
+        ![scope::CGROUP, scope::TASK, scope::SELF]
+            .iter()
+            .any(|p| f.name.starts_with(p))
+    })
+}
+
+const SCOPES_NOTE: &str = "every workload family also exists per cgroup, per task and for \
+                           numatrace itself: numatrace_cgroup_*, numatrace_task_*, \
+                           numatrace_self_*";
+const VMSTAT_HELP: &str =
+    "The kernel's own numa_* and pgmigrate_* counters from /proc/vmstat, to cross-check against.";
+
+/// The catalogue as a Markdown table: the generated part of docs/metrics.md.
+pub fn markdown() -> String {
+    let mut s =
+        format!("Metrics ({SCOPES_NOTE}):\n\n| name | type | labels | help |\n|---|---|---|---|\n");
+    let rows = listed()
+        .map(|f| {
+            let labels: Vec<String> = f.labels.iter().map(|l| format!("`{l}`")).collect();
+            let help = f.help.trim_start_matches("All traced tasks: ").to_owned();
+            (f.name, f.kind.as_str(), labels.join(", "), help)
+        })
+        .chain(std::iter::once((
+            "numatrace_vmstat_<name>_total".to_owned(),
+            "counter",
+            String::new(),
+            VMSTAT_HELP.to_owned(),
+        )));
+    for (name, kind, labels, help) in rows {
+        let _ = writeln!(
+            s,
+            "| `{name}` | {kind} | {labels} | {} |",
+            help.replace('|', "\\|")
+        );
+    }
+    s
+}
+
 pub fn describe() -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "Metrics (every workload family also exists per cgroup, per task and for numatrace \
-         itself: numatrace_cgroup_*, numatrace_task_*, numatrace_self_*):"
-    );
-    for f in families(&[]) {
-        if f.name.starts_with("numatrace_cgroup_")
-            || f.name.starts_with("numatrace_task_")
-            || f.name.starts_with("numatrace_self_")
-        {
-            continue;
-        }
+    let _ = writeln!(s, "Metrics ({SCOPES_NOTE}):");
+    for f in listed() {
         let labels = if f.labels.is_empty() {
             String::new()
         } else {
@@ -374,8 +466,32 @@ pub fn describe() -> String {
     }
     let _ = writeln!(
         s,
-        "  numatrace_vmstat_<name>_total (counter)\n      The kernel's own numa_* and \
-         pgmigrate_* counters from /proc/vmstat, to cross-check against."
+        "  numatrace_vmstat_<name>_total (counter)\n      {VMSTAT_HELP}"
     );
     s
+}
+
+#[cfg(test)]
+mod tests {
+    /// docs/metrics.md ends with the catalogue's table: regenerated with
+    /// `NUMATRACE_UPDATE_DOCS=1 cargo test -p numatrace --lib metrics`, checked otherwise.
+    #[test]
+    fn the_docs_table_is_the_catalogue() {
+        const MARK: &str = "<!-- generated from numatrace/src/report/metrics.rs by \
+                            `NUMATRACE_UPDATE_DOCS=1 cargo test -p numatrace --lib metrics`; \
+                            do not edit below -->\n";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let at = doc
+            .find(MARK)
+            .expect("docs/metrics.md lacks the generated-part marker");
+        let want = format!("{}{MARK}\n{}", &doc[..at], super::markdown());
+        if std::env::var("NUMATRACE_UPDATE_DOCS").is_ok_and(|v| v == "1") {
+            std::fs::write(&path, &want).unwrap();
+        }
+        assert!(
+            doc == want,
+            "docs/metrics.md's table differs from the catalogue: run with NUMATRACE_UPDATE_DOCS=1"
+        );
+    }
 }

@@ -16,7 +16,7 @@ use crate::{
     model::Filter,
     model::{Counts, skip_reason_name},
     report::{
-        metrics::{Kind, Spec, vmstat_exported, vmstat_family},
+        metrics::{Kind, Spec, family, scope, vmstat_exported, vmstat_family, workload},
         stat::Dropped,
     },
 };
@@ -136,23 +136,28 @@ impl<'s> Builder<'s> {
             b.sample(&format!("{prefix}{suffix}"), &refs, v);
         };
         let secs = |ns: u64| ns as f64 / 1e9;
-        put(self, "scan_seconds_total", &[], secs(c.scan.time_ns));
+        put(self, workload::SCAN_SECONDS, &[], secs(c.scan.time_ns));
         put(
             self,
-            "scan_cpu_seconds_total",
+            workload::SCAN_CPU_SECONDS,
             &[],
             secs(c.scan.runtime_in_scan_ns),
         );
-        put(self, "scan_calls_total", &[], c.scan.calls as f64);
-        put(self, "run_seconds_total", &[], secs(c.scan.task_runtime_ns));
-        put(self, "pte_updates_total", &[], c.scan.pte_updates as f64);
-        let local = c.hint_faults.local;
-        let remote = c.hint_faults.faults.saturating_sub(local);
-        put(self, "hint_faults_total", &["local"], local as f64);
-        put(self, "hint_faults_total", &["remote"], remote as f64);
+        put(self, workload::SCAN_CALLS, &[], c.scan.calls as f64);
         put(
             self,
-            "migrated_pages_total",
+            workload::RUN_SECONDS,
+            &[],
+            secs(c.scan.task_runtime_ns),
+        );
+        put(self, workload::PTE_UPDATES, &[], c.scan.pte_updates as f64);
+        let local = c.hint_faults.local;
+        let remote = c.hint_faults.faults.saturating_sub(local);
+        put(self, workload::HINT_FAULTS, &["local"], local as f64);
+        put(self, workload::HINT_FAULTS, &["remote"], remote as f64);
+        put(
+            self,
+            workload::MIGRATED_PAGES,
             &[],
             c.hint_faults.migrated_pages as f64,
         );
@@ -162,7 +167,7 @@ impl<'s> Builder<'s> {
             if n > 0 || scope.is_empty() {
                 put(
                     self,
-                    "skipped_vmas_total",
+                    workload::SKIPPED_VMAS,
                     &[skip_reason_name(slot)],
                     n as f64,
                 );
@@ -200,72 +205,60 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
     let snap = i.snap;
     let t = &fold.totals;
 
-    b.workload("numatrace_", &[], t);
-    b.workload("numatrace_self_", &[], &fold.own);
+    b.workload(scope::ALL, &[], t);
+    b.workload(scope::SELF, &[], &fold.own);
     for (cg, c) in &fold.cgroups {
-        b.workload("numatrace_cgroup_", &[cg.as_str()], c);
+        b.workload(scope::CGROUP, &[cg.as_str()], c);
     }
     for s in &fold.tasks {
         b.workload(
-            "numatrace_task_",
+            scope::TASK,
             &[s.comm.as_str(), &s.pid.to_string()],
             &s.counts,
         );
     }
     // Always there, so that the per-task families exist before any task qualifies.
-    b.workload("numatrace_task_", &[OTHER, OTHER], &fold.other_tasks);
+    b.workload(scope::TASK, &[OTHER, OTHER], &fold.other_tasks);
 
     let h = &t.hint_faults;
-    b.sample("numatrace_hint_fault_pages_total", &[], h.pages as f64);
+    b.sample(family::HINT_FAULT_PAGES, &[], h.pages as f64);
     for (size, n) in [
         ("base", h.faults_4k),
         ("pmd", h.faults_thp),
         ("large", h.faults_large),
     ] {
-        b.sample(
-            "numatrace_hint_faults_by_page_size_total",
-            &[size],
-            n as f64,
-        );
+        b.sample(family::HINT_FAULTS_BY_PAGE_SIZE, &[size], n as f64);
     }
     b.sample(
-        "numatrace_hint_fault_migrate_failures_total",
+        family::HINT_FAULT_MIGRATE_FAILURES,
         &[],
         h.migrate_failed as f64,
     );
     let cow_base = h.cow_shared.saturating_sub(h.cow_shared_large);
+    b.sample(family::COW_SHARED_HINT_FAULTS, &["base"], cow_base as f64);
     b.sample(
-        "numatrace_cow_shared_hint_faults_total",
-        &["base"],
-        cow_base as f64,
-    );
-    b.sample(
-        "numatrace_cow_shared_hint_faults_total",
+        family::COW_SHARED_HINT_FAULTS,
         &["large"],
         h.cow_shared_large as f64,
     );
     b.sample(
-        "numatrace_cow_shared_migrations_total",
+        family::COW_SHARED_MIGRATIONS,
         &[],
         h.cow_shared_migrated as f64,
     );
 
     let m = &t.migrations;
-    b.sample("numatrace_migrate_calls_total", &[], m.calls as f64);
+    b.sample(family::MIGRATE_CALLS, &[], m.calls as f64);
     for (result, pages, thps) in [
         ("succeeded", m.pages_ok, m.thp_ok),
         ("failed", m.pages_failed, m.thp_failed),
     ] {
-        b.sample("numatrace_migrate_pages_total", &[result], pages as f64);
-        b.sample("numatrace_migrate_thps_total", &[result], thps as f64);
+        b.sample(family::MIGRATE_PAGES, &[result], pages as f64);
+        b.sample(family::MIGRATE_THPS, &[result], thps as f64);
     }
+    b.sample(family::MIGRATE_MISPLACED, &["migrated"], m.succeeded as f64);
     b.sample(
-        "numatrace_migrate_misplaced_total",
-        &["migrated"],
-        m.succeeded as f64,
-    );
-    b.sample(
-        "numatrace_migrate_misplaced_total",
+        family::MIGRATE_MISPLACED,
         &["not_migrated"],
         m.not_migrated as f64,
     );
@@ -275,14 +268,14 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
         .map(|b| ((1u64 << b) as f64 / 1e9, cum(b)))
         .collect();
     b.histogram(
-        "numatrace_migration_latency_seconds",
+        family::MIGRATION_LATENCY_SECONDS,
         &buckets,
         lat.iter().sum(),
         m.latency_ns_total as f64 / 1e9,
     );
-    b.sample("numatrace_migration_stalls_total", &[], m.stalls as f64);
+    b.sample(family::MIGRATION_STALLS, &[], m.stalls as f64);
     b.sample(
-        "numatrace_migration_stall_seconds_total",
+        family::MIGRATION_STALL_SECONDS,
         &[],
         m.stall_ns as f64 / 1e9,
     );
@@ -294,20 +287,12 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
         ("stick", p.sticks),
         ("stick_no_target", p.stick_no_target),
     ] {
-        b.sample("numatrace_placement_events_total", &[kind], n as f64);
+        b.sample(family::PLACEMENT_EVENTS, &[kind], n as f64);
     }
     let (skips, over, at) = i.gaps;
-    b.sample("numatrace_pid_inactive_skips_total", &[], skips as f64);
-    b.sample(
-        "numatrace_pid_inactive_skips_over_threads_total",
-        &[],
-        over as f64,
-    );
-    b.sample(
-        "numatrace_pid_inactive_skips_at_threshold_total",
-        &[],
-        at as f64,
-    );
+    b.sample(family::PID_INACTIVE_SKIPS, &[], skips as f64);
+    b.sample(family::PID_INACTIVE_SKIPS_OVER_THREADS, &[], over as f64);
+    b.sample(family::PID_INACTIVE_SKIPS_AT_THRESHOLD, &[], at as f64);
 
     nodes(&mut b, snap);
 
@@ -328,32 +313,28 @@ fn nodes(b: &mut Builder, snap: &Snapshot) {
     for r in &rows {
         let node = r.node.to_string();
         b.sample(
-            "numatrace_node_hint_faults_total",
+            family::NODE_HINT_FAULTS,
             &[&node, "local"],
             r.hint_faults_local as f64,
         );
         b.sample(
-            "numatrace_node_hint_faults_total",
+            family::NODE_HINT_FAULTS,
             &[&node, "remote"],
             r.hint_faults_remote as f64,
         );
-        b.sample(
-            "numatrace_node_hint_fault_pages_total",
-            &[&node],
-            r.hint_pages as f64,
-        );
+        b.sample(family::NODE_HINT_FAULT_PAGES, &[&node], r.hint_pages as f64);
         for (state, v) in [("total", r.mem_total_bytes), ("free", r.mem_free_bytes)] {
             if let Some(v) = v {
-                b.sample("numatrace_node_memory_bytes", &[&node, state], v as f64);
+                b.sample(family::NODE_MEMORY_BYTES, &[&node, state], v as f64);
             }
         }
         b.sample(
-            "numatrace_node_tasks",
+            family::NODE_TASKS,
             &[&node, "preferred"],
             r.tasks_preferring as f64,
         );
         b.sample(
-            "numatrace_node_tasks",
+            family::NODE_TASKS,
             &[&node, "last_ran"],
             r.tasks_last_ran as f64,
         );
@@ -373,20 +354,16 @@ fn nodes(b: &mut Builder, snap: &Snapshot) {
     for ((src, dst), (ok, failed, pages)) in cells {
         let (src, dst) = (node_label(src), dst.to_string());
         b.sample(
-            "numatrace_node_migrations_total",
+            family::NODE_MIGRATIONS,
             &[&src, &dst, "migrated"],
             ok as f64,
         );
         b.sample(
-            "numatrace_node_migrations_total",
+            family::NODE_MIGRATIONS,
             &[&src, &dst, "not_migrated"],
             failed as f64,
         );
-        b.sample(
-            "numatrace_node_migrated_pages_total",
-            &[&src, &dst],
-            pages as f64,
-        );
+        b.sample(family::NODE_MIGRATED_PAGES, &[&src, &dst], pages as f64);
     }
     const _: () = assert!(NODE_FAULT_FIELDS >= 3 && MAX_NODES >= 1);
 }
@@ -397,7 +374,7 @@ fn own(b: &mut Builder, i: &Inputs) {
     if let Some(fields) = dropped.as_object() {
         for (cause, v) in fields.iter().filter(|(k, _)| *k != "total") {
             b.sample(
-                "numatrace_dropped_events_total",
+                family::DROPPED_EVENTS,
                 &[cause],
                 v.as_u64().unwrap_or(0) as f64,
             );
@@ -414,29 +391,29 @@ fn own(b: &mut Builder, i: &Inputs) {
         ("vma_scan", e.vma_scan),
         ("span", e.spans),
     ] {
-        b.sample("numatrace_ringbuf_records_total", &[kind], n as f64);
+        b.sample(family::RINGBUF_RECORDS, &[kind], n as f64);
     }
     for (prog, ns, runs) in i.programs {
-        b.sample("numatrace_bpf_run_seconds_total", &[prog], *ns as f64 / 1e9);
-        b.sample("numatrace_bpf_runs_total", &[prog], *runs as f64);
+        b.sample(family::BPF_RUN_SECONDS, &[prog], *ns as f64 / 1e9);
+        b.sample(family::BPF_RUNS, &[prog], *runs as f64);
     }
     b.sample(
-        "numatrace_bpf_stats_enabled",
+        family::BPF_STATS_ENABLED,
         &[],
         f64::from(u8::from(i.bpf_stats)),
     );
-    b.sample("numatrace_scrape_duration_seconds", &[], i.scrape_seconds);
+    b.sample(family::SCRAPE_DURATION_SECONDS, &[], i.scrape_seconds);
     if let Some(ns) = i.own_cpu_ns {
-        b.sample("numatrace_cpu_seconds_total", &[], ns as f64 / 1e9);
+        b.sample(family::CPU_SECONDS, &[], ns as f64 / 1e9);
     }
     b.sample(
-        "numatrace_snapshot_consistent",
+        family::SNAPSHOT_CONSISTENT,
         &[],
         f64::from(u8::from(snap.consistent)),
     );
-    b.sample("numatrace_tasks_tracked", &[], i.tasks_tracked as f64);
+    b.sample(family::TASKS_TRACKED, &[], i.tasks_tracked as f64);
     if let Some(mode) = i.numa_balancing {
-        b.sample("numatrace_numa_balancing", &[], f64::from(mode));
+        b.sample(family::NUMA_BALANCING, &[], f64::from(mode));
     }
     for h in i.hooks {
         let mechanism = if h.attached {
@@ -445,7 +422,7 @@ fn own(b: &mut Builder, i: &Inputs) {
             "none".to_owned()
         };
         b.sample(
-            "numatrace_hook_info",
+            family::HOOK_INFO,
             &[
                 &h.name,
                 &mechanism,
@@ -455,7 +432,7 @@ fn own(b: &mut Builder, i: &Inputs) {
             1.0,
         );
     }
-    b.sample("numatrace_build_info", &[env!("CARGO_PKG_VERSION")], 1.0);
+    b.sample(family::BUILD_INFO, &[env!("CARGO_PKG_VERSION")], 1.0);
 }
 
 /// Counters never go below what they were last exported as. The kernel side adds to a total
@@ -752,7 +729,7 @@ mod tests {
                 .iter()
                 .any(|p| s.name.starts_with(p))
                 || readme.contains(&format!("`{}", s.name));
-            assert!(documented, "{} is not in the README", s.name);
+            assert!(documented, "{} is not in docs/metrics.md", s.name);
             assert!(
                 s.kind != catalogue::Kind::Counter || s.name.ends_with("_total"),
                 "{}",
