@@ -201,13 +201,8 @@ pub struct RecordArgs {
     #[arg(long, short = 'p', conflicts_with = "command")]
     pub pid: Option<u32>,
 
-    /// Only tasks with this comm in the report (everything is still recorded).
-    #[arg(long, value_name = "NAME")]
-    pub comm: Option<String>,
-
-    /// Only tasks in this cgroup v2 directory or below it, in the report.
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<String>,
+    #[command(flatten)]
+    pub view: ViewArgs,
 
     /// Past this size (e.g. 200M, 2G) events and samples are counted, not written; the closing
     /// sections always are.
@@ -223,26 +218,15 @@ pub struct RecordArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
 
-    /// Capacity of the in-kernel per-task table (see `stat --max-tasks`).
-    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
-    pub max_tasks: u32,
-
     /// Ring buffer size (see `stat --ringbuf-size`).
     #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
 
-    /// Sampling frequency of the scan-share fallback (see `stat --sample-hz`).
-    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
-    pub sample_hz: u64,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
 
-    /// Run COMMAND as USER (a name or uid; strace's -u). Under sudo the default is the user who
-    /// ran sudo; `--user root` keeps root.
-    #[arg(long, short = 'u', value_name = "USER", requires = "command")]
-    pub user: Option<String>,
-
-    /// Record this command and its children, from its first instruction to its exit.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
+    #[command(flatten)]
+    pub traced: TracedArgs,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -270,8 +254,9 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
 
-    /// Same as --format json.
-    #[arg(long, conflicts_with = "format")]
+    /// Same as --format json: kept working for scripts written against older versions, and
+    /// hidden from the help, which names one way.
+    #[arg(long, conflicts_with = "format", hide = true)]
     pub json: bool,
 
     /// Write to FILE instead of stdout (whole or not at all, mode 0600, yours under sudo; an
@@ -320,7 +305,7 @@ const SERVE_AFTER_HELP: &str = "Examples:\n  \
     sudo numatrace serve --listen 0.0.0.0:19472  scraped from other machines\n  \
     sudo numatrace serve --top-tasks 50 --cgroups-depth 3\n\n\
     Series are bounded: workload families x (total + self + cgroups + top tasks + other), cgroups \
-    at most --max-cgroups (+ other), and node families x nodes^2 (the README has the exact \
+    at most --max-cgroups (+ other), and node families x nodes^2 (docs/serve.md has the exact \
     bound). `numatrace serve --metrics` prints the list below alone.";
 
 #[derive(Debug, Args)]
@@ -342,13 +327,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 200)]
     pub max_cgroups: usize,
 
-    /// Capacity of the in-kernel per-task table (see `stat --max-tasks`).
-    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
-    pub max_tasks: u32,
-
-    /// Sampling frequency of the scan-share fallback (see `stat --sample-hz`).
-    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
-    pub sample_hz: u64,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
 
     /// Print every metric family (name, type, labels, meaning) and exit; needs no root.
     #[arg(long)]
@@ -448,21 +428,11 @@ pub struct TopArgs {
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
 
-    /// Only tasks whose name (comm, at most 15 characters) is NAME.
-    #[arg(long, value_name = "NAME")]
-    pub comm: Option<String>,
+    #[command(flatten)]
+    pub view: ViewArgs,
 
-    /// Only tasks in this cgroup v2 directory or below it (see `stat --cgroup`).
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<String>,
-
-    /// Capacity of the in-kernel per-task table (see `stat --max-tasks`).
-    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
-    pub max_tasks: u32,
-
-    /// Sampling frequency of the scan-share fallback (see `stat --sample-hz`).
-    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
-    pub sample_hz: u64,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
 }
 
 #[derive(Debug, Args)]
@@ -471,7 +441,7 @@ pub struct StatArgs {
     #[arg(long, short = 'd', value_parser = parse_duration, conflicts_with = "command")]
     pub duration: Option<Duration>,
 
-    /// Print JSON (schema numatrace.stat/1, see the README) instead of a table.
+    /// Print JSON (schema numatrace.stat/1, see docs/json-schema.md) instead of a table.
     #[arg(long)]
     pub json: bool,
 
@@ -489,24 +459,12 @@ pub struct StatArgs {
     #[arg(long, short = 'p', conflicts_with = "command")]
     pub pid: Option<u32>,
 
-    /// Only tasks whose name (comm, at most 15 characters) is NAME.
-    #[arg(long, value_name = "NAME")]
-    pub comm: Option<String>,
-
-    /// Only tasks in this cgroup v2 directory or below it: a path under the cgroup2 mount
-    /// (`/system.slice/foo.service`) or the full path (`/sys/fs/cgroup/system.slice/foo.service`).
-    /// Everything is still counted; the report shows that subtree (cgroup v2 only).
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<String>,
+    #[command(flatten)]
+    pub view: ViewArgs,
 
     /// Rows in the text table (the JSON always lists every task).
     #[arg(long, default_value_t = 25)]
     pub rows: usize,
-
-    /// Capacity of the in-kernel per-task table; tasks beyond it evict the least recently
-    /// updated ones (reported under "dropped").
-    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
-    pub max_tasks: u32,
 
     /// Capacity of the in-kernel per-VMA table of PTE updates; VMAs beyond it are counted
     /// under "dropped" (their PTE updates still count per task).
@@ -517,21 +475,55 @@ pub struct StatArgs {
     #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
 
-    /// Sampling frequency (per CPU) of the scan-share fallback, used only where task_numa_work
-    /// cannot be hooked: more samples, finer estimates, more overhead.
-    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
-    pub sample_hz: u64,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
 
     /// Forward the kernel programs' debug messages (aya-log) to numatrace's log at debug level.
     #[arg(long)]
     pub bpf_log: bool,
 
+    #[command(flatten)]
+    pub traced: TracedArgs,
+}
+
+/// Which tasks a view shows: `stat`, `top` and `record` take the same filters.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ViewArgs {
+    /// Only tasks whose name (comm, at most 15 characters) is NAME.
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+
+    /// Only tasks in this cgroup v2 directory or below it: a path under the cgroup2 mount
+    /// (`/system.slice/foo.service`) or the full path (`/sys/fs/cgroup/system.slice/foo.service`).
+    /// Everything is still counted (and recorded); the view shows that subtree (cgroup v2 only).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+}
+
+/// The kernel side's table size and sampling rate, as every attaching subcommand takes them.
+#[derive(Clone, Debug, Args)]
+pub struct KernelArgs {
+    /// Capacity of the in-kernel per-task table; tasks beyond it evict the least recently
+    /// updated ones (reported under "dropped").
+    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_tasks: u32,
+
+    /// Sampling frequency (per CPU) of the scan-share fallback, used only where task_numa_work
+    /// cannot be hooked: more samples, finer estimates, more overhead.
+    #[arg(long, default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub sample_hz: u64,
+}
+
+/// A command numatrace starts and traces from its first instruction (`stat`, `record`).
+#[derive(Clone, Debug, Default, Args)]
+pub struct TracedArgs {
     /// Run COMMAND as USER (a name or uid; strace's -u). Under sudo the default is the user who
     /// ran sudo; `--user root` keeps root.
     #[arg(long, short = 'u', value_name = "USER", requires = "command")]
     pub user: Option<String>,
 
-    /// The command to run and trace, after `--`.
+    /// The command to run and trace, after `--`: it and its children, from its first
+    /// instruction to its exit.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
@@ -586,9 +578,9 @@ mod tests {
             panic!()
         };
         assert!(a.json);
-        assert_eq!(a.command, ["ls", "-l"]);
+        assert_eq!(a.traced.command, ["ls", "-l"]);
         assert_eq!(a.duration, None);
-        assert_eq!(a.max_tasks, DEFAULT_MAX_TASKS);
+        assert_eq!(a.kernel.max_tasks, DEFAULT_MAX_TASKS);
     }
 
     #[test]
@@ -608,7 +600,7 @@ mod tests {
             panic!()
         };
         assert_eq!(a.duration, Some(Duration::from_secs(16)), "bare seconds");
-        assert_eq!(a.cgroup.as_deref(), Some("/system.slice"));
+        assert_eq!(a.view.cgroup.as_deref(), Some("/system.slice"));
         assert_eq!(a.max_vmas, MAX_VMAS);
     }
 

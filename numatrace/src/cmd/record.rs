@@ -212,7 +212,8 @@ impl Observer for Recorder {
 
 pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     let mut signals = Signals::new()?;
-    let run_as = crate::identity::for_traced_command(args.user.as_deref(), &args.command)?;
+    let run_as =
+        crate::identity::for_traced_command(args.traced.user.as_deref(), &args.traced.command)?;
     // Created before anything is attached: an unwritable or taken place fails at once.
     let (path, file) = match &args.output {
         Some(p) => (p.clone(), crate::safe_fs::create_new(p, args.force)?),
@@ -246,15 +247,15 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     let opts = CollectOptions {
         duration: args.duration,
         pid: args.pid,
-        command: args.command.clone(),
+        command: args.traced.command.clone(),
         quiet_command: false,
         run_as,
-        comm: args.comm.clone(),
-        cgroup: args.cgroup.clone(),
-        max_tasks: args.max_tasks,
+        comm: args.view.comm.clone(),
+        cgroup: args.view.cgroup.clone(),
+        max_tasks: args.kernel.max_tasks,
         max_vmas: numatrace_common::MAX_VMAS,
         ringbuf_size: args.ringbuf_size,
-        sample_hz: args.sample_hz,
+        sample_hz: args.kernel.sample_hz,
         bpf_log: false,
         no_fentry,
         emit_spans: true,

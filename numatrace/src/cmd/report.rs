@@ -10,7 +10,7 @@ use crate::{
     capture::Capture,
     cli::{ReportArgs, ReportFormat},
     kernel::facts::KernelSummary,
-    model::{Filter, Window},
+    model::Window,
     report::verdicts::{CheckResult, NEED_REPRODUCER, offline_verdicts},
     report::{
         chrome::write_trace,
@@ -68,10 +68,7 @@ pub fn stat_of(cap: &Capture) -> StatReport {
                 .unwrap_or_else(|| Window::system_wide(0.0, false))
         },
     };
-    let filter = Filter {
-        comm: window.comm_filter.clone(),
-        cgroup: window.cgroup_filter.clone(),
-    };
+    let filter = window.filter();
     let kernel = cap.machine.kernel.clone().unwrap_or(KernelSummary {
         release: "unknown".into(),
         numa_nodes: cap.machine.nodes.len() as u32,

@@ -17,7 +17,8 @@ pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
         crate::safe_fs::check_dest(path, args.force)?;
     }
     let mut opts = window_options(&args, no_fentry);
-    opts.run_as = crate::identity::for_traced_command(args.user.as_deref(), &args.command)?;
+    opts.run_as =
+        crate::identity::for_traced_command(args.traced.user.as_deref(), &args.traced.command)?;
     let collected = collect(&opts, &mut signals).await?;
     let (report, exit) = (StatReport::of(&collected), collected.exit);
     let text = if args.json {
@@ -46,15 +47,15 @@ fn window_options(a: &StatArgs, no_fentry: bool) -> CollectOptions {
     CollectOptions {
         duration: a.duration,
         pid: a.pid,
-        command: a.command.clone(),
+        command: a.traced.command.clone(),
         quiet_command: false,
         run_as: None,
-        comm: a.comm.clone(),
-        cgroup: a.cgroup.clone(),
-        max_tasks: a.max_tasks,
+        comm: a.view.comm.clone(),
+        cgroup: a.view.cgroup.clone(),
+        max_tasks: a.kernel.max_tasks,
         max_vmas: a.max_vmas,
         ringbuf_size: a.ringbuf_size,
-        sample_hz: a.sample_hz,
+        sample_hz: a.kernel.sample_hz,
         bpf_log: a.bpf_log,
         no_fentry,
         emit_spans: false,

@@ -33,6 +33,14 @@ pub struct Window {
 }
 
 impl Window {
+    /// The view this window's report shows: its `--comm` and its resolved `--cgroup`.
+    pub fn filter(&self) -> super::Filter {
+        super::Filter {
+            comm: self.comm_filter.clone(),
+            cgroup: self.cgroup_filter.clone(),
+        }
+    }
+
     /// A system-wide window with no command and no filter.
     pub fn system_wide(duration_s: f64, consistent: bool) -> Self {
         Self {

@@ -288,10 +288,7 @@ pub async fn collect_with<O: Observer + ?Sized>(
     engine.stop().await?;
     let span_ns = last.mono_ns.saturating_sub(first.mono_ns);
     let consistent = first.consistent && last.consistent;
-    let filter = Filter {
-        comm: opts.comm.clone(),
-        cgroup: planned.cgroup_filter.clone(),
-    };
+    let filter = planned.filter();
     let window = Window {
         duration_s: span_ns as f64 / 1e9,
         exit_code: exit,

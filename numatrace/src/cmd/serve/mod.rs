@@ -241,11 +241,11 @@ pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
     }
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let load = LoadOptions {
-        max_tasks: args.max_tasks,
+        max_tasks: args.kernel.max_tasks,
         // Per-event records feed only the per-VMA detail; serve exports the kernel maps'
         // aggregates, so the ring buffer carries task exits alone.
         emit_events: false,
-        sample_hz: args.sample_hz,
+        sample_hz: args.kernel.sample_hz,
         no_fentry,
         ..LoadOptions::default()
     };

@@ -91,9 +91,9 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
     }
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let load = LoadOptions {
-        max_tasks: args.max_tasks,
+        max_tasks: args.kernel.max_tasks,
         filter_tgids: args.pid.is_some(),
-        sample_hz: args.sample_hz,
+        sample_hz: args.kernel.sample_hz,
         no_fentry,
         ..LoadOptions::default()
     };
@@ -102,8 +102,8 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
         engine.follow(pid).context("following --pid")?;
     }
     let filter = Filter {
-        comm: args.comm.clone(),
-        cgroup: cgroup_filter(&engine, args.cgroup.as_deref())?,
+        comm: args.view.comm.clone(),
+        cgroup: cgroup_filter(&engine, args.view.cgroup.as_deref())?,
     };
     let stats = match engine.enable_bpf_stats() {
         Ok(()) => true,

@@ -276,7 +276,7 @@ impl StatReport {
                     ": raise --max-tasks / --max-vmas / --ringbuf-size"
                 } else {
                     // Nothing to raise: the kernel skips a program already running on a CPU.
-                    " (the kernel's recursion protection; see the README)"
+                    " (the kernel's recursion protection; see docs/kernels.md)"
                 }
             ));
         }
