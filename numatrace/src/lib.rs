@@ -1,10 +1,12 @@
 //! numatrace: a live tracer of the Linux kernel's automatic NUMA balancing.
 //!
-//! Layers: [`kernel`] reads what the running kernel offers, [`plan`] decides the hooks,
-//! [`bpf`] loads and attaches them, [`sources`] turn maps, ring buffer records, procfs and
-//! cgroupfs into plain data, [`engine`] keeps the kernel side attached and takes snapshots of
-//! it, [`model`] holds the counts and records, [`report`] prints, [`cmd`] wires one
-//! subcommand together.
+//! Layers, each importing only those below it (`tests/layers.rs` checks it): [`model`],
+//! [`safe_fs`] and [`text_escape`] at the ground; [`kernel`] reads what the running kernel
+//! offers (and holds the hook catalogue); [`plan`] decides each hook's mechanism; [`bpf`] loads
+//! and attaches; [`sources`] turn maps, ring buffer records, procfs and cgroupfs into plain
+//! data; [`engine`] keeps the kernel side attached and takes snapshots; [`session`] runs a
+//! window; [`capture`] and [`report`] write and print; [`cli`] parses; [`cmd`] holds the
+//! frontends, one per subcommand.
 pub mod bpf;
 pub mod capture;
 pub mod cli;

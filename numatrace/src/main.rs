@@ -71,16 +71,7 @@ fn main() -> ExitCode {
 
     // Reading a capture needs no privileges and no runtime.
     if let Command::Report(args) = &cli.command {
-        return match cmd::report::run(args) {
-            Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-            Err(e) => {
-                eprintln!(
-                    "numatrace: {}",
-                    numatrace::text_escape::Escaped(&format!("{e:#}"))
-                );
-                ExitCode::from(1)
-            }
-        };
+        return exit(cmd::report::run(args));
     }
 
     if let Err(why) = kernel::caps::check_tracing_allowed() {
@@ -107,6 +98,11 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(cmd::check::run(args, cli.no_fentry)))
         }
     };
+    exit(result)
+}
+
+/// A subcommand's exit code, or its error on stderr (escaped: it may quote a capture or /proc).
+fn exit(result: anyhow::Result<i32>) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {

@@ -1,6 +1,6 @@
 //! The live engine: attaches the kernel side, keeps reading its ring buffer, and takes
 //! [`Snapshot`]s of everything counted so far — any number of times while attached, without
-//! disturbing counting. Every frontend (stat, check, and those to come) only reads snapshots.
+//! disturbing counting. Every frontend only reads snapshots, through a session window or itself.
 //!
 //! Consistency: a snapshot reads the kernel maps first and drains the ring buffer after. A
 //! task's exit snapshot is submitted before its map entry is deleted, so a task missing from

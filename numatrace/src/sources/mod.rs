@@ -1,4 +1,5 @@
-//! Where data comes from: the kernel programs' ring buffer and maps. Each source turns raw
+//! Where data comes from: the kernel programs' ring buffer and maps, procfs (mapping names,
+//! process liveness, own CPU time), cgroupfs and the programs' run statistics. Each source turns raw
 //! bytes into the plain types of [`crate::model`]; none of them aggregates.
 pub mod cgroups;
 pub mod maps;

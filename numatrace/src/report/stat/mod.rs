@@ -1,4 +1,4 @@
-//! `numatrace stat` report: schema `numatrace.stat/1` (documented in the README), built from
+//! `numatrace stat` report: schema `numatrace.stat/1` (documented in docs/json-schema.md), built from
 //! the delta of two snapshots. Owned types, serde both ways: a capture file and an offline
 //! report read it back. Text rendering lives in [`text`].
 
@@ -80,22 +80,28 @@ impl Dropped {
             total: 0,
         };
         // Saturating: from a capture, any of them may be anything.
-        d.total = [
-            d.ringbuf_full,
-            d.task_map_full,
-            d.task_entries_evicted,
-            d.tracked_map_full,
-            d.read_failed,
-            d.undecodable,
-            d.inflight_lost,
-            d.vma_map_full,
-            d.skip_gap_lost,
-            d.node_out_of_range,
-            d.program_misses,
-        ]
-        .into_iter()
-        .fold(0u64, u64::saturating_add);
+        d.total = d
+            .parts()
+            .into_iter()
+            .fold(0u64, |a, (_, n)| a.saturating_add(n));
         d
+    }
+
+    /// Every count that makes up `total`, with the words the text report gives it.
+    pub fn parts(&self) -> [(&'static str, u64); 11] {
+        [
+            ("ring buffer full", self.ringbuf_full),
+            ("task map full", self.task_map_full),
+            ("evicted entries", self.task_entries_evicted),
+            ("unfollowed children", self.tracked_map_full),
+            ("unreadable fields", self.read_failed),
+            ("undecodable", self.undecodable),
+            ("unmatched calls", self.inflight_lost),
+            ("VMA map full", self.vma_map_full),
+            ("gap reads", self.skip_gap_lost),
+            ("nodes beyond 16", self.node_out_of_range),
+            ("skipped program runs", self.program_misses),
+        ]
     }
 }
 

@@ -256,22 +256,15 @@ impl StatReport {
         if d.total == 0 {
             out.push_str("dropped: 0 (complete)\n");
         } else {
+            let parts: Vec<String> = d
+                .parts()
+                .iter()
+                .map(|(what, n)| format!("{what} {n}"))
+                .collect();
             out.push_str(&format!(
-                "dropped: {} (ring buffer full {}, task map full {}, evicted entries {}, \
-                 unfollowed children {}, unreadable fields {}, undecodable {}, unmatched calls {}, \
-                 VMA map full {}, gap reads {}, nodes beyond 16 {}, skipped program runs {}){}\n",
+                "dropped: {} ({}){}\n",
                 d.total,
-                d.ringbuf_full,
-                d.task_map_full,
-                d.task_entries_evicted,
-                d.tracked_map_full,
-                d.read_failed,
-                d.undecodable,
-                d.inflight_lost,
-                d.vma_map_full,
-                d.skip_gap_lost,
-                d.node_out_of_range,
-                d.program_misses,
+                parts.join(", "),
                 if d.total > d.program_misses {
                     ": raise --max-tasks / --max-vmas / --ringbuf-size"
                 } else {
