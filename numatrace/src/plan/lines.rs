@@ -171,7 +171,7 @@ fn argument_positions_by_name() {
     }
 }
 
-/// What each line lacks, said as the README's table says it.
+/// What each line lacks, said as docs/kernels.md's table says it.
 #[test]
 fn per_line_tracepoints_and_fallbacks() {
     for (label, _) in LINES {

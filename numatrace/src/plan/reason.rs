@@ -225,7 +225,7 @@ mod tests {
     use super::*;
     use crate::kernel::preempt::Model;
 
-    /// `probes` prints these; scripts and the README quote them.
+    /// `probes` prints these; scripts and docs/kernels.md quote them.
     #[test]
     fn texts_are_stable() {
         const VARIANTS: &[FentryVariant] = &[

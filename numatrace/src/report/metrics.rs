@@ -1,5 +1,5 @@
 //! Every metric family `serve` exports: name, type, labels and meaning. The one list that the
-//! exposition, the collector's descriptors, `serve --help`, the README check and the dashboard
+//! exposition, the collector's descriptors, `serve --help`, the docs check and the dashboard
 //! check all read.
 
 use std::fmt::Write as _;
