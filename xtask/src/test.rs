@@ -56,7 +56,7 @@ pub fn run(tools: &Tools, lint: bool) -> Result<()> {
     // and deploy/'s scrape config by promtool, from Debian's prometheus package; the kernel's
     // BPF object lists by bpftool and mount namespaces by unshare (util-linux). As root.
     if crate::process::is_root() {
-        crate::vm::ensure_packages(&["tmux", "procps", "prometheus", "bpftool", "util-linux"])?;
+        crate::setup::ensure_packages(&["tmux", "procps", "prometheus", "bpftool", "util-linux"])?;
     } else {
         eprintln!(
             "xtask: not root: tmux, promtool and bpftool are not installed, the terminal test \
