@@ -3,4 +3,5 @@ pub mod check;
 pub mod probes;
 pub mod record;
 pub mod report;
+pub mod shell;
 pub mod stat;
