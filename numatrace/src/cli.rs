@@ -137,6 +137,29 @@ pub enum Command {
     /// but 002 need the function hooks (fentry or kprobes); all need kernel.numa_balancing=1,
     /// and 000 and 001 also 2+ NUMA nodes.
     Check(CheckArgs),
+    /// Print the completion script for SHELL (bash, zsh or fish) on stdout.
+    #[command(
+        after_help = "Where to put it (the Debian package of `cargo xtask deb` installs all \
+        three system-wide):\n  \
+        numatrace completions bash > ~/.local/share/bash-completion/completions/numatrace\n  \
+        numatrace completions zsh > ~/.zfunc/_numatrace   (fpath+=(~/.zfunc) before compinit)\n  \
+        numatrace completions fish > ~/.config/fish/completions/numatrace.fish\n\
+        System-wide: /usr/share/bash-completion/completions/numatrace, \
+        /usr/share/zsh/vendor-completions/_numatrace, \
+        /usr/share/fish/vendor_completions.d/numatrace.fish. A new shell picks it up."
+    )]
+    Completions {
+        /// The shell whose script to print.
+        #[arg(value_parser = ["bash", "zsh", "fish"])]
+        shell: String,
+    },
+    /// Write the man pages, numatrace.1 and numatrace-SUBCOMMAND.1, into DIR (for packagers).
+    #[command(hide = true)]
+    Manpages {
+        /// Created if missing; an existing page there is refused, never overwritten.
+        #[arg(long, value_name = "DIR")]
+        out_dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -61,6 +61,11 @@ fn main() -> ExitCode {
     }
     tracing::debug!(policy, "numatrace's own memory policy");
 
+    // Completions and man pages need no privileges either.
+    if let Some(code) = cmd::shell::dispatch(&cli.command) {
+        return code;
+    }
+
     // The metric catalogue needs nothing of the kernel.
     if let Command::Serve(a) = &cli.command
         && a.metrics
@@ -93,7 +98,9 @@ fn main() -> ExitCode {
         Command::Record(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::record::run(args, cli.no_fentry)))
         }
-        Command::Report(_) => unreachable!("handled above"),
+        Command::Report(_) | Command::Completions { .. } | Command::Manpages { .. } => {
+            unreachable!("handled above")
+        }
         Command::Check(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::check::run(args, cli.no_fentry)))
         }

@@ -235,7 +235,7 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
     let Some(k) = vm::KERNELS.iter().find(|k| k.label == o.kernel) else {
         bail!("--kernel: no kernel line {}", o.kernel);
     };
-    vm::ensure_packages(&[
+    crate::setup::ensure_packages(&[
         "qemu-system-x86",
         "busybox-static",
         "cpio",

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cmd;
+mod deb;
 mod process;
 mod setup;
 mod test;
@@ -33,8 +34,12 @@ enum Step {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build target/debian/numatrace_VERSION_ARCH.deb (binaries, man pages, completions,
+    /// systemd units, docs) and check it with lintian (installed as root when missing).
+    Deb,
     /// The whole test suite: fmt, clippy (host and eBPF crates), unit and real-kernel tests on
-    /// this kernel, then the same real-kernel tests in 2-node QEMU guests (vm-test).
+    /// this kernel, the package test, then the same real-kernel tests in 2-node QEMU guests
+    /// (vm-test).
     Test {
         /// Skip fmt and clippy.
         #[arg(long)]
@@ -43,6 +48,9 @@ enum Step {
         #[arg(long)]
         no_vm: bool,
     },
+    /// Only the test suite's package step: `deb`, then (as root, where no numatrace package is
+    /// installed) dpkg -i, the installed binary, man page and bash completion, dpkg --purge.
+    PackageTest,
     /// Benchmarks (BENCHMARKS.md): per-program kernel cost against empty programs, workload
     /// overhead untraced / under each command / under bpftrace, and the daemon's CPU, memory
     /// and start-up time with 100 to 10 000 live tasks, in a 2-node QEMU guest (plus per-program
@@ -111,6 +119,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Step::Build { static_: false } => cmd::build(&tools),
         Step::Build { static_: true } => vm::build_static(&tools).map(drop),
+        Step::Deb => deb::build(&tools).map(drop),
+        Step::PackageTest => test::package(&tools),
         Step::Run { args } => {
             cmd::build(&tools)?;
             cmd::run_numatrace(&args)

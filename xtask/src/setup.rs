@@ -1,5 +1,6 @@
-//! Installs and finds the pinned toolchains and bpf-linker. Every check comes before any
-//! install, so a second run costs a few `rustc --version` calls.
+//! Installs and finds the pinned toolchains and bpf-linker, and the Debian packages a step
+//! needs (as root, with apt). Every check comes before any install, so a second run costs a few
+//! `rustc --version` and `dpkg-query` calls.
 
 use std::{
     env, fmt, fs,
@@ -267,6 +268,37 @@ pub fn ensure_cargo_fuzz(p: &Pins) -> Result<PathBuf> {
             .env_remove("CARGO_TARGET_DIR"),
     )?;
     Ok(bin)
+}
+
+fn dpkg_installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn apt_update() -> Result<()> {
+    check(Command::new("apt-get").args(["update", "-qq"]))
+}
+
+/// Installs Debian packages that are missing (needs root).
+pub fn ensure_packages(pkgs: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = pkgs
+        .iter()
+        .copied()
+        .filter(|p| !dpkg_installed(p))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: apt-get install {}", missing.join(" "));
+    apt_update()?;
+    check(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
 }
 
 /// Makes sure everything the other steps need is installed.

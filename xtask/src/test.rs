@@ -6,11 +6,11 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    process::{check, output},
-    setup::{Tools, ensure_cargo_fuzz, workspace_root},
+    process::{check, is_root, output},
+    setup::{Tools, ensure_cargo_fuzz, ensure_packages, workspace_root},
 };
 
 /// Seconds each fuzz target runs (`NUMATRACE_FUZZ_SECONDS` overrides; 0 skips fuzzing).
@@ -55,8 +55,8 @@ pub fn run(tools: &Tools, lint: bool) -> Result<()> {
     // `top` is tested in a real terminal: tmux (and pgrep) from Debian; `serve`'s exposition
     // and deploy/'s scrape config by promtool, from Debian's prometheus package; the kernel's
     // BPF object lists by bpftool and mount namespaces by unshare (util-linux). As root.
-    if crate::process::is_root() {
-        crate::vm::ensure_packages(&["tmux", "procps", "prometheus", "bpftool", "util-linux"])?;
+    if is_root() {
+        ensure_packages(&["tmux", "procps", "prometheus", "bpftool", "util-linux"])?;
     } else {
         eprintln!(
             "xtask: not root: tmux, promtool and bpftool are not installed, the terminal test \
@@ -77,7 +77,186 @@ pub fn run(tools: &Tools, lint: bool) -> Result<()> {
         "--",
         "--test-threads=1",
     ]))?;
+    package(tools)?;
     fuzz(tools)
+}
+
+/// The "package" step (also `cargo xtask package-test`): builds the Debian package (lintian
+/// included), then installs it on this machine, uses what it installed and purges it. On the
+/// machine itself, not in a guest: what is tested is dpkg's handling of the package and the
+/// files where Debian's man, bash-completion and systemd look for them, which a busybox
+/// initramfs has none of; and it is never done where numatrace is installed already, so a
+/// user's install is never touched. Root only (dpkg -i); skips loudly otherwise.
+pub fn package(tools: &Tools) -> Result<()> {
+    eprintln!("xtask: package: cargo xtask deb");
+    let deb = crate::deb::build(tools)?;
+    if !is_root() {
+        eprintln!(
+            "SKIPPED package install test: needs root (dpkg -i / dpkg --purge of {}); the \
+             package was built{}",
+            deb.display(),
+            if Command::new("lintian").arg("--version").output().is_ok() {
+                " and passed lintian"
+            } else {
+                ""
+            }
+        );
+        return Ok(());
+    }
+    if let Some(version) = installed_version(crate::deb::PACKAGE) {
+        eprintln!(
+            "SKIPPED package install test: a {} package ({version}) is already installed on \
+             this machine; it is not touched (dpkg --purge {} first to run this test)",
+            crate::deb::PACKAGE,
+            crate::deb::PACKAGE
+        );
+        return Ok(());
+    }
+    // A file of the package already on disk but no package's (e.g. a hand install in /usr/bin)
+    // would be overwritten by dpkg -i and then removed by the purge.
+    let files = package_files(&deb)?;
+    if let Some(f) = files.iter().find(|f| f.symlink_metadata().is_ok()) {
+        eprintln!(
+            "SKIPPED package install test: {} exists and belongs to no package; installing \
+             would replace it and the purge would remove it",
+            f.display()
+        );
+        return Ok(());
+    }
+    // `man` reads the installed page (man-db); bash-completion's loader is not needed: the
+    // script is sourced directly.
+    ensure_packages(&["man-db", "bash"])?;
+    eprintln!("xtask: package: dpkg -i {}", deb.display());
+    let installed = check(Command::new("dpkg").arg("-i").arg(&deb));
+    let checks = installed.and_then(|()| use_installed(&files));
+    // Purged whatever happened above (dpkg -i may have failed halfway).
+    eprintln!("xtask: package: dpkg --purge {}", crate::deb::PACKAGE);
+    let purged = check(Command::new("dpkg").args(["--purge", crate::deb::PACKAGE])).and_then(
+        |()| match files.iter().find(|f| f.symlink_metadata().is_ok()) {
+            Some(f) => bail!("{} is still there after dpkg --purge", f.display()),
+            None => Ok(()),
+        },
+    );
+    checks?;
+    purged?;
+    eprintln!(
+        "xtask: package: installed, --version, man page and bash completion right, purged \
+         without a trace"
+    );
+    Ok(())
+}
+
+/// The version of `pkg` if dpkg has it installed (or half-installed: anything but purged).
+fn installed_version(pkg: &str) -> Option<String> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${db:Status-Status} ${Version}", pkg])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (status, version) = text.split_once(' ')?;
+    (out.status.success() && status != "not-installed").then(|| version.trim().to_owned())
+}
+
+/// The files (not directories) the package installs, as absolute paths.
+fn package_files(deb: &Path) -> Result<Vec<PathBuf>> {
+    let list = output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
+    Ok(list
+        .lines()
+        .filter(|l| !l.starts_with('d'))
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(|p| PathBuf::from(p.trim_start_matches('.')))
+        .collect())
+}
+
+/// What a user does with the installed package: the version, a man page, a completion.
+fn use_installed(files: &[PathBuf]) -> Result<()> {
+    let bin = Path::new("/usr/bin/numatrace");
+    let version = output(Command::new(bin).arg("--version"))?;
+    let want = format!("numatrace {}", env!("CARGO_PKG_VERSION"));
+    if version.trim() != want {
+        bail!("{} --version says {version:?}, not {want:?}", bin.display());
+    }
+    eprintln!(
+        "xtask: package: {} --version: {}",
+        bin.display(),
+        version.trim()
+    );
+
+    let man = output(
+        Command::new("man")
+            .args(["-P", "cat", "numatrace-stat"])
+            .env("MANWIDTH", "80")
+            .env("MAN_KEEP_FORMATTING", "0"),
+    )
+    .context(
+        "man numatrace-stat (if the page is missing, does /etc/dpkg/dpkg.cfg.d exclude \
+         /usr/share/man?)",
+    )?;
+    if !man.contains("numatrace-stat") || !man.contains("--duration") {
+        bail!("man numatrace-stat shows no numatrace-stat page:\n{man}");
+    }
+    eprintln!(
+        "xtask: package: man numatrace-stat: {} lines",
+        man.lines().count()
+    );
+
+    // Every subcommand with a man page (numatrace-SUB.1, where SUB is no binary of the
+    // package: not numatrace-workload) must be offered after `numatrace <TAB>`, and a
+    // subcommand's options after `numatrace stat --d<TAB>`.
+    let subcommands: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.file_name()?.to_str()?.strip_suffix(".1.gz"))
+        .filter(|page| !files.contains(&Path::new("/usr/bin").join(page)))
+        .filter_map(|page| page.strip_prefix("numatrace-"))
+        .map(str::to_owned)
+        .collect();
+    if subcommands.len() < 7 {
+        bail!("the package has man pages for only {subcommands:?}");
+    }
+    let offered = complete(&["numatrace", ""])?;
+    let missing: Vec<&String> = subcommands
+        .iter()
+        .filter(|s| !offered.contains(s))
+        .collect();
+    if !missing.is_empty() {
+        bail!("`numatrace <TAB>` offers {offered:?}, not {missing:?}");
+    }
+    let options = complete(&["numatrace", "stat", "--d"])?;
+    if !options.iter().any(|o| o == "--duration") {
+        bail!("`numatrace stat --d<TAB>` offers {options:?}, not --duration");
+    }
+    eprintln!(
+        "xtask: package: bash completes `numatrace <TAB>` to {} and `numatrace stat --d<TAB>` \
+         to {}",
+        offered.join(" "),
+        options.join(" ")
+    );
+    Ok(())
+}
+
+/// What the installed bash completion offers for the command line `words` (the last one is
+/// being completed): the function `complete -p numatrace` names, driven as bash would.
+fn complete(words: &[&str]) -> Result<Vec<String>> {
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let script = format!(
+        r#"set -e
+source /usr/share/bash-completion/completions/numatrace
+spec=$(complete -p numatrace)
+fn=${{spec#*-F }}
+fn=${{fn%% *}}
+[ "$fn" != "$spec" ] && [ -n "$fn" ] || {{ echo "no completion function in: $spec" >&2; exit 1; }}
+COMP_WORDS=({words})
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+COMP_LINE="${{COMP_WORDS[*]}}"
+COMP_POINT=${{#COMP_LINE}}
+COMP_TYPE=9
+"$fn" numatrace "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}"
+printf '%s\n' "${{COMPREPLY[@]}}"
+"#,
+        words = quoted.join(" ")
+    );
+    let out = output(Command::new("bash").arg("--norc").arg("-c").arg(script))?;
+    Ok(out.lines().map(str::to_owned).collect())
 }
 
 /// `cargo fuzz` as xtask runs it: the pinned nightly, cargo-fuzz and bpf-linker on PATH, in

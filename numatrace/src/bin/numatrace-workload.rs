@@ -123,6 +123,9 @@ enum Workload {
         #[arg(long, value_name = "FILE")]
         state_file: Option<PathBuf>,
     },
+    /// Print this program's man page (roff) on stdout, for packagers (`cargo xtask deb`).
+    #[command(hide = true)]
+    Manpage,
     /// The exec'd child of `thp-disable` (not meant to be run alone).
     ThpChild {
         #[arg(long, default_value_t = 64)]
@@ -585,10 +588,24 @@ fn threads(threads: usize, mem_mib: usize, duration: Duration) -> Result<()> {
     Ok(())
 }
 
+/// The man page of numatrace-workload, from its own command line (numatrace's pages are
+/// `numatrace manpages`).
+fn manpage() -> Result<()> {
+    use clap::CommandFactory as _;
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .source(concat!("numatrace ", env!("CARGO_PKG_VERSION")))
+        .manual("numatrace manual")
+        .render(&mut page)?;
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &page)?;
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     gate(&cli)?;
     match cli.workload {
+        Workload::Manpage => manpage(),
         Workload::Threads {
             threads: n,
             mem_mib,

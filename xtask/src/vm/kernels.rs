@@ -1,0 +1,359 @@
+//! The guests' kernels: one per kernel line a user runs, found in Debian's package indexes on
+//! the machine's own mirror (or a pinned Ubuntu package), downloaded once and cached.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::{
+    process::{check, output},
+    setup::cache_dir,
+};
+
+pub struct GuestKernel {
+    pub label: &'static str,
+    source: KernelSource,
+    /// Test binaries not run on this kernel, with why.
+    pub skip: &'static [(&'static str, &'static str)],
+}
+
+enum KernelSource {
+    /// The newest package named `prefix` + version + `suffix` in these suites' package indexes
+    /// on the machine's own Debian mirror (archive `debian` or `debian-security`): no apt source
+    /// is added, nothing is installed.
+    Index {
+        suites: &'static [(&'static str, &'static str)],
+        prefix: &'static str,
+        suffix: &'static str,
+    },
+    /// A fixed .deb (its file name is the cache key), checked against its SHA-256.
+    Url {
+        url: &'static str,
+        sha256: &'static str,
+    },
+}
+
+/// One boot per kernel line a user runs: Debian 11, 12, 13, 13's backports, Ubuntu 24.04.
+pub const KERNELS: [GuestKernel; 5] = [
+    GuestKernel {
+        label: "5.10",
+        source: KernelSource::Index {
+            suites: &[
+                ("debian", "bullseye"),
+                ("debian-security", "bullseye-security"),
+            ],
+            prefix: "linux-image-5.10.0-",
+            suffix: "-cloud-amd64-unsigned",
+        },
+        skip: &[],
+    },
+    GuestKernel {
+        label: "6.1",
+        source: KernelSource::Index {
+            suites: &[
+                ("debian", "bookworm"),
+                ("debian-security", "bookworm-security"),
+            ],
+            prefix: "linux-image-6.1.0-",
+            suffix: "-cloud-amd64-unsigned",
+        },
+        skip: &[],
+    },
+    // Ubuntu 24.04's release pocket never changes: 6.8 as released, without the later
+    // backport of seed 002 (6.8.0-1xx carry it), so the guest where 002 behaves unpatched.
+    GuestKernel {
+        label: "6.8",
+        source: KernelSource::Url {
+            url: "http://archive.ubuntu.com/ubuntu/pool/main/l/linux/\
+                  linux-image-unsigned-6.8.0-31-generic_6.8.0-31.31_amd64.deb",
+            sha256: "35115ceb5ddc1e73034a73d6b064b9c6d38c534f20279fd7229c510515b931d8",
+        },
+        skip: &[],
+    },
+    GuestKernel {
+        label: "6.12",
+        source: KernelSource::Index {
+            suites: &[("debian", "trixie"), ("debian-security", "trixie-security")],
+            prefix: "linux-image-6.12.",
+            suffix: "+deb13-cloud-amd64-unsigned",
+        },
+        skip: &[],
+    },
+    // From Debian 13 the image package is a meta package: the kernel is in linux-binary-*.
+    GuestKernel {
+        label: "7.x",
+        source: KernelSource::Index {
+            suites: &[("debian", "trixie-backports")],
+            prefix: "linux-binary-7.",
+            suffix: "+deb13-cloud-amd64",
+        },
+        skip: &[],
+    },
+];
+
+/// The host of the Debian mirror the machine's apt sources use (`deb.debian.org` if none).
+fn debian_mirror() -> String {
+    for f in [
+        "/etc/apt/sources.list.d/debian.sources",
+        "/etc/apt/sources.list",
+    ] {
+        let Ok(text) = fs::read_to_string(f) else {
+            continue;
+        };
+        let uri = text.lines().find_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("URIs:")
+                .map(|u| u.trim().to_owned())
+                .or_else(|| {
+                    l.strip_prefix("deb ")
+                        .and_then(|r| r.split_whitespace().find(|w| w.contains("://")))
+                        .map(str::to_owned)
+                })
+                .filter(|u| !u.contains("security") && !u.starts_with('#'))
+        });
+        // `http://host/debian` -> `http://host`: the security archive sits beside it.
+        if let Some(uri) = uri {
+            let uri = uri.trim_end_matches('/');
+            return uri.rsplit_once('/').map_or(uri, |(h, _)| h).to_owned();
+        }
+    }
+    "http://deb.debian.org".to_owned()
+}
+
+/// A package in an index: its name, Debian version and path on the mirror.
+#[derive(Debug, PartialEq)]
+struct IndexEntry {
+    name: String,
+    version: String,
+    filename: String,
+}
+
+/// The entries of a `Packages` index whose name is `prefix` + a version + `suffix`, where the
+/// version part starts with a digit (so `linux-binary-7.` skips `linux-binary-unsigned-…`).
+fn index_matches(index: &str, prefix: &str, suffix: &str) -> Vec<IndexEntry> {
+    let mut out = Vec::new();
+    for stanza in index.split("\n\n") {
+        let field = |f: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(f).map(|v| v.trim().to_owned()))
+        };
+        let (Some(name), Some(version), Some(filename)) =
+            (field("Package:"), field("Version:"), field("Filename:"))
+        else {
+            continue;
+        };
+        let middle = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(suffix));
+        if middle.is_some_and(|m| {
+            !m.is_empty()
+                && m.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && m.starts_with(|c: char| c.is_ascii_digit())
+        }) {
+            out.push(IndexEntry {
+                name,
+                version,
+                filename,
+            });
+        }
+    }
+    out
+}
+
+/// Orders Debian versions by their numbers (`5.10.223-1` < `5.10.240-1`, `7.2.12` < `7.3.4`):
+/// enough for one kernel line, whose versions differ only in numbers.
+fn version_key(v: &str) -> Vec<u64> {
+    v.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+/// A kernel line's packages across its suites, newest first, each with the archive URL to
+/// fetch it from.
+fn candidates_in_indexes(
+    mirror: &str,
+    suites: &[(&str, &str)],
+    prefix: &str,
+    suffix: &str,
+) -> Result<Vec<(IndexEntry, String)>> {
+    let mut all: Vec<(IndexEntry, String)> = Vec::new();
+    for (archive, suite) in suites {
+        let base = format!("{mirror}/{archive}");
+        let url = format!("{base}/dists/{suite}/main/binary-amd64/Packages.xz");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "set -o pipefail; curl -fsSL --retry 3 '{url}' | xz -dc"
+            ))
+            .output()
+            .context("curl | xz")?;
+        if !out.status.success() {
+            // A suite the mirror lacks is not fatal while another has the line.
+            eprintln!("xtask: {url}: not readable, skipped");
+            continue;
+        }
+        let index = String::from_utf8_lossy(&out.stdout);
+        all.extend(
+            index_matches(&index, prefix, suffix)
+                .into_iter()
+                .map(|e| (e, base.clone())),
+        );
+    }
+    all.sort_by_key(|(e, _)| std::cmp::Reverse(version_key(&e.version)));
+    if all.is_empty() {
+        bail!("no package {prefix}*{suffix} in {suites:?} on {mirror}");
+    }
+    Ok(all)
+}
+
+/// Downloads `url` into `dir`, checking its SHA-256 when one is pinned.
+fn download_deb(url: &str, sha256: Option<&str>, dir: &Path) -> Result<()> {
+    let name = url.rsplit('/').next().unwrap_or("kernel.deb");
+    let deb = dir.join(name);
+    check(
+        Command::new("curl")
+            .args(["-fsSL", "--retry", "3", "-o"])
+            .arg(&deb)
+            .arg(url),
+    )?;
+    if let Some(sha256) = sha256 {
+        let sum = output(Command::new("sha256sum").arg(&deb))?;
+        if sum.split_whitespace().next() != Some(sha256) {
+            bail!("{name}: SHA-256 {sum} is not the pinned {sha256}");
+        }
+    }
+    Ok(())
+}
+
+/// `vmlinuz-*` under `/boot` (up to Debian 12, Ubuntu) or `vmlinuz` under
+/// `/usr/lib/modules/VERSION/` (from Debian 13).
+fn find_vmlinuz(root: &Path) -> Option<PathBuf> {
+    let in_boot = fs::read_dir(root.join("boot")).ok().and_then(|d| {
+        d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+    });
+    in_boot.or_else(|| {
+        fs::read_dir(root.join("usr/lib/modules"))
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("vmlinuz"))
+            .find(|p| p.exists())
+    })
+}
+
+/// The kernel image of `k`, downloaded once into the cache (keyed by package name). From a
+/// package index, the newest package whose file the mirror serves (an index can name a file
+/// its pool no longer has, as bullseye-security does for 5.10).
+pub fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
+    let candidates: Vec<(String, String, Option<&str>)> = match &k.source {
+        KernelSource::Index {
+            suites,
+            prefix,
+            suffix,
+        } => candidates_in_indexes(&debian_mirror(), suites, prefix, suffix)?
+            .into_iter()
+            .map(|(e, base)| (e.name, format!("{base}/{}", e.filename), None))
+            .collect(),
+        KernelSource::Url { url, sha256 } => vec![(
+            url.rsplit('/')
+                .next()
+                .and_then(|f| f.strip_suffix(".deb"))
+                .unwrap_or(k.label)
+                .to_owned(),
+            (*url).to_owned(),
+            Some(*sha256),
+        )],
+    };
+    let mut last_err = None;
+    for (pkg, url, sha256) in candidates {
+        let dir = cache_dir().join("kernels").join(&pkg);
+        let vmlinuz = dir.join("vmlinuz");
+        if vmlinuz.exists() {
+            return Ok((pkg, vmlinuz));
+        }
+        // A file the mirror did not serve is not asked for again on every run.
+        let missing = cache_dir().join("kernels").join(format!("{pkg}.missing"));
+        if missing.exists() {
+            continue;
+        }
+        match download_kernel(&pkg, &url, sha256, &vmlinuz) {
+            Ok(()) => return Ok((pkg, vmlinuz)),
+            Err(e) => {
+                eprintln!("xtask: {pkg}: {e:#}; trying the next older package");
+                let _ = fs::write(&missing, format!("{url}: {e:#}\n"));
+                last_err = Some(e);
+            }
+        }
+    }
+    Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no kernel package for {}", k.label)))
+}
+
+/// Downloads one kernel package and keeps only its image, at `vmlinuz`.
+fn download_kernel(pkg: &str, url: &str, sha256: Option<&str>, vmlinuz: &Path) -> Result<()> {
+    let dir = vmlinuz.parent().context("cache path")?;
+    eprintln!("xtask: downloading {pkg} ({url})");
+    let tmp = dir.with_file_name(format!("{pkg}.partial"));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    let result = (|| {
+        download_deb(url, sha256, &tmp)?;
+        let deb = fs::read_dir(&tmp)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "deb"))
+            .context("the download left no .deb")?;
+        check(
+            Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(&deb)
+                .arg(tmp.join("x")),
+        )?;
+        let image = find_vmlinuz(&tmp.join("x")).context("no vmlinuz in the package")?;
+        fs::create_dir_all(dir)?;
+        fs::copy(&image, vmlinuz)?;
+        Ok(())
+    })();
+    let _ = fs::remove_dir_all(&tmp);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_packages_are_found_in_an_index() {
+        let index = "Package: linux-binary-unsigned-7.3.4+deb13-cloud-amd64\nVersion: 7.3.4-1\n\
+                     Filename: pool/u.deb\n\n\
+                     Package: linux-binary-7.2.12+deb13-cloud-amd64\nVersion: 7.2.12-1~bpo13+1\n\
+                     Filename: pool/a.deb\n\n\
+                     Package: linux-binary-7.3.4+deb13-cloud-amd64\nVersion: 7.3.4-1~bpo13+1\n\
+                     Filename: pool/b.deb\n\n\
+                     Package: linux-binary-7.3.4+deb13-cloud-amd64-dbg\nVersion: 7.3.4-1\n\
+                     Filename: pool/c.deb\n";
+        let m = index_matches(index, "linux-binary-7.", "+deb13-cloud-amd64");
+        let names: Vec<&str> = m.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "linux-binary-7.2.12+deb13-cloud-amd64",
+                "linux-binary-7.3.4+deb13-cloud-amd64"
+            ]
+        );
+        assert!(version_key(&m[1].version) > version_key(&m[0].version));
+        assert!(version_key("5.10.240-1") > version_key("5.10.223-1"));
+        let old = "Package: linux-image-5.10.0-32-cloud-amd64-unsigned\nVersion: 5.10.223-1\n\
+                   Filename: pool/k.deb\n";
+        assert_eq!(
+            index_matches(old, "linux-image-5.10.0-", "-cloud-amd64-unsigned")[0].filename,
+            "pool/k.deb"
+        );
+    }
+}
