@@ -319,10 +319,8 @@ fn detail_lines(
         out.push("longest unscanned VMAs (scan sequences since last scan / threads):".into());
         for (v, g) in idle.iter().take(4) {
             out.push(format!(
-                "  {}-{} {:<24} {}/{}{}",
-                Escaped(&v.start),
-                Escaped(&v.end),
-                Escaped(v.mapping.as_deref().unwrap_or("?")),
+                "  {} {}/{}{}",
+                vma_label(v),
                 g.max_gap,
                 g.max_gap_threads,
                 if g.over_threads > 0 {
@@ -344,10 +342,8 @@ fn detail_lines(
             });
             let skips: Vec<String> = v.skips.iter().map(|(r, n)| format!("{r}={n}")).collect();
             out.push(format!(
-                "  {}-{} {:<24} {} PTEs, {} calls{}{}",
-                Escaped(&v.start),
-                Escaped(&v.end),
-                Escaped(v.mapping.as_deref().unwrap_or("?")),
+                "  {} {} PTEs, {} calls{}{}",
+                vma_label(v),
                 v.pte_updates,
                 v.calls,
                 if skips.is_empty() {
@@ -377,6 +373,16 @@ fn detail_lines(
         ));
     }
     out
+}
+
+/// A VMA as the detail view names it: its range and mapping, the mapping padded to a column.
+fn vma_label(v: &crate::model::VmaRecord) -> String {
+    format!(
+        "{}-{} {:<24}",
+        Escaped(&v.start),
+        Escaped(&v.end),
+        Escaped(v.mapping.as_deref().unwrap_or("?"))
+    )
 }
 
 fn counts_lines(c: &crate::model::Counts, out: &mut Vec<String>) {
