@@ -108,13 +108,13 @@ pub enum Command {
     /// Read a capture offline: the stat summary, verdicts, findings; compare two; export a trace.
     ///
     /// Needs no root and no BPF: a capture from another machine reads the same. The summary is
-    /// `stat`'s (same text; `--json` embeds the same numatrace.stat/1 object), followed by the
+    /// `stat`'s (same text; `--format json` embeds the same numatrace.stat/1 object), followed by the
     /// verdicts of the seed patches that one window's evidence can judge (002, 003) and findings:
     /// plain sentences with their numbers about what deserves attention. A truncated,
     /// corrupted, newer or foreign file gives one line naming the file and the problem.
     #[command(after_help = "Examples:\n  \
         numatrace report capture.ntrace\n  \
-        numatrace report capture.ntrace --json\n  \
+        numatrace report capture.ntrace --format json\n  \
         numatrace report --diff unpatched.ntrace patched.ntrace\n  \
         numatrace report capture.ntrace --format chrome-trace -o trace.json   (ui.perfetto.dev)")]
     Report(ReportArgs),
@@ -489,6 +489,9 @@ pub struct StatArgs {
     #[arg(long, default_value_t = 25)]
     pub rows: usize,
 
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+
     /// Capacity of the in-kernel per-VMA table of PTE updates; VMAs beyond it are counted
     /// under "dropped" (their PTE updates still count per task).
     #[arg(long, default_value_t = MAX_VMAS, value_parser = clap::value_parser!(u32).range(1..))]
@@ -497,9 +500,6 @@ pub struct StatArgs {
     /// Ring buffer size in bytes, rounded up to a power of two (at least 64 KiB).
     #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_parser = parse_ringbuf_size)]
     pub ringbuf_size: u32,
-
-    #[command(flatten)]
-    pub kernel: KernelArgs,
 
     /// Forward the kernel programs' debug messages (aya-log) to numatrace's log at debug level.
     #[arg(long)]
@@ -518,7 +518,8 @@ pub struct ViewArgs {
 
     /// Only tasks in this cgroup v2 directory or below it: a path under the cgroup2 mount
     /// (`/system.slice/foo.service`) or the full path (`/sys/fs/cgroup/system.slice/foo.service`).
-    /// Everything is still counted (and recorded); the view shows that subtree (cgroup v2 only).
+    /// Everything is still counted (and by `record`, written); the view and the report show
+    /// that subtree (cgroup v2 only).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<String>,
 }

@@ -230,7 +230,7 @@ fn record_and_report_print_a_self_given_name_escaped() {
     );
     assert_escaped("report's text", &text.stdout);
     // JSON keeps the exact name (serde escapes it as JSON).
-    let json = numatrace(&["report", "--json", capture.to_str().unwrap()]);
+    let json = numatrace(&["report", "--format", "json", capture.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
     let tasks = v["stat"]["tasks"].as_array().expect("tasks");
     assert!(

@@ -1,4 +1,4 @@
-//! The import direction of both crates, checked from their sources: no module imports a layer
+//! The import direction of the crates, checked from their sources: no module imports a layer
 //! above its own, frontends do not import each other, and no two files import each other
 //! (through any loop). A new upward import fails here with the file, the path and both layers.
 //! See docs/architecture.md for what each layer holds.
@@ -69,6 +69,9 @@ fn code_only(s: &str) -> String {
                 i += 1;
             }
             i += 2;
+        } else if b[i] == b'r' && raw_string_at(b, i).is_some() {
+            i = raw_string_at(b, i).unwrap();
+            out.push_str("\"\"");
         } else if b[i] == b'"' {
             i += 1;
             while i < b.len() && b[i] != b'"' {
@@ -90,6 +93,36 @@ fn code_only(s: &str) -> String {
         }
     }
     out
+}
+
+/// Where the raw string literal starting at `i` (`r"…"`, `r#"…"#`, …) ends, if one starts there.
+fn raw_string_at(b: &[u8], i: usize) -> Option<usize> {
+    if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+        return None;
+    }
+    let mut j = i + 1;
+    while j < b.len() && b[j] == b'#' {
+        j += 1;
+    }
+    let hashes = j - i - 1;
+    if b.get(j) != Some(&b'"') {
+        return None;
+    }
+    let mut k = j + 1;
+    while k < b.len() {
+        if b[k] == b'"'
+            && b[k + 1..]
+                .iter()
+                .take(hashes)
+                .filter(|&&c| c == b'#')
+                .count()
+                == hashes
+        {
+            return Some(k + 1 + hashes);
+        }
+        k += 1;
+    }
+    Some(b.len())
 }
 
 /// Every path a `use` tree names: `a::{b, c::{d, e}}` gives `a::b`, `a::c::d`, `a::c::e`.
@@ -132,9 +165,10 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The paths a file names: its `use` trees and every inline `crate::`/`super::` path.
-fn named_paths(code: &str) -> Vec<String> {
-    let mut paths = Vec::new();
+/// A file's `use` trees, as (path, the name it is known by: its last segment, its `as` name,
+/// or `*` for a glob).
+fn use_paths(code: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
     let mut rest = code;
     while let Some(at) = rest.find("use ") {
         let before = rest[..at].chars().next_back();
@@ -143,70 +177,200 @@ fn named_paths(code: &str) -> Vec<String> {
             continue;
         }
         let end = rest.find(';').unwrap_or(rest.len());
-        expand(&rest[..end], &mut paths);
+        let mut trees = Vec::new();
+        expand_named(&rest[..end], &mut trees);
+        out.extend(trees);
         rest = &rest[end..];
     }
-    for root in ["crate::", "super::"] {
-        let mut from = 0;
-        while let Some(at) = code[from..].find(root) {
-            let start = from + at;
-            from = start + root.len();
-            if code[..start]
-                .chars()
-                .next_back()
-                .is_some_and(|c| is_ident(c) || c == ':')
-            {
-                continue;
-            }
-            let end = code[start..]
-                .find(|c: char| !(is_ident(c) || c == ':'))
-                .map_or(code.len(), |e| start + e);
-            paths.push(code[start..end].trim_end_matches(':').to_owned());
-        }
-    }
-    paths
+    out
 }
 
-/// The file-level import graph of one crate: module -> modules it imports.
+/// [`expand`], keeping each path's `as` name.
+fn expand_named(tree: &str, out: &mut Vec<(String, String)>) {
+    let mut paths = Vec::new();
+    expand(tree, &mut paths);
+    // `expand` drops `as NAME`: find it again in the tree for each path's last segment.
+    for p in paths {
+        let last = p.rsplit("::").next().unwrap_or("").to_owned();
+        let alias = tree
+            .split([',', '{', '}'])
+            .map(str::trim)
+            .find_map(|item| {
+                let (path, name) = item.split_once(" as ")?;
+                path.trim().ends_with(&last).then(|| name.trim().to_owned())
+            })
+            .unwrap_or(last);
+        out.push((p, alias));
+    }
+}
+
+/// Every `a::b…` path in the code whose first segment is `crate`, `super`, `self` or a name in
+/// `known`, as written.
+fn inline_paths(code: &str, known: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let chars: Vec<(usize, char)> = code.char_indices().collect();
+    let mut k = 0;
+    while k < chars.len() {
+        let (start, c) = chars[k];
+        let prev = code[..start].chars().next_back();
+        if !(c.is_ascii_alphabetic() || c == '_') || prev.is_some_and(|p| is_ident(p) || p == ':') {
+            k += 1;
+            continue;
+        }
+        let end = code[start..]
+            .find(|c: char| !(is_ident(c) || c == ':'))
+            .map_or(code.len(), |e| start + e);
+        let path = code[start..end].trim_end_matches(':');
+        let first = path.split("::").next().unwrap_or("");
+        if path.contains("::")
+            && (["crate", "super", "self"].contains(&first) || known.contains(first))
+        {
+            out.push(path.to_owned());
+        }
+        k += code[start..end].chars().count().max(1);
+    }
+    out
+}
+
+/// Inside an inline `mod name { … }` (tests), `super` is the file's own module: written as
+/// `self` there, so that the file's paths all resolve from one place.
+fn inline_modules_as_self(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("mod ") {
+        let head = &rest[at + 4..];
+        let name_len = head.find(|c: char| !is_ident(c)).unwrap_or(head.len());
+        let after = head[name_len..].trim_start();
+        let is_word = !rest[..at].chars().next_back().is_some_and(is_ident);
+        if !(is_word && name_len > 0 && after.starts_with('{')) {
+            out.push_str(&rest[..at + 4]);
+            rest = &rest[at + 4..];
+            continue;
+        }
+        let open = at + 4 + name_len + (head[name_len..].len() - after.len());
+        let mut depth = 0;
+        let mut close = rest.len();
+        for (i, c) in rest[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push_str(&rest[..open]);
+        let body = &rest[open..close];
+        let mut from = 0;
+        while let Some(i) = body[from..].find("super::") {
+            let i = from + i;
+            let prev = body[..i].chars().next_back();
+            out.push_str(&body[from..i]);
+            out.push_str(if prev.is_some_and(|p| is_ident(p) || p == ':') {
+                "super::"
+            } else {
+                "self::"
+            });
+            from = i + "super::".len();
+        }
+        out.push_str(&body[from..]);
+        rest = &rest[close..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The file-level import graph of one crate: module -> modules it imports. Paths are resolved
+/// as rustc would for modules: `crate::`, any number of `super::`, `self::`, names a `use`
+/// brought in (by its last segment or `as`), the children of a module a glob brought in, and
+/// this file's own `mod` children. A module and its own ancestors or descendants are the module
+/// tree, not an import between files (a folder's `mod.rs` and its files).
 fn graph(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     let modules: BTreeMap<Vec<String>, PathBuf> = files
         .iter()
         .filter(|f| !f.strip_prefix(src).unwrap().starts_with("bin"))
+        // main.rs is the binary's root beside lib.rs: it is checked as the crate root too.
+        .filter(|f| !(f.file_name().is_some_and(|n| n == "main.rs") && src.join("lib.rs").exists()))
         .map(|f| (module_of(src, f), f.clone()))
         .collect();
     let resolve = |segs: &[String]| -> Option<Vec<String>> {
-        (1..=segs.len())
+        (0..=segs.len())
             .rev()
             .map(|n| segs[..n].to_vec())
             .find(|m| modules.contains_key(m))
     };
+    let children = |m: &[String]| -> Vec<String> {
+        modules
+            .keys()
+            .filter(|k| k.len() == m.len() + 1 && k.starts_with(m))
+            .map(|k| k[m.len()].clone())
+            .collect()
+    };
     let mut edges = BTreeMap::new();
     for (module, file) in &modules {
-        let code = code_only(&fs::read_to_string(file).unwrap());
-        let is_folder = file
-            .file_name()
-            .is_some_and(|n| n == "mod.rs" || n == "lib.rs");
-        // `super` of a.rs and of a/mod.rs alike is a's parent.
-        let parent = &module[..module.len().saturating_sub(1)];
-        let mut to = BTreeSet::new();
-        for p in named_paths(&code) {
+        let code = inline_modules_as_self(&code_only(&fs::read_to_string(file).unwrap()));
+        let parent = module[..module.len().saturating_sub(1)].to_vec();
+        // Names this file can start a path with, and the module path each stands for.
+        let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for child in children(module) {
+            let mut full = module.clone();
+            full.push(child.clone());
+            aliases.insert(child, full);
+        }
+        // Resolves a written path's leading `crate`/`super…`/`self`/alias into a full path.
+        let absolute = |p: &str, aliases: &BTreeMap<String, Vec<String>>| -> Option<Vec<String>> {
             let mut segs: Vec<String> = p.split("::").map(str::to_owned).collect();
-            let first = segs.remove(0);
-            let full: Vec<String> = match first.as_str() {
-                "crate" => segs,
-                "super" => parent.iter().cloned().chain(segs).collect(),
-                "self" => module.iter().cloned().chain(segs).collect(),
-                _ => continue,
+            let mut base = match segs.first()?.as_str() {
+                "crate" => Vec::new(),
+                "self" => module.clone(),
+                "super" => parent.clone(),
+                name => aliases.get(name)?.clone(),
             };
-            let Some(target) = resolve(&full) else {
+            segs.remove(0);
+            while segs.first().is_some_and(|s| s == "super") {
+                base.pop();
+                segs.remove(0);
+            }
+            base.extend(segs);
+            Some(base)
+        };
+        let uses = use_paths(&code);
+        // Twice: a `use` may name a module another `use` of the file brought in.
+        for _ in 0..2 {
+            for (p, alias) in &uses {
+                let Some(full) = absolute(p.trim_end_matches("::*"), &aliases) else {
+                    continue;
+                };
+                if p.ends_with('*') {
+                    if resolve(&full).as_deref() == Some(full.as_slice()) {
+                        for child in children(&full) {
+                            let mut c = full.clone();
+                            c.push(child.clone());
+                            aliases.entry(child).or_insert(c);
+                        }
+                    }
+                } else {
+                    aliases.insert(alias.clone(), full);
+                }
+            }
+        }
+        let known: BTreeSet<String> = aliases.keys().cloned().collect();
+        let written = uses
+            .iter()
+            .map(|(p, _)| p.trim_end_matches("::*").to_owned())
+            .chain(inline_paths(&code, &known));
+        let mut to = BTreeSet::new();
+        for p in written {
+            let Some(target) = absolute(&p, &aliases).and_then(|f| resolve(&f)) else {
                 continue;
             };
-            // A folder's own children, and anything a child takes from its ancestors through
-            // `super::*`, are the module tree itself, not an import between rooms.
-            let own_child = is_folder && target.starts_with(module);
-            if target.is_empty() || &target == module || module.starts_with(&target) || own_child {
+            if target.starts_with(module) || module.starts_with(&target) {
                 continue;
             }
             to.insert(target);
@@ -364,6 +528,51 @@ fn the_checker_sees_imports_and_circles() {
         (v("c"), BTreeSet::from([v("a")])),
     ]);
     assert_eq!(circles(&loop_), [["a", "b"]]);
+
+    // Every way to name a module that the graph must see, in a crate of its own.
+    let dir = std::env::temp_dir().join(format!("numatrace-layers-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let files = [
+        ("lib.rs", "pub mod cmd; pub mod kernel; pub mod model;"),
+        ("cmd/mod.rs", "pub mod stat; pub mod top; pub mod record;"),
+        ("cmd/stat.rs", "use super::*; fn f() { record::run(); }"),
+        (
+            "cmd/record.rs",
+            "pub fn run() {} mod tests { use super::*; fn t() { run(); stat::x(); } }",
+        ),
+        (
+            "cmd/top/mod.rs",
+            "mod ui; use crate::cmd; fn f() { cmd::stat::run(); }",
+        ),
+        (
+            "cmd/top/ui.rs",
+            "fn f() { super::super::record::run(); let s = r#\"a\"b\"#; }",
+        ),
+        ("kernel/mod.rs", "use crate::*; fn f() { model::x(); }"),
+        ("model/mod.rs", "use crate::kernel as k; fn x() { k::f(); }"),
+    ];
+    for (f, code) in files {
+        fs::create_dir_all(dir.join(f).parent().unwrap()).unwrap();
+        fs::write(dir.join(f), code).unwrap();
+    }
+    let e = graph(&dir);
+    let m = |p: &str| p.split("::").map(str::to_owned).collect::<Vec<_>>();
+    for (from, to) in [
+        ("cmd::stat", "cmd::record"),
+        ("cmd::top", "cmd::stat"),
+        ("cmd::top::ui", "cmd::record"),
+        ("kernel", "model"),
+        ("model", "kernel"),
+    ] {
+        assert!(
+            e[&m(from)].contains(&m(to)),
+            "{from} -> {to} not seen: {e:?}"
+        );
+    }
+    // In record's inline test module `super` is record itself: its `stat` is no sibling.
+    assert!(!e[&m("cmd::record")].contains(&m("cmd::stat")), "{e:?}");
+    assert_eq!(circles(&e), [["kernel", "model"]]);
+    fs::remove_dir_all(&dir).unwrap();
     assert_eq!(
         code_only("let s = \"crate::x\"; // crate::y\nc"),
         "let s = \"\"; \nc"

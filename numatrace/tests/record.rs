@@ -270,7 +270,7 @@ fn a_capture_read_as_nobody_equals_stat_of_the_same_run() {
     }
     fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let stat: serde_json::Value = serde_json::from_slice(&fs::read(&stat_out).unwrap()).unwrap();
-    let rep = json(&report(&[cap.to_str().unwrap(), "--json"], true));
+    let rep = json(&report(&[cap.to_str().unwrap(), "--format", "json"], true));
     assert_eq!(rep["schema"], "numatrace.report/1");
     assert_eq!(rep["stat"]["schema"], "numatrace.stat/1");
     assert_eq!(rep["capture"]["complete"], true);
@@ -322,7 +322,8 @@ fn a_capture_read_as_nobody_equals_stat_of_the_same_run() {
             "--diff",
             cap.to_str().unwrap(),
             cap.to_str().unwrap(),
-            "--json",
+            "--format",
+            "json",
         ],
         true,
     ));
@@ -421,7 +422,7 @@ fn a_capture_killed_with_sigkill_is_read_up_to_its_last_section() {
         "programs left attached after SIGKILL"
     );
     fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let rep = json(&report(&[cap.to_str().unwrap(), "--json"], true));
+    let rep = json(&report(&[cap.to_str().unwrap(), "--format", "json"], true));
     assert_eq!(rep["capture"]["complete"], false);
     assert!(
         rep["capture"]["samples"].as_u64().unwrap() >= 3,
@@ -464,7 +465,7 @@ fn a_capture_in_a_two_node_guest_shows_migrations_and_node_flows() {
     );
     // Captures are created 0600: shared with the unprivileged reader as a user would.
     fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let rep = json(&report(&[cap.to_str().unwrap(), "--json"], true));
+    let rep = json(&report(&[cap.to_str().unwrap(), "--format", "json"], true));
     let totals = &rep["stat"]["totals"];
     println!("totals: {}", totals["hint_faults"]);
     assert!(totals["hint_faults"]["migrated_pages"].as_u64().unwrap() > 0);

@@ -417,7 +417,7 @@ fn exported_names(s: &Scrape) -> std::collections::BTreeSet<String> {
     out
 }
 
-/// The bound the README documents: 16·(N + C + 4) + 7n + 3n² + 2P + H + V + 85.
+/// The bound docs/serve.md documents: 16·(N + C + 4) + 7n + 3n² + 2P + H + V + 85.
 fn documented_bound(s: &Scrape, top: usize, cgroups: usize) -> usize {
     let n = common::numa_nodes();
     let p = s.count_of("numatrace_bpf_runs_total");

@@ -137,10 +137,19 @@ pub fn build(tools: &Tools) -> Result<PathBuf> {
     let changelog = changelog(&version, &maintainer, &date);
     write(&doc.join("changelog.gz"), &gzip(changelog.as_bytes())?)?;
     // Compressed when over 4 KiB, as Debian's policy (12.3) and dh_compress have it.
-    for f in ["README.md", "SECURITY.md"] {
-        let text = fs::read(root.join(f))?;
+    // docs/ too: the help and the README point into it.
+    let mut docs = vec![PathBuf::from("README.md"), PathBuf::from("SECURITY.md")];
+    for d in sorted_entries(&root.join("docs"))? {
+        if d.extension().is_some_and(|e| e == "md") {
+            docs.push(d.strip_prefix(&root)?.to_path_buf());
+        }
+    }
+    for f in docs {
+        let text = fs::read(root.join(&f))?;
         if text.len() > 4096 {
-            write(&doc.join(format!("{f}.gz")), &gzip(&text)?)?;
+            let mut gz = f.into_os_string();
+            gz.push(".gz");
+            write(&doc.join(gz), &gzip(&text)?)?;
         } else {
             write(&doc.join(f), &text)?;
         }

@@ -1,7 +1,7 @@
-//! The frontends, siblings that share nothing but the layers below them: `stat`, `top`,
-//! `serve`, `record`, `report`, `check` and `probes`, each wiring the session, the engine and a
-//! report together for one subcommand; and `shell`, the completions and man pages made from
-//! the command line itself.
+//! The frontends, siblings that share nothing but the layers below them, one per subcommand:
+//! `stat`, `record` and `check` count over a session window, `top` and `serve` read the engine
+//! live, `probes` attaches once to report the hooks, `report` reads a capture without the
+//! kernel; `shell` makes the completions and man pages from the command line itself.
 pub mod check;
 pub mod probes;
 pub mod record;

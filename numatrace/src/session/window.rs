@@ -1,4 +1,4 @@
-//! One collection window, shared by every frontend: attach, take the first snapshot, let the
+//! One collection window, as `stat`, `record` and `check` count: attach, take the first snapshot, let the
 //! window run (a duration, a process's life, a command's, or until a signal) while an
 //! [`Observer`] watches, take the last snapshot, detach.
 

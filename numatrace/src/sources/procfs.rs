@@ -1,4 +1,5 @@
-//! /proc/PID/maps: names of mappings, to say which VMA the scanner worked on.
+//! procfs: /proc/PID/maps names of mappings (to say which VMA the scanner worked on), whether a
+//! process is alive, and numatrace's own CPU time.
 
 use std::{collections::BTreeMap, fs};
 

@@ -52,6 +52,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ("privileges", "command-line errors"),
     ("layers", "reads the sources: no kernel involved"),
     (
+        "program_size",
+        "the eBPF object's instruction counts against the committed baseline",
+    ),
+    (
         "escape",
         "escaping of what processes name themselves: the same on every kernel",
     ),

@@ -188,8 +188,6 @@ pub async fn run_seed(
     }
 }
 
-/// The window of one command of a check: a reproducer runs as root, the user's `-- COMMAND` as
-/// `--user` or the user who ran sudo (resolved once by `cmd::check` into `args.run_as`).
 /// One window of a reproducer (or the user's command): its report and the command's exit code.
 async fn collect(
     opts: &CollectOptions,
@@ -199,6 +197,8 @@ async fn collect(
     Ok((StatReport::of(&c), c.exit))
 }
 
+/// The window of one command of a check: a reproducer runs as root, the user's `-- COMMAND` as
+/// `--user` or the user who ran sudo (resolved once by `cmd::check` into `args.run_as`).
 fn window_for(command: Vec<OsString>, args: &CheckArgs, no_fentry: bool) -> CollectOptions {
     let mut opts = CollectOptions::for_command(command, no_fentry);
     if !args.command.is_empty() {

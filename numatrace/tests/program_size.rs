@@ -1,0 +1,86 @@
+//! A guard on what each eBPF program costs, that cannot flake: the instructions of every
+//! program in the embedded object (its ELF symbol's size; the programs are fully inlined, with
+//! only the mem* helpers called out of line), against the committed baseline
+//! `tests/fixtures/program-insns.json`. The object comes from the pinned nightly and
+//! bpf-linker, so the figure is the same on every machine. A change that makes a program more
+//! than 10 % (and 16 instructions) heavier fails here, naming the program, the figure and the
+//! baseline; one that makes it lighter passes and says so. `NUMATRACE_UPDATE_BASELINE=1`
+//! rewrites the baseline, to commit with the change that explains it.
+
+use std::{collections::BTreeMap, path::Path};
+
+use numatrace_common::PROGRAMS;
+use object::{Object as _, ObjectSymbol as _};
+
+/// Instructions of each program of the object, by name.
+fn program_insns() -> BTreeMap<String, u64> {
+    let file = object::File::parse(numatrace::bpf::OBJECT).expect("the embedded object parses");
+    let sizes: BTreeMap<&str, u64> = file
+        .symbols()
+        .filter(|s| s.is_definition())
+        .filter_map(|s| Some((s.name().ok()?, s.size())))
+        .collect();
+    PROGRAMS
+        .iter()
+        .map(|p| {
+            let bytes = sizes
+                .get(p)
+                .unwrap_or_else(|| panic!("program {p} is not in the object"));
+            // One eBPF instruction is 8 bytes (a 64-bit immediate load takes two).
+            (p.to_string(), bytes / 8)
+        })
+        .collect()
+}
+
+fn allowed(baseline: u64) -> u64 {
+    baseline + (baseline / 10).max(16)
+}
+
+#[test]
+fn no_program_grew_past_its_baseline() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/program-insns.json");
+    let now = program_insns();
+    if std::env::var("NUMATRACE_UPDATE_BASELINE").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, serde_json::to_string_pretty(&now).unwrap() + "\n").unwrap();
+    }
+    let baseline: BTreeMap<String, u64> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut heavier = Vec::new();
+    for (name, &insns) in &now {
+        match baseline.get(name) {
+            None => heavier.push(format!(
+                "{name}: {insns} instructions, not in the baseline (a new program: \
+                 NUMATRACE_UPDATE_BASELINE=1)"
+            )),
+            Some(&base) if insns > allowed(base) => heavier.push(format!(
+                "{name}: {insns} instructions, baseline {base} (+{:.0} %, at most {} allowed)",
+                (insns as f64 / base as f64 - 1.0) * 100.0,
+                allowed(base)
+            )),
+            Some(&base) if insns < base => {
+                eprintln!("{name}: {insns} instructions, lighter than its baseline {base}")
+            }
+            Some(_) => {}
+        }
+    }
+    for gone in baseline.keys().filter(|k| !now.contains_key(*k)) {
+        eprintln!("{gone}: in the baseline, no longer a program");
+    }
+    assert!(
+        heavier.is_empty(),
+        "eBPF programs heavier than their baseline ({}):\n{}",
+        path.display(),
+        heavier.join("\n")
+    );
+}
+
+#[test]
+fn the_guard_sees_real_programs() {
+    // A figure of 0 would pass any baseline: every program has at least its exit instruction,
+    // and the hot ones are hundreds of instructions long.
+    let now = program_insns();
+    assert!(now.values().all(|&n| n >= 2), "{now:?}");
+    assert!(now["tp_sched_process_exit"] > 100, "{now:?}");
+    assert_eq!(allowed(1000), 1100);
+    assert_eq!(allowed(10), 26);
+}
