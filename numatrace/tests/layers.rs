@@ -125,8 +125,9 @@ fn raw_string_at(b: &[u8], i: usize) -> Option<usize> {
     Some(b.len())
 }
 
-/// Every path a `use` tree names: `a::{b, c::{d, e}}` gives `a::b`, `a::c::d`, `a::c::e`.
-fn expand(tree: &str, out: &mut Vec<String>) {
+/// Every path a `use` tree names, with the name it is known by (its last segment, its `as`
+/// name, or `*` for a glob): `a::{b, c::{d as e}}` gives `a::b` (b) and `a::c::d` (e).
+fn expand(tree: &str, out: &mut Vec<(String, String)>) {
     let tree = tree.trim();
     if let Some(open) = tree.find('{') {
         let prefix = tree[..open].trim().trim_end_matches("::");
@@ -148,16 +149,22 @@ fn expand(tree: &str, out: &mut Vec<String>) {
         for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
             let mut sub = Vec::new();
             expand(item, &mut sub);
-            for s in sub {
-                out.push(if prefix.is_empty() {
-                    s
+            for (path, name) in sub {
+                let path = if prefix.is_empty() {
+                    path
                 } else {
-                    format!("{prefix}::{s}")
-                });
+                    format!("{prefix}::{path}")
+                };
+                out.push((path, name));
             }
         }
     } else {
-        out.push(tree.split(" as ").next().unwrap().trim().to_owned());
+        let (path, alias) = match tree.split_once(" as ") {
+            Some((path, alias)) => (path.trim(), Some(alias.trim())),
+            None => (tree, None),
+        };
+        let name = alias.unwrap_or_else(|| path.rsplit("::").next().unwrap_or(path));
+        out.push((path.to_owned(), name.to_owned()));
     }
 }
 
@@ -177,31 +184,10 @@ fn use_paths(code: &str) -> Vec<(String, String)> {
             continue;
         }
         let end = rest.find(';').unwrap_or(rest.len());
-        let mut trees = Vec::new();
-        expand_named(&rest[..end], &mut trees);
-        out.extend(trees);
+        expand(&rest[..end], &mut out);
         rest = &rest[end..];
     }
     out
-}
-
-/// [`expand`], keeping each path's `as` name.
-fn expand_named(tree: &str, out: &mut Vec<(String, String)>) {
-    let mut paths = Vec::new();
-    expand(tree, &mut paths);
-    // `expand` drops `as NAME`: find it again in the tree for each path's last segment.
-    for p in paths {
-        let last = p.rsplit("::").next().unwrap_or("").to_owned();
-        let alias = tree
-            .split([',', '{', '}'])
-            .map(str::trim)
-            .find_map(|item| {
-                let (path, name) = item.split_once(" as ")?;
-                path.trim().ends_with(&last).then(|| name.trim().to_owned())
-            })
-            .unwrap_or(last);
-        out.push((p, alias));
-    }
 }
 
 /// Every `a::b…` path in the code whose first segment is `crate`, `super`, `self` or a name in
@@ -519,8 +505,21 @@ fn the_checker_sees_imports_and_circles() {
     let session: Vec<String> = vec!["session".to_owned()];
     assert!(edges[&stat].contains(&session), "cmd::stat imports session");
     let mut paths = Vec::new();
-    expand("crate::{a::{b, c as d}, e}", &mut paths);
-    assert_eq!(paths, ["crate::a::b", "crate::a::c", "crate::e"]);
+    expand(
+        "crate::{a::{b, c as d}, e::*, f::{g as h, i::g}}",
+        &mut paths,
+    );
+    let pair = |p: &str, n: &str| (p.to_owned(), n.to_owned());
+    assert_eq!(
+        paths,
+        [
+            pair("crate::a::b", "b"),
+            pair("crate::a::c", "d"),
+            pair("crate::e::*", "*"),
+            pair("crate::f::g", "h"),
+            pair("crate::f::i::g", "g"),
+        ]
+    );
     let v = |s: &str| vec![s.to_owned()];
     let loop_ = BTreeMap::from([
         (v("a"), BTreeSet::from([v("b")])),
