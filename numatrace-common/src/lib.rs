@@ -30,6 +30,7 @@ mod pod {
     unsafe impl aya::Pod for MigrateOffsets {}
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for TaskStats {}
+    unsafe impl aya::Pod for TaskEntry {}
     unsafe impl aya::Pod for TaskOffsets {}
     unsafe impl aya::Pod for FuncConfig {}
     unsafe impl aya::Pod for ScanRanges {}

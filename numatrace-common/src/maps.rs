@@ -29,14 +29,40 @@ pub struct VmaStats {
     pub calls: u64,
 }
 
+/// One task's calls in progress, kept in its entry ([`TaskEntry`]): an exit frees them with the
+/// entry, and every hook finds them with the lookup it makes anyway. Only the task itself
+/// writes them (every hook reaches its own entry through `current`), one slot per hook, so
+/// plain stores do not race. A slot is empty while its first field is 0 (times come from
+/// bpf_ktime_get_ns, never 0 once booted).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inflight {
-    pub ts_ns: u64,
-    pub runtime_ns: u64,
-    pub node_stamp: u64,
-    pub arg: u64,
-    pub arg2: u64,
+    /// task_numa_work: entry time, `se.sum_exec_runtime` and `node_stamp` at entry.
+    pub scan_ts_ns: u64,
+    pub scan_runtime_ns: u64,
+    pub scan_node_stamp: u64,
+    /// migrate_misplaced_*: entry time, target node, source node (`MAX_NODES`: unknown).
+    pub migrate_ts_ns: u64,
+    pub migrate_node: u64,
+    pub migrate_src: u64,
+    /// migration_entry_wait: entry time.
+    pub wait_ts_ns: u64,
+    /// Source node + 1 of the current hint fault's successful migration (set when
+    /// migrate_misplaced_* returns, read by task_numa_fault for the pages matrix); 0: none.
+    pub fault_src: u64,
+    /// Non-zero: the current hint fault is on a COW-shared page (set by mpol_misplaced, read
+    /// when the fault's migration ends, cleared by task_numa_fault).
+    pub cow_shared: u64,
+    /// The VMA of the current change_prot_numa call (kprobe to kretprobe); 0: none.
+    pub prot_vma: u64,
+}
+
+impl Inflight {
+    /// A hint fault the kernel has counted (numa_hint_faults) whose task_numa_fault has not
+    /// run yet: its migration is in progress or returned successfully.
+    pub fn fault_in_flight(&self) -> bool {
+        self.migrate_ts_ns != 0 || self.fault_src != 0
+    }
 }
 
 /// One VMA's pid_inactive skips. `gap` = `mm->numa_scan_seq - prev_scan_seq` at the skip;

@@ -69,15 +69,13 @@ pub const PROG_KPROBE_MPOL_MISPLACED: &str = "kprobe_mpol_misplaced";
 /// CPU-clock sampling (the scan-share fallback where no function hook attaches).
 pub const PROG_SAMPLE: &str = "perf_sample_scan";
 
-/// Entry state of an in-flight function call, keyed by (kind << 32 | pid).
-pub const MAP_INFLIGHT: &str = "INFLIGHT";
 /// Per-CPU histogram of migrate_misplaced_* latency, log2 nanosecond buckets.
 pub const MAP_MIGRATE_LATENCY: &str = "MIGRATE_LATENCY";
 pub const LATENCY_BUCKETS: u32 = 64;
 /// Per-CPU histogram of pages per hint fault (task_numa_fault `pages`), log2 buckets.
 pub const MAP_FAULT_PAGES: &str = "FAULT_PAGES";
 pub const FAULT_PAGE_BUCKETS: u32 = 16;
-/// Zeroed template for new [`TaskStats`] entries (kept off the 512-byte BPF stack).
+/// Zeroed template for new [`TaskEntry`] values (kept off the 512-byte BPF stack).
 pub const MAP_ZERO_STATS: &str = "ZERO_STATS";
 
 /// Globals for the function hooks.
@@ -182,7 +180,6 @@ pub const MAPS: &[&str] = &[
     MAP_EVENTS,
     MAP_COUNTERS,
     MAP_TRACKED_TGIDS,
-    MAP_INFLIGHT,
     MAP_MIGRATE_LATENCY,
     MAP_FAULT_PAGES,
     MAP_ZERO_STATS,

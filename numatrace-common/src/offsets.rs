@@ -145,19 +145,6 @@ pub struct ScanRanges {
     pub change_prot_numa: [u64; 2],
 }
 
-/// Kinds of in-flight calls (high half of the [`MAP_INFLIGHT`] key).
-pub const INFLIGHT_TASK_NUMA_WORK: u64 = 1;
-pub const INFLIGHT_MIGRATE: u64 = 2;
-pub const INFLIGHT_MIGRATION_WAIT: u64 = 3;
-/// The current hint fault is on a COW-shared page (set by mpol_misplaced, read when the
-/// fault's migration ends, cleared by task_numa_fault).
-pub const INFLIGHT_COW_SHARED: u64 = 4;
-/// The source node of the current hint fault's successful migration (set when
-/// migrate_misplaced_* returns, read by task_numa_fault for the pages matrix).
-pub const INFLIGHT_MIGRATE_SRC: u64 = 5;
-/// The VMA of the current change_prot_numa call (kprobe to kretprobe: the per-VMA split).
-pub const INFLIGHT_PROT_NUMA: u64 = 6;
-
 /// What the tp_btf `sched_skip_vma_numa` program reads, from the running kernel's BTF (seed 002:
 /// `vma->numab_state->prev_scan_seq` against `mm->numa_scan_seq` and the thread count).
 #[repr(C)]
@@ -201,7 +188,8 @@ pub struct Config {
     /// Non-zero: only tasks whose tgid is in [`MAP_TRACKED_TGIDS`] are counted; forks of a
     /// followed process are followed too.
     pub filter_tgids: u32,
-    /// Non-zero: emit discrete events on the ring buffer (task exit snapshots are always sent).
+    /// Which discrete records go on the ring buffer ([`EMIT_SKIP_VMA`] | …): only those the
+    /// running frontend reads (task exit snapshots are always sent).
     pub emit_events: u32,
     /// Non-zero: send aya-log debug messages from cold paths (fork following, exit snapshots).
     pub debug_log: u32,
@@ -212,8 +200,22 @@ pub struct Config {
     /// Non-zero: also send a [`SpanEvent`](crate::SpanEvent) per task_numa_work call,
     /// migration and migration stall (`record`'s timeline; costs a ring record on those paths).
     pub emit_spans: u32,
-    pub _pad: u32,
+    /// Ring-buffer bytes waiting to be read past which a record wakes the reader. Below it
+    /// records are submitted without a wake-up (no irq_work, no reader wake-up per record):
+    /// userspace reads on a timer and at every snapshot.
+    pub wake_bytes: u32,
 }
+
+/// `sched_skip_vma_numa` records (per-VMA skips with their reason).
+pub const EMIT_SKIP_VMA: u32 = 1 << 0;
+/// A record per change_prot_numa call (when each VMA was scanned).
+pub const EMIT_VMA_SCAN: u32 = 1 << 1;
+/// `sched_{move,swap,stick}_numa` records (their counts are kept per task regardless).
+pub const EMIT_PLACEMENT: u32 = 1 << 2;
+/// `mm_migrate_pages` records (their counts are kept per task regardless).
+pub const EMIT_MIGRATE_PAGES: u32 = 1 << 3;
+/// Every discrete record (`record`).
+pub const EMIT_ALL: u32 = EMIT_SKIP_VMA | EMIT_VMA_SCAN | EMIT_PLACEMENT | EMIT_MIGRATE_PAGES;
 
 /// `sched:sched_skip_vma_numa` (6.7+) field offsets.
 #[repr(C)]

@@ -130,6 +130,15 @@ pub struct TaskStats {
     pub last_nid: u32,
 }
 
+/// A value of [`MAP_TASK_STATS`]: the task's counts, then its calls in progress. An exit
+/// record carries `stats` only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskEntry {
+    pub stats: TaskStats,
+    pub inflight: Inflight,
+}
+
 impl TaskStats {
     /// Userspace only (the kernel side copies a zeroed map value instead: too big for its stack).
     pub fn new(pid: u32, tgid: u32) -> Self {

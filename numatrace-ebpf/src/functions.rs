@@ -10,17 +10,16 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use numatrace_common::{
-    Counter, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig, INFLIGHT_COW_SHARED,
-    INFLIGHT_MIGRATE, INFLIGHT_MIGRATE_SRC, INFLIGHT_MIGRATION_WAIT, INFLIGHT_PROT_NUMA,
-    INFLIGHT_TASK_NUMA_WORK, Inflight, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT,
-    MIGRATED_PAGES_SLOTS, NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap,
-    PageOffsets, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets,
-    TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
+    Counter, EMIT_VMA_SCAN, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig,
+    LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
+    NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
+    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats,
+    VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
 use crate::tasks::{
-    BPF_NOEXIST, TASK_OFFSETS, add, count, count_n, current, current_task, emit_events, header,
-    is_self, note_current, read_field, send, send_span, task_entry, touch, wanted,
+    TASK_OFFSETS, add, count, count_n, current, current_task, emit, header, inflight_of, is_self,
+    note_current, read_field, send, send_span, task_entry, touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -48,8 +47,6 @@ static REGION_FAULTS: LruHashMap<RegionKey, u64> =
 static VMA_STATS: HashMap<VmaKey, VmaStats> =
     HashMap::with_max_entries(numatrace_common::MAX_VMAS, 0);
 
-#[map]
-static INFLIGHT: HashMap<u64, Inflight> = HashMap::with_max_entries(8192, 0);
 #[map]
 static MIGRATE_LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(LATENCY_BUCKETS, 0);
 #[map]
@@ -115,66 +112,30 @@ fn note_placement(t: *mut TaskStats) {
     }
 }
 
-#[inline(always)]
-fn inflight_key(kind: u64, pid: u32) -> u64 {
-    (kind << 32) | u64::from(pid)
-}
-
-#[inline(always)]
-fn inflight_start(kind: u64, pid: u32, v: &Inflight) {
-    if INFLIGHT.insert(&inflight_key(kind, pid), v, 0).is_err() {
-        count(Counter::InflightLost);
-    }
-}
-
-/// [`inflight_start`] for a call whose return a kretprobe takes: an entry the task already has
+/// Starts a call in the slot whose first field is `ts`. Under a kretprobe a slot still in use
 /// is a call whose return the kernel did not report (a kretprobe has a fixed number of
-/// instances; a task holds one while the call sleeps), so that pair is counted lost.
+/// instances; a task holds one while the call sleeps): that pair is counted lost.
 #[inline(always)]
-fn inflight_call(kind: u64, pid: u32, v: &Inflight, kretprobe: bool) {
-    if !kretprobe {
-        return inflight_start(kind, pid, v);
-    }
-    let key = inflight_key(kind, pid);
-    if INFLIGHT.insert(&key, v, BPF_NOEXIST).is_err() {
-        // A stale entry (replaced here) or a full map (this insert fails too): one pair lost
-        // either way.
-        count(Counter::InflightLost);
-        let _ = INFLIGHT.insert(&key, v, 0);
+fn slot_start(ts: *mut u64, kretprobe: bool) {
+    unsafe {
+        if kretprobe && *ts != 0 {
+            count(Counter::InflightLost);
+        }
+        *ts = bpf_ktime_get_ns();
     }
 }
 
-/// Drops every in-flight entry of an exiting task (a call it never returned from, a fault
-/// whose task_numa_fault was not reached): the map is not LRU, so nothing may stay behind.
+/// Empties the slot whose first field is `ts`: its previous value (0: no call in progress).
 #[inline(always)]
-pub fn forget_inflight(pid: u32) {
-    for kind in [
-        INFLIGHT_TASK_NUMA_WORK,
-        INFLIGHT_MIGRATE,
-        INFLIGHT_MIGRATION_WAIT,
-        INFLIGHT_COW_SHARED,
-        INFLIGHT_MIGRATE_SRC,
-        INFLIGHT_PROT_NUMA,
-    ] {
-        let _ = INFLIGHT.remove(&inflight_key(kind, pid));
-    }
-}
-
-#[inline(always)]
-fn inflight_take(kind: u64, pid: u32) -> Option<Inflight> {
-    let key = inflight_key(kind, pid);
-    let v = unsafe { INFLIGHT.get(&key) }.copied();
-    if v.is_some() {
-        let _ = INFLIGHT.remove(&key);
-    }
-    v
+fn slot_take(ts: *mut u64) -> u64 {
+    unsafe { core::mem::replace(&mut *ts, 0) }
 }
 
 // ---- task_numa_work ------------------------------------------------------------------------
 
 #[inline(always)]
 fn on_task_numa_work_enter(kretprobe: bool) {
-    let Some((t, pid)) = followed_current() else {
+    let Some((t, _)) = followed_current() else {
         return;
     };
     let o = TASK_OFFSETS.load();
@@ -186,32 +147,28 @@ fn on_task_numa_work_enter(kretprobe: bool) {
         add(unsafe { &raw mut (*t).scan_stamp_violations }, 1);
     }
     note_runtime(t);
-    inflight_call(
-        INFLIGHT_TASK_NUMA_WORK,
-        pid,
-        &Inflight {
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-            runtime_ns: runtime,
-            node_stamp,
-            arg: 0,
-            arg2: 0,
-        },
-        kretprobe,
-    );
+    let r = inflight_of(t);
+    unsafe {
+        (*r).scan_runtime_ns = runtime;
+        (*r).scan_node_stamp = node_stamp;
+        slot_start(&raw mut (*r).scan_ts_ns, kretprobe);
+    }
 }
 
 #[inline(always)]
 fn on_task_numa_work_exit() {
-    let cur = current();
-    let Some(start) = inflight_take(INFLIGHT_TASK_NUMA_WORK, cur.pid) else {
+    let Some((t, _)) = followed_current() else {
         return;
     };
-    let Some(t) = task_entry(cur.pid, cur.tgid, true) else {
+    let r = inflight_of(t);
+    let start_ts = slot_take(unsafe { &raw mut (*r).scan_ts_ns });
+    if start_ts == 0 {
         return;
-    };
+    }
+    let (start_runtime, start_stamp) = unsafe { ((*r).scan_runtime_ns, (*r).scan_node_stamp) };
     let now = unsafe { bpf_ktime_get_ns() };
-    let ns = now.saturating_sub(start.ts_ns);
-    send_span(EventKind::ScanCall, start.ts_ns, ns, 0, 0);
+    let ns = now.saturating_sub(start_ts);
+    send_span(EventKind::ScanCall, start_ts, ns, 0, 0);
     let o = TASK_OFFSETS.load();
     let task = current_task();
     let runtime = read_field::<u64>(task, o.sum_exec_runtime);
@@ -229,14 +186,14 @@ fn on_task_numa_work_exit() {
         }
     }
     if let Some(rt) = runtime {
-        let d_rt = rt.saturating_sub(start.runtime_ns);
+        let d_rt = rt.saturating_sub(start_runtime);
         add(unsafe { &raw mut (*t).scan_runtime_ns }, d_rt);
         unsafe {
             (*t).scan_last_call_rt = d_rt;
-            (*t).scan_last_entry_runtime = start.runtime_ns;
+            (*t).scan_last_entry_runtime = start_runtime;
         }
         if let Some(stamp) = node_stamp {
-            let d_stamp = stamp.saturating_sub(start.node_stamp);
+            let d_stamp = stamp.saturating_sub(start_stamp);
             add(unsafe { &raw mut (*t).scan_node_stamp_ns }, d_stamp);
             // Seed 003: when the call consumed runtime, node_stamp must move on by at least
             // 32x that runtime, so the task runs 32x longer before it scans again (within the
@@ -292,7 +249,7 @@ fn vma_add(tgid: u32, vma: *const u8, updated: u64) {
     ) else {
         return;
     };
-    if emit_events() {
+    if emit(EMIT_VMA_SCAN) {
         // When each VMA was scanned: seed 002's time from renewed access to the first scan.
         send(VmaScanEvent {
             hdr: header(EventKind::VmaScan as u32, current().pid, tgid),
@@ -324,10 +281,7 @@ fn vma_add(tgid: u32, vma: *const u8, updated: u64) {
 }
 
 #[inline(always)]
-fn on_change_prot_numa_ret(vma: u64, updated: u64) {
-    let Some((t, _)) = followed_current() else {
-        return;
-    };
+fn on_change_prot_numa_ret(t: *mut TaskStats, vma: u64, updated: u64) {
     let tgid = current().tgid;
     if !is_self(tgid) {
         vma_add(tgid, vma as *const u8, updated);
@@ -342,32 +296,39 @@ fn on_change_prot_numa_ret(vma: u64, updated: u64) {
 #[fexit(function = "change_prot_numa")]
 pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
     // (vma, addr, end) -> unsigned long: the return value follows the three arguments.
-    on_change_prot_numa_ret(
-        tracing_arg::<0>(ctx.as_ptr()),
-        tracing_arg::<3>(ctx.as_ptr()),
-    );
+    if let Some((t, _)) = followed_current() {
+        on_change_prot_numa_ret(
+            t,
+            tracing_arg::<0>(ctx.as_ptr()),
+            tracing_arg::<3>(ctx.as_ptr()),
+        );
+    }
     0
 }
 
 /// A kretprobe no longer sees the arguments: the kprobe keeps the vma for it.
 #[kprobe]
 pub fn kprobe_change_prot_numa(ctx: ProbeContext) -> u32 {
-    let cur = current();
-    if wanted(cur.tgid) {
+    if let Some((t, _)) = followed_current() {
+        let r = inflight_of(t);
         let args = kprobe_args(&ctx);
-        let v = Inflight {
-            arg: pick(&args, FUNC_CONFIG.load().prot_vma_arg),
-            ..Inflight::default()
-        };
-        inflight_call(INFLIGHT_PROT_NUMA, cur.pid, &v, true);
+        unsafe {
+            if (*r).prot_vma != 0 {
+                count(Counter::InflightLost);
+            }
+            (*r).prot_vma = pick(&args, FUNC_CONFIG.load().prot_vma_arg);
+        }
     }
     0
 }
 
 #[kretprobe]
 pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
-    let vma = inflight_take(INFLIGHT_PROT_NUMA, current().pid).map_or(0, |v| v.arg);
-    on_change_prot_numa_ret(vma, ctx.ret::<u64>());
+    let Some((t, _)) = followed_current() else {
+        return 0;
+    };
+    let vma = slot_take(unsafe { &raw mut (*inflight_of(t)).prot_vma });
+    on_change_prot_numa_ret(t, vma, ctx.ret::<u64>());
     0
 }
 
@@ -375,14 +336,17 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
-    // The fault is over: forget whether it was on a COW-shared page, and where its migrated
-    // page came from (even when the task is not counted, so that no entry is left behind).
-    let pid = current().pid;
-    let _ = inflight_take(INFLIGHT_COW_SHARED, pid);
-    let src = inflight_take(INFLIGHT_MIGRATE_SRC, pid).map_or(u64::from(MAX_NODES), |i| i.arg);
     let Some((t, _)) = followed_current() else {
         return;
     };
+    // The fault is over: forget whether it was on a COW-shared page, and take where its
+    // migrated page came from.
+    let r = inflight_of(t);
+    let src = match slot_take(unsafe { &raw mut (*r).fault_src }) {
+        0 => u64::from(MAX_NODES),
+        n => n - 1,
+    };
+    unsafe { (*r).cow_shared = 0 };
     let pages = pages.max(0) as u64;
     let flags = flags as u32;
     let local = flags & TNF_FAULT_LOCAL != 0;
@@ -595,22 +559,15 @@ fn node_arg(raw: u64) -> u64 {
 #[inline(always)]
 fn on_migrate_enter(page: u64, node: u64, kretprobe: bool) {
     let node = node_arg(node);
-    let cur = current();
-    if !wanted(cur.tgid) {
+    let Some((t, _)) = followed_current() else {
         return;
+    };
+    let r = inflight_of(t);
+    unsafe {
+        (*r).migrate_node = node;
+        (*r).migrate_src = page_node(page);
+        slot_start(&raw mut (*r).migrate_ts_ns, kretprobe);
     }
-    inflight_call(
-        INFLIGHT_MIGRATE,
-        cur.pid,
-        &Inflight {
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-            runtime_ns: 0,
-            node_stamp: 0,
-            arg: node,
-            arg2: page_node(page),
-        },
-        kretprobe,
-    );
 }
 
 /// Counts one migration call in the `[ok][src][dst]` matrix; one it cannot place is counted
@@ -634,10 +591,16 @@ fn matrix_add(ok: bool, src: u64, dst: u64) {
 #[inline(always)]
 fn on_migrate_exit(ret: i64) {
     let cur = current();
-    let Some(start) = inflight_take(INFLIGHT_MIGRATE, cur.pid) else {
+    let Some((t, _)) = followed_current() else {
         return;
     };
-    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start.ts_ns);
+    let r = inflight_of(t);
+    let start_ts = slot_take(unsafe { &raw mut (*r).migrate_ts_ns });
+    if start_ts == 0 {
+        return;
+    }
+    let (dst, src_node) = unsafe { ((*r).migrate_node, (*r).migrate_src) };
+    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ts);
     // The return convention changed: 1 = migrated up to 6.9, 0 = migrated from 6.10.
     let ok = if FUNC_CONFIG.load().migrate_ok_is_zero != 0 {
         ret == 0
@@ -645,42 +608,37 @@ fn on_migrate_exit(ret: i64) {
         ret == 1
     };
     let me = is_self(cur.tgid);
-    let src = if start.arg2 < u64::from(MAX_NODES) {
-        start.arg2
+    let src = if src_node < u64::from(MAX_NODES) {
+        src_node
     } else {
         NODE_UNKNOWN
     };
     send_span(
         EventKind::Migration,
-        start.ts_ns,
+        start_ts,
         ns,
         src,
-        start.arg.min(u64::from(MAX_NODES)) | if ok { MIGRATED_BIT } else { 0 },
+        dst.min(u64::from(MAX_NODES)) | if ok { MIGRATED_BIT } else { 0 },
     );
     if !me {
         hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
-        matrix_add(ok, start.arg2, start.arg);
+        matrix_add(ok, src_node, dst);
     }
-    if ok {
-        // The hint fault that follows (task_numa_fault) adds its pages under this source.
-        inflight_start(
-            INFLIGHT_MIGRATE_SRC,
-            cur.pid,
-            &Inflight {
-                arg: start.arg2,
-                ..Inflight::default()
-            },
-        );
-    }
+    let cow_shared = unsafe {
+        if ok {
+            // The hint fault that follows (task_numa_fault) adds its pages under this source.
+            (*r).fault_src = src_node + 1;
+        }
+        core::mem::replace(&mut (*r).cow_shared, 0) != 0
+    };
     count(Counter::MigrateAttempts);
     if ok {
         count(Counter::MigrateSucceeded);
     }
-    let cow_shared = inflight_take(INFLIGHT_COW_SHARED, cur.pid).is_some();
     if ok && cow_shared {
         count(Counter::CowSharedMigrations);
     }
-    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
+    {
         unsafe {
             if ok && cow_shared {
                 add(&raw mut (*t).cow_shared_migrations, 1);
@@ -774,31 +732,24 @@ pub fn kretprobe_migrate_misplaced(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_migration_wait_enter(kretprobe: bool) {
-    let cur = current();
-    if !wanted(cur.tgid) {
-        return;
+    if let Some((t, _)) = followed_current() {
+        slot_start(unsafe { &raw mut (*inflight_of(t)).wait_ts_ns }, kretprobe);
     }
-    inflight_call(
-        INFLIGHT_MIGRATION_WAIT,
-        cur.pid,
-        &Inflight {
-            ts_ns: unsafe { bpf_ktime_get_ns() },
-            ..Inflight::default()
-        },
-        kretprobe,
-    );
 }
 
 #[inline(always)]
 fn on_migration_wait_exit() {
-    let cur = current();
-    let Some(start) = inflight_take(INFLIGHT_MIGRATION_WAIT, cur.pid) else {
+    let Some((t, _)) = followed_current() else {
         return;
     };
-    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start.ts_ns);
-    send_span(EventKind::Stall, start.ts_ns, ns, 0, 0);
+    let start_ts = slot_take(unsafe { &raw mut (*inflight_of(t)).wait_ts_ns });
+    if start_ts == 0 {
+        return;
+    }
+    let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ts);
+    send_span(EventKind::Stall, start_ts, ns, 0, 0);
     count(Counter::MigrationWaits);
-    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
+    {
         unsafe {
             add(&raw mut (*t).migration_waits, 1);
             add(&raw mut (*t).migration_wait_ns, ns);
@@ -859,7 +810,7 @@ fn cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<(bool, bool)> {
 
 #[inline(always)]
 fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
-    let Some((t, pid)) = followed_current() else {
+    let Some((t, _)) = followed_current() else {
         return;
     };
     if !is_self(current().tgid) {
@@ -871,7 +822,7 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
             add(unsafe { &raw mut (*t).cow_shared_faults_large }, 1);
         }
         count(Counter::CowSharedFaults);
-        inflight_start(INFLIGHT_COW_SHARED, pid, &Inflight::default());
+        unsafe { (*inflight_of(t)).cow_shared = 1 };
     }
 }
 

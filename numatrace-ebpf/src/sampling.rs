@@ -18,7 +18,10 @@ static SCAN_RANGES: Global<ScanRanges> = Global::new(ScanRanges {
     change_prot_numa: [0, 0],
 });
 
-const MAX_FRAMES: usize = 32;
+/// Frames unwound: task_numa_work is within about eight frames of a sample taken while it scans
+/// (change_pte_range … change_protection, change_prot_numa, task_numa_work), and unwinding
+/// stops at the buffer's end, so a deeper walk would only cost time.
+const MAX_FRAMES: usize = 16;
 
 /// Per-CPU stack buffer: 256 bytes would take half of the BPF stack.
 #[map]
@@ -41,6 +44,13 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
     add(unsafe { &raw mut (*t).samples }, 1);
     note_current(t);
     count(Counter::Samples);
+    // A sample in user mode has no kernel stack to walk (task_numa_work runs in the kernel).
+    let regs = ctx
+        .as_ptr()
+        .cast::<aya_ebpf::bindings::bpf_perf_event_data>();
+    if unsafe { (*regs).regs.cs } & 3 != 0 {
+        return 0;
+    }
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {
         return 0;
     };

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     COUNTER_SLOTS, Config, Counter, DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, EventHeader,
-    EventKind, MAX_TRACKED_TGIDS, SpanEvent, TaskOffsets, TaskStats,
+    EventKind, Inflight, MAX_TRACKED_TGIDS, SpanEvent, TaskEntry, TaskOffsets, TaskStats,
 };
 
 /// Offsets of `task_struct` fields, set by the loader from the kernel's BTF.
@@ -21,7 +21,7 @@ use numatrace_common::{
 pub(crate) static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
 
 #[map]
-pub static TASK_STATS: LruHashMap<u32, TaskStats> =
+pub static TASK_STATS: LruHashMap<u32, TaskEntry> =
     LruHashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);
 
 #[map]
@@ -35,7 +35,7 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 
 /// Never written: a zeroed value to create entries from.
 #[map]
-pub static ZERO_STATS: PerCpuArray<TaskStats> = PerCpuArray::with_max_entries(1, 0);
+pub static ZERO_STATS: PerCpuArray<TaskEntry> = PerCpuArray::with_max_entries(1, 0);
 
 #[unsafe(no_mangle)]
 pub static CONFIG: Global<Config> = Global::new(Config {
@@ -44,7 +44,7 @@ pub static CONFIG: Global<Config> = Global::new(Config {
     debug_log: 0,
     self_tgid: 0,
     emit_spans: 0,
-    _pad: 0,
+    wake_bytes: 0,
 });
 
 /// Whether aya-log debug messages are wanted (cold paths only).
@@ -125,9 +125,10 @@ pub fn note_current(t: *mut TaskStats) {
     }
 }
 
+/// Whether the running frontend reads records of `kind` (an `EMIT_*` bit).
 #[inline(always)]
-pub fn emit_events() -> bool {
-    CONFIG.load().emit_events != 0
+pub fn emit(kind: u32) -> bool {
+    CONFIG.load().emit_events & kind != 0
 }
 
 /// Sends a timed call of the current task for the timeline, when the loader asked for them
@@ -169,7 +170,7 @@ const PF_EXITING: u32 = 0x4;
 /// task_numa_work from exit_task_work, or (6.16+, where the tracepoint precedes exit_mm) a
 /// hinting fault in mm_release can follow it.
 #[inline(always)]
-fn current_exiting() -> bool {
+pub fn current_exiting() -> bool {
     let off = TASK_OFFSETS.load().flags;
     read_field::<u32>(current_task(), off).is_some_and(|f| f & PF_EXITING != 0)
 }
@@ -191,7 +192,7 @@ pub fn owned_by_current(t: *const TaskStats) -> bool {
 /// task is gone. Its counts are kept, so the totals stay exact.
 #[inline(always)]
 pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStats> {
-    if let Some(p) = TASK_STATS.get_ptr_mut(&pid) {
+    if let Some(p) = task_stats(pid) {
         if unsafe { (*p).exited } == 0 {
             return Some(p);
         }
@@ -208,7 +209,7 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
     match TASK_STATS.insert(&pid, unsafe { &*zero }, BPF_NOEXIST) {
         Ok(()) => {
             count(Counter::TasksCreated);
-            let t = TASK_STATS.get_ptr_mut(&pid)?;
+            let t = task_stats(pid)?;
             let now = unsafe { bpf_ktime_get_ns() };
             unsafe {
                 (*t).pid = pid;
@@ -224,12 +225,25 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
             }
             Some(t)
         }
-        Err(e) if e == -EEXIST => TASK_STATS.get_ptr_mut(&pid),
+        Err(e) if e == -EEXIST => task_stats(pid),
         Err(_) => {
             count(Counter::TaskMapFull);
             None
         }
     }
+}
+
+/// The counts of `pid`'s entry, if it has one (the first field of its [`TaskEntry`]).
+#[inline(always)]
+pub fn task_stats(pid: u32) -> Option<*mut TaskStats> {
+    TASK_STATS.get_ptr_mut(&pid).map(|e| e.cast::<TaskStats>())
+}
+
+/// The calls in progress kept in the same entry as the counts `t`.
+#[inline(always)]
+pub fn inflight_of(t: *mut TaskStats) -> *mut Inflight {
+    // SAFETY: `t` is the first field of a live TaskEntry map value (task_stats).
+    unsafe { &raw mut (*t.cast::<TaskEntry>()).inflight }
 }
 
 /// Marks the entry as just updated.
@@ -250,13 +264,29 @@ pub fn header(kind: u32, pid: u32, tgid: u32) -> EventHeader {
     }
 }
 
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+
+/// Submit flags: no wake-up per record (an irq_work and a reader wake-up cost more than the
+/// record), except once the unread bytes pass the mark, so that a burst is read before the
+/// ring fills. Userspace also reads on a timer and at every snapshot.
+#[inline(always)]
+pub fn wake_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= u64::from(CONFIG.load().wake_bytes) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
 /// Sends one record on the ring buffer, counting it when there is no room.
 #[inline(always)]
 pub fn send<T: 'static>(ev: T) {
     match EVENTS.reserve::<T>(0) {
         Some(mut slot) => {
             slot.write(ev);
-            slot.submit(0);
+            slot.submit(wake_flags());
         }
         None => count(Counter::RingbufFull),
     }

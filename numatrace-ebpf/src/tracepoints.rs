@@ -7,14 +7,15 @@ use aya_ebpf::{
     programs::{FEntryContext, TracePointContext},
 };
 use numatrace_common::{
-    Counter, EventKind, FIELD_ABSENT, ForkOffsets, MR_NUMA_MISPLACED, MigrateOffsets,
-    MigratePagesEvent, MoveOffsets, PairOffsets, PlacementEvent, SKIP_REASON_OTHER,
-    SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets, TaskExitEvent,
+    Counter, EMIT_MIGRATE_PAGES, EMIT_PLACEMENT, EMIT_SKIP_VMA, EventKind, FIELD_ABSENT,
+    ForkOffsets, MR_NUMA_MISPLACED, MigrateOffsets, MigratePagesEvent, MoveOffsets, PairOffsets,
+    PlacementEvent, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets,
+    TaskExitEvent,
 };
 
 use crate::tasks::{
-    TASK_STATS, add, count, current, emit_events, follow_child, header, is_self, note_current,
-    send, task_entry, touch, wanted,
+    TASK_STATS, add, count, current, emit, follow_child, header, is_self, note_current, send,
+    task_entry, task_stats, touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -69,7 +70,7 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
         touch(t);
     }
     // numatrace's own skips are counted in its entry; their records would only be noise.
-    if emit_events() && !is_self(cur.tgid) {
+    if emit(EMIT_SKIP_VMA) && !is_self(cur.tgid) {
         send(SkipVmaEvent {
             hdr: header(EventKind::SkipVma as u32, cur.pid, cur.tgid),
             numa_scan_offset: field(&ctx, o.numa_scan_offset, 0u64),
@@ -95,7 +96,7 @@ pub fn tp_sched_move_numa(ctx: TracePointContext) -> u32 {
         add(unsafe { &raw mut (*t).numa_moves }, 1);
         touch(t);
     }
-    if emit_events() {
+    if emit(EMIT_PLACEMENT) {
         send(PlacementEvent {
             hdr: header(EventKind::NumaMove as u32, pid, tgid),
             src_cpu: field(&ctx, o.src_cpu, -1),
@@ -130,7 +131,7 @@ fn read_pair(ctx: &TracePointContext, o: &PairOffsets) -> Pair {
 
 #[inline(always)]
 fn placement_event(ctx: &TracePointContext, kind: EventKind, o: &PairOffsets, p: &Pair) {
-    if emit_events() {
+    if emit(EMIT_PLACEMENT) {
         send(PlacementEvent {
             hdr: header(kind as u32, p.src_pid, p.src_tgid),
             src_cpu: field(ctx, o.src_cpu, -1),
@@ -217,7 +218,7 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
         note_current(t);
         touch(t);
     }
-    if emit_events() {
+    if emit(EMIT_MIGRATE_PAGES) {
         send(ev);
     }
     0
@@ -235,12 +236,13 @@ pub fn tp_sched_process_fork(ctx: TracePointContext) -> u32 {
 }
 
 #[tracepoint]
-pub fn tp_sched_process_exit(ctx: TracePointContext) -> u32 {
+pub fn tp_sched_process_exit(_ctx: TracePointContext) -> u32 {
     // Fires once per exiting thread, in its own context. Hand the final aggregates over and free
     // the entry; if the ring buffer is full, keep the entry (marked) for userspace's final read.
+    // One lookup: a task numatrace never counted has no entry (its calls in progress, if any,
+    // live in the entry and go with it).
     let cur = current();
-    crate::functions::forget_inflight(cur.pid);
-    let Some(t) = TASK_STATS.get_ptr_mut(&cur.pid) else {
+    let Some(t) = task_stats(cur.pid) else {
         return 0;
     };
     // An earlier task's entry, marked at its own exit and still held for userspace: not this
@@ -262,10 +264,9 @@ pub fn tp_sched_process_exit(ctx: TracePointContext) -> u32 {
                     t.cast_const().cast(),
                 );
             }
-            slot.submit(0);
+            slot.submit(crate::tasks::wake_flags());
             count(Counter::ExitSnapshots);
             let _ = TASK_STATS.remove(&cur.pid);
-            debug!(&ctx, "exit snapshot pid={}", cur.pid);
         }
         None => {
             count(Counter::RingbufFull);

@@ -97,8 +97,39 @@ fn a_full_vma_map_is_reported() {
     assert!(d["total"].as_u64().unwrap() > 0, "{d}");
 }
 
+/// `numatrace record` into a fresh file with `record_args`, `during(pid)` once it counts, then
+/// Ctrl-C; the capture's report as JSON (`report --format json`: its `stat` object).
+fn record_window_pid(record_args: &[&str], during: impl FnOnce(u32)) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let capture = dir.path().join("window.ntrace");
+    let mut record = Command::new(common::numatrace_bin())
+        .arg("record")
+        .arg("--output")
+        .arg(&capture)
+        .args(record_args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_until_counting(&mut record);
+    during(record.id());
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(record.id() as i32, libc::SIGINT) };
+    assert!(record.wait().unwrap().success(), "numatrace record failed");
+    let out = common::numatrace(&["report", "--format", "json", capture.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "report: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["stat"].clone()
+}
+
 /// A reader that cannot keep up: numatrace is stopped (SIGSTOP) while a workload migrates
-/// thousands of pages, each a ring buffer record, into a 64 KiB ring. Records that find the
+/// thousands of pages, each a ring buffer record, into a 64 KiB ring. `record`, because it is
+/// the frontend that keeps migration records (stat and top count migrations per task without
+/// one). Records that find the
 /// ring full are counted as dropped, none vanishes: every migration record was either read
 /// or is among the drops; and the counts kept in kernel maps stay exact against /proc/vmstat.
 #[test]
@@ -112,7 +143,7 @@ fn an_overflowing_ring_buffer_counts_its_drops_and_the_maps_stay_exact() {
         return;
     };
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let v = common::stat_window_pid(&[], &["--ringbuf-size", "65536"], |pid| {
+    let v = record_window_pid(&["--ringbuf-size", "65536"], |pid| {
         // SAFETY: kill(2) on the numatrace the window started.
         unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
         run(&["migrate", "--mem-mib", "32", "--duration", "8s"]);

@@ -83,6 +83,19 @@ enum Step {
         /// Only print the tables of an earlier run (its target/bench/results.jsonl).
         #[arg(long, value_name = "RESULTS_JSONL")]
         render: Option<std::path::PathBuf>,
+        /// Guest time in executed instructions, 2^SHIFT ns each (QEMU `-icount`, one host
+        /// thread for both vCPUs): a guest nanosecond is then a count of instructions, so
+        /// per-program costs and throughput ratios repeat from run to run.
+        #[arg(
+            long,
+            value_name = "SHIFT",
+            default_value_t = 2,
+            conflicts_with = "no_icount"
+        )]
+        icount: u8,
+        /// Real-time guest (multi-threaded TCG) instead: faster, and as noisy as the host.
+        #[arg(long)]
+        no_icount: bool,
     },
     /// Run the real-kernel tests in 2-node QEMU guests, one boot per kernel line: Debian's
     /// newest 5.10, 6.1, 6.12 and 7.x cloud kernels (from the mirror's package indexes) and
@@ -149,6 +162,8 @@ fn run(cli: Cli) -> Result<()> {
             no_host,
             no_guest,
             render,
+            icount,
+            no_icount,
         } => bench::run(
             &tools,
             &bench::Opts {
@@ -161,6 +176,7 @@ fn run(cli: Cli) -> Result<()> {
                 no_host,
                 no_guest,
                 render,
+                icount: (!no_icount).then_some(icount),
             },
         ),
     }

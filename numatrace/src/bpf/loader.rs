@@ -44,7 +44,8 @@ pub struct LoadOptions {
     pub max_vmas: u32,
     pub ringbuf_bytes: u32,
     pub filter_tgids: bool,
-    pub emit_events: bool,
+    /// Discrete records the frontend reads (`numatrace_common::EMIT_*` bits; 0: none).
+    pub emit_events: u32,
     /// Timed calls for a timeline (`record`): see `Config::emit_spans`.
     pub emit_spans: bool,
     pub bpf_log: bool,
@@ -55,14 +56,15 @@ pub struct LoadOptions {
 }
 
 impl Default for LoadOptions {
-    /// System-wide, the maps at their default sizes, events on, no timeline, 99 Hz sampling.
+    /// System-wide, the maps at their default sizes, every record kind, no timeline, 99 Hz
+    /// sampling.
     fn default() -> Self {
         Self {
             max_tasks: numatrace_common::DEFAULT_MAX_TASKS,
             max_vmas: numatrace_common::MAX_VMAS,
             ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
             filter_tgids: false,
-            emit_events: true,
+            emit_events: numatrace_common::EMIT_ALL,
             emit_spans: false,
             bpf_log: false,
             sample_hz: 99,
@@ -93,14 +95,21 @@ pub struct Session {
     pub hooks: Vec<HookReport>,
 }
 
+/// Unread ring-buffer bytes past which a record wakes the reader: a quarter of the ring, so
+/// that a burst is read long before the ring fills while the timer (`READ_INTERVAL`) is
+/// far off.
+pub fn wake_bytes(ringbuf_bytes: u32) -> u32 {
+    ringbuf_bytes / 4
+}
+
 fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> {
     let config = Config {
         filter_tgids: opts.filter_tgids.into(),
-        emit_events: opts.emit_events.into(),
+        emit_events: opts.emit_events,
         emit_spans: opts.emit_spans.into(),
         debug_log: opts.bpf_log.into(),
         self_tgid: std::process::id(),
-        _pad: 0,
+        wake_bytes: wake_bytes(opts.ringbuf_bytes),
     };
     let o = &plan.offsets;
     EbpfLoader::new()

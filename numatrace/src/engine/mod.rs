@@ -22,9 +22,9 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, RingBuf},
 };
 use numatrace_common::{
-    Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_INFLIGHT, MAP_MIGRATE_LATENCY,
-    MAP_MIGRATE_MATRIX, MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS,
-    MAP_TRACKED_TGIDS, MAP_VMA_GAPS, MAP_VMA_STATS,
+    Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_MIGRATE_MATRIX,
+    MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS, MAP_TRACKED_TGIDS,
+    MAP_VMA_GAPS, MAP_VMA_STATS,
 };
 use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
@@ -178,7 +178,6 @@ impl Engine {
             vmas: take(&mut ebpf, MAP_VMA_STATS)?,
             gaps: take(&mut ebpf, MAP_VMA_GAPS)?,
             region_faults: take(&mut ebpf, MAP_REGION_FAULTS)?,
-            inflight: take(&mut ebpf, MAP_INFLIGHT)?,
         };
         let tracked = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
         let shared = Arc::new(Mutex::new(Shared {
@@ -246,12 +245,6 @@ impl Engine {
 
     fn read_once(&mut self, detail: Detail) -> Result<(Snapshot, bool)> {
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
-        // Between vmstat_lo and the task map: a fault the kernel counted before the one and
-        // numatrace not yet at the other is in flight all that time.
-        let in_flight = self
-            .maps
-            .faults_in_flight()
-            .context("reading the in-flight calls")?;
         // Marked entries whose task has finished before this read: what it reads of them is
         // final, so they may be forgotten once settled.
         self.done_marked = self
@@ -264,7 +257,9 @@ impl Engine {
         // in `TasksCreated`, so evictions are never over-estimated.
         let counters = self.maps.counters().context("reading counters")?;
         let created_by = monotonic_ns();
-        let mut live = self.maps.tasks().context("reading the task map")?;
+        // With each entry, whether its task has a hint fault in flight: one the kernel counted
+        // before vmstat_lo and numatrace not yet when its entry was read.
+        let (mut live, in_flight) = self.maps.tasks().context("reading the task map")?;
         let in_map: std::collections::HashSet<(u32, u64)> =
             live.iter().map(|s| (s.pid, s.first_ns)).collect();
         self.forgotten_marked.retain(|k| in_map.contains(k));
@@ -582,13 +577,23 @@ fn merge_vmas(rows: BTreeMap<(u32, u64), VmaRecord>, acc: &Accum) -> BTreeMap<u3
 }
 
 /// Drains the ring buffer into the accumulator whenever the kernel signals records.
+/// How often the ring buffer is read: records are submitted without a wake-up until a
+/// quarter of the ring is waiting (see `Config::wake_bytes`), so a quiet ring is read on this
+/// timer, and every snapshot drains it.
+pub const READ_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 async fn read_ring(
     fd: AsyncFd<OwnedFd>,
     shared: Arc<Mutex<Shared>>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut tick = tokio::time::interval(READ_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = tick.tick() => {
+                shared.lock().unwrap_or_else(|p| p.into_inner()).drain();
+            }
             guard = fd.readable() => {
                 let Ok(mut guard) = guard else { break };
                 shared.lock().unwrap_or_else(|p| p.into_inner()).drain();

@@ -2,9 +2,9 @@
 
 use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
 use numatrace_common::{
-    COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, INFLIGHT_MIGRATE, INFLIGHT_MIGRATE_SRC, Inflight,
-    LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_PAGES_SLOTS, NODE_FAULT_SLOTS, RegionKey,
-    TaskStats, VmaGap, VmaKey, VmaStats,
+    COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
+    MIGRATED_PAGES_SLOTS, NODE_FAULT_SLOTS, RegionKey, TaskEntry, TaskStats, VmaGap, VmaKey,
+    VmaStats,
 };
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +21,7 @@ impl Counters {
 }
 
 pub struct Maps {
-    pub tasks: HashMap<MapData, u32, TaskStats>,
+    pub tasks: HashMap<MapData, u32, TaskEntry>,
     pub counters: PerCpuArray<MapData, u64>,
     pub migrate_latency: PerCpuArray<MapData, u64>,
     pub fault_pages: PerCpuArray<MapData, u64>,
@@ -31,7 +31,6 @@ pub struct Maps {
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
     pub gaps: HashMap<MapData, VmaKey, VmaGap>,
     pub region_faults: HashMap<MapData, RegionKey, u64>,
-    pub inflight: HashMap<MapData, u64, Inflight>,
 }
 
 /// Raw per-node arrays (layouts in numatrace-common).
@@ -137,31 +136,26 @@ impl Maps {
         ))
     }
 
-    /// Hint faults between their migrate_misplaced call and their task_numa_fault: the kernel
-    /// counted them (numa_hint_faults, before migrating) and task_numa_fault has not yet run.
-    pub fn faults_in_flight(&self) -> Result<u64, MapError> {
-        let mut n = 0;
-        for k in self.inflight.keys() {
-            if matches!(k? >> 32, INFLIGHT_MIGRATE | INFLIGHT_MIGRATE_SRC) {
-                n += 1;
-            }
-        }
-        Ok(n)
-    }
-
-    /// Every live entry. Entries may change while being read; each value is read atomically.
-    pub fn tasks(&self) -> Result<Vec<TaskStats>, MapError> {
+    /// Every live entry, and how many of them have a hint fault between its migrate_misplaced
+    /// call and its task_numa_fault (the kernel counted it in numa_hint_faults, before
+    /// migrating; numatrace counts it in task_numa_fault). Entries may change while being
+    /// read; each value is read atomically.
+    pub fn tasks(&self) -> Result<(Vec<TaskStats>, u64), MapError> {
         let mut out = Vec::new();
+        let mut in_flight = 0;
         for kv in self.tasks.iter() {
             match kv {
-                Ok((_, v)) => out.push(v),
+                Ok((_, v)) => {
+                    in_flight += u64::from(v.inflight.fault_in_flight());
+                    out.push(v.stats);
+                }
                 // An entry deleted between listing and lookup (its task exited): its exit
                 // snapshot is on the ring buffer.
                 Err(MapError::KeyNotFound) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(out)
+        Ok((out, in_flight))
     }
 }
 

@@ -231,28 +231,11 @@ pub fn stat_window(
 }
 
 /// [`stat_window`], with numatrace's pid handed to `during`.
-pub fn stat_window_pid(
-    global: &[&str],
-    stat_args: &[&str],
-    during: impl FnOnce(u32),
-) -> serde_json::Value {
-    use std::{io::BufRead, process::Stdio};
-    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let report = std::env::temp_dir().join(format!(
-        "numatrace-window-{}-{}.json",
-        std::process::id(),
-        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let mut stat = Command::new(numatrace_bin())
-        .args(global)
-        .args(["stat", "--json", "--output"])
-        .arg(&report)
-        .args(stat_args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = stat.stderr.take().unwrap();
+/// Waits until a numatrace started with `stderr(Stdio::piped())` says it is counting; its
+/// stderr is echoed meanwhile and afterwards.
+pub fn wait_until_counting(child: &mut std::process::Child) {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
@@ -269,6 +252,30 @@ pub fn stat_window_pid(
         rx.recv_timeout(Duration::from_secs(120)).is_ok(),
         "numatrace never said it was counting"
     );
+}
+
+pub fn stat_window_pid(
+    global: &[&str],
+    stat_args: &[&str],
+    during: impl FnOnce(u32),
+) -> serde_json::Value {
+    use std::process::Stdio;
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let report = std::env::temp_dir().join(format!(
+        "numatrace-window-{}-{}.json",
+        std::process::id(),
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let mut stat = Command::new(numatrace_bin())
+        .args(global)
+        .args(["stat", "--json", "--output"])
+        .arg(&report)
+        .args(stat_args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_counting(&mut stat);
     during(stat.id());
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(stat.id() as i32, libc::SIGINT) };

@@ -148,11 +148,15 @@ pub fn tcg_text_patch_flake(log: &str) -> bool {
 }
 
 /// How QEMU runs the guest's vCPUs: one host thread each (the default, faster), or all on one
-/// thread, where emulated cross-modifying code is coherent (the retry after a text-patch flake).
+/// thread, where emulated cross-modifying code is coherent (the retry after a text-patch flake),
+/// or on one thread with guest time counting executed instructions (`-icount shift=N`: 2^N ns
+/// per instruction, no sleeping, no alignment with the host clock), so that what the guest
+/// measures in nanoseconds is a count of instructions and repeats from run to run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Tcg {
     Multi,
     Single,
+    Icount(u8),
 }
 
 pub fn boot(
@@ -182,12 +186,16 @@ pub fn boot_for(
     if !skip.is_empty() {
         append.push_str(&format!(" numatrace.skip={}", skip.join(",")));
     }
-    let mut child = Command::new("qemu-system-x86_64")
+    let mut qemu = Command::new("qemu-system-x86_64");
+    if let Tcg::Icount(shift) = tcg {
+        qemu.args(["-icount", &format!("shift={shift},sleep=off,align=off")]);
+    }
+    let mut child = qemu
         .args([
             "-accel",
             match tcg {
                 Tcg::Multi => "tcg,thread=multi",
-                Tcg::Single => "tcg,thread=single",
+                Tcg::Single | Tcg::Icount(_) => "tcg,thread=single",
             },
             "-cpu",
             "max",

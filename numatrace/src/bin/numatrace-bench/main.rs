@@ -7,6 +7,7 @@ mod daemon;
 mod floor;
 mod frontends;
 mod overhead;
+mod peer;
 mod procfs;
 mod programs;
 mod workloads;
@@ -73,6 +74,7 @@ pub enum Record {
         tunables: Vec<String>,
     },
     Program(programs::ProgramCost),
+    Peer(programs::PeerCost),
     Ring(programs::RingLoad),
     Overhead(overhead::Overhead),
     Daemon(daemon::DaemonCost),
@@ -105,6 +107,9 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn load_options() -> LoadOptions {
     LoadOptions::default()
 }
+
+/// Short-lived tasks of the untracked-exit pass.
+const UNTRACKED_TASKS: usize = 4000;
 
 /// Scan tunables for a high rate of NUMA balancing events (restored when dropped).
 const TUNABLES: [(&str, &str); 4] = [
@@ -163,10 +168,20 @@ fn main() -> Result<()> {
                 bin: bins.workload.clone(),
                 host,
             };
-            let (costs, ring, errors) = programs::measure(&mix, duration)?;
-            costs.into_iter().for_each(|c| emit(Record::Program(c)));
-            emit(Record::Ring(ring));
-            errors
+            // The bpftrace side by side: native figures only (under TCG the peer's tiny
+            // programs are dominated by emulated clock reads, as the floors are).
+            let bt = bins.bpftrace.as_deref().filter(|_| host);
+            let m = programs::measure(&mix, duration, bt)?;
+            m.costs.into_iter().for_each(|c| emit(Record::Program(c)));
+            emit(Record::Ring(m.ring));
+            m.peers.into_iter().for_each(|c| emit(Record::Peer(c)));
+            if let Some(bt) = bt {
+                match programs::measure_untracked(&mix, UNTRACKED_TASKS, bt) {
+                    Ok(rows) => rows.into_iter().for_each(|c| emit(Record::Peer(c))),
+                    Err(e) => emit(note(format!("untracked pass: {e:#}"))),
+                }
+            }
+            m.errors
                 .into_iter()
                 .for_each(|e| emit(note(format!("floor: {e}"))));
         }

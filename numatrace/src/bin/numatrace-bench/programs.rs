@@ -8,7 +8,7 @@ use numatrace::engine::{Detail, Engine};
 use numatrace_common::Counter;
 use serde::Serialize;
 
-use crate::{floor, workloads::Mix};
+use crate::{floor, peer, workloads::Mix};
 
 #[derive(Serialize)]
 pub struct ProgramCost {
@@ -30,13 +30,132 @@ pub struct RingLoad {
     pub dropped: u64,
 }
 
+/// A numatrace program and a bpftrace one-liner on the same tracepoint, in the same run.
+#[derive(Serialize)]
+pub struct PeerCost {
+    /// `system-wide`: numatrace attached as `record` attaches, the mix running; `untracked`:
+    /// numatrace following nobody (every task untracked), short-lived tasks only.
+    pub pass: &'static str,
+    pub program: String,
+    pub runs: u64,
+    pub ns_per_run: Option<f64>,
+    pub peer: String,
+    pub peer_runs: u64,
+    pub peer_ns_per_run: Option<f64>,
+    /// tp_sched_process_exit: runs that handed a tracked task's entry over (its exit record).
+    pub tracked: Option<u64>,
+}
+
+/// The peers for the programs that attached here (none without bpftrace).
+fn start_peers(
+    bpftrace: Option<&std::path::Path>,
+    attached: &[String],
+) -> Vec<(&'static peer::Probe, peer::Peer)> {
+    let Some(bt) = bpftrace else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for p in peer::PROBES
+        .iter()
+        .filter(|p| attached.iter().any(|a| a == p.program))
+    {
+        match peer::Peer::start(bt, p.script) {
+            Ok(peer) => out.push((p, peer)),
+            Err(e) => eprintln!("numatrace-bench: {}: {e:#}", p.peer),
+        }
+    }
+    out
+}
+
+fn stat_of(v: &[(String, u64, u64)], program: &str) -> (u64, u64) {
+    v.iter()
+        .find(|(n, ..)| n == program)
+        .map_or((0, 0), |(_, t, n)| (*t, *n))
+}
+
+/// Both sides' deltas over a run, one row per peer.
+#[allow(clippy::too_many_arguments)]
+fn peer_rows(
+    pass: &'static str,
+    peers: &[(&'static peer::Probe, peer::Peer)],
+    before: &[(u64, u64)],
+    real0: &[(String, u64, u64)],
+    real1: &[(String, u64, u64)],
+    tracked_exits: u64,
+) -> Vec<PeerCost> {
+    peers
+        .iter()
+        .zip(before)
+        .map(|((p, peer), (pt0, pn0))| {
+            let ((t0, n0), (t1, n1)) = (stat_of(real0, p.program), stat_of(real1, p.program));
+            let (pt1, pn1) = peer.stats();
+            PeerCost {
+                pass,
+                program: p.program.to_owned(),
+                runs: n1 - n0,
+                ns_per_run: per_run(t1 - t0, n1 - n0),
+                peer: p.peer.to_owned(),
+                peer_runs: pn1 - pn0,
+                peer_ns_per_run: per_run(pt1 - pt0, pn1 - pn0),
+                tracked: (p.program == "tp_sched_process_exit").then_some(tracked_exits),
+            }
+        })
+        .collect()
+}
+
+/// numatrace following nobody while `tasks` short-lived tasks fork and exit: the cost of its
+/// programs for tasks it never tracked, beside bpftrace's on the same tracepoints.
+pub fn measure_untracked(
+    mix: &Mix,
+    tasks: usize,
+    bpftrace: &std::path::Path,
+) -> Result<Vec<PeerCost>> {
+    let rt = crate::runtime()?;
+    let _rt = rt.enter();
+    let mut opts = crate::load_options();
+    opts.filter_tgids = true;
+    let facts = numatrace::kernel::facts::KernelFacts::gather()?;
+    let mut engine = Engine::start(facts, &opts)?;
+    let attached: Vec<String> = engine
+        .program_stats()
+        .into_iter()
+        .map(|(n, ..)| n)
+        .collect();
+    let peers = start_peers(Some(bpftrace), &attached);
+    engine.enable_bpf_stats()?;
+    let real0 = engine.program_stats();
+    let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, p)| p.stats()).collect();
+    let before = engine.snapshot(Detail::Summary)?;
+    mix.churn(tasks)?;
+    let after = engine.snapshot(Detail::Summary)?;
+    let real1 = engine.program_stats();
+    let tracked = after.counter(Counter::ExitSnapshots) - before.counter(Counter::ExitSnapshots);
+    let rows = peer_rows("untracked", &peers, &peer0, &real0, &real1, tracked);
+    drop(peers);
+    rt.block_on(engine.stop())?;
+    Ok(rows)
+}
+
 fn per_run(t: u64, n: u64) -> Option<f64> {
     (n > 0).then(|| t as f64 / n as f64)
 }
 
 /// Attaches numatrace as `record` does (every record kind on), a floor beside each program,
 /// runs `mix` with statistics on and returns each program's cost and the ring buffer's load.
-pub fn measure(mix: &Mix, duration: Duration) -> Result<(Vec<ProgramCost>, RingLoad, Vec<String>)> {
+/// What one programs run found.
+pub struct Measured {
+    pub costs: Vec<ProgramCost>,
+    pub ring: RingLoad,
+    pub peers: Vec<PeerCost>,
+    /// Floors that could not be attached.
+    pub errors: Vec<String>,
+}
+
+pub fn measure(
+    mix: &Mix,
+    duration: Duration,
+    bpftrace: Option<&std::path::Path>,
+) -> Result<Measured> {
     let rt = crate::runtime()?;
     let _rt = rt.enter();
     let mut opts = crate::load_options();
@@ -53,8 +172,15 @@ pub fn measure(mix: &Mix, duration: Duration) -> Result<(Vec<ProgramCost>, RingL
         .collect();
     let attached = |name: &str| hooks.contains(name);
     let (floors, errors) = floor::attach_all(&engine.plan, attached, &opts);
+    let names: Vec<String> = engine
+        .program_stats()
+        .into_iter()
+        .map(|(n, ..)| n)
+        .collect();
+    let peers = start_peers(bpftrace, &names);
     engine.enable_bpf_stats()?;
     let real0 = engine.program_stats();
+    let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, p)| p.stats()).collect();
     let floor0: Vec<(u64, u64)> = floors.iter().map(floor::Floor::stats).collect();
     let before = engine.snapshot(Detail::Summary)?;
     let t = std::time::Instant::now();
@@ -63,6 +189,9 @@ pub fn measure(mix: &Mix, duration: Duration) -> Result<(Vec<ProgramCost>, RingL
     let seconds = t.elapsed().as_secs_f64();
     let (events, lost) = engine.take_events();
     let real1 = engine.program_stats();
+    let tracked = after.counter(Counter::ExitSnapshots) - before.counter(Counter::ExitSnapshots);
+    let peer_costs = peer_rows("system-wide", &peers, &peer0, &real0, &real1, tracked);
+    drop(peers);
     let mut out = Vec::new();
     for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
         for program in h.programs() {
@@ -98,5 +227,10 @@ pub fn measure(mix: &Mix, duration: Duration) -> Result<(Vec<ProgramCost>, RingL
     };
     drop(floors);
     rt.block_on(engine.stop())?;
-    Ok((out, ring, errors))
+    Ok(Measured {
+        costs: out,
+        ring,
+        peers: peer_costs,
+        errors,
+    })
 }

@@ -130,6 +130,19 @@ impl Mix {
         }
         Ok(())
     }
+
+    /// Only short-lived tasks, `tasks` of them: a fork and an exit each, nothing else.
+    pub fn churn(&self, tasks: usize) -> Result<()> {
+        let st = Command::new(&self.bin)
+            .args(["churn", "--tasks", &tasks.to_string(), "--parallel", "4"])
+            .args(["--spin-ms", "1"])
+            .stdout(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("churn failed ({st})");
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

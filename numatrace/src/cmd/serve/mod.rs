@@ -244,7 +244,7 @@ pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
         max_tasks: args.kernel.max_tasks,
         // Per-event records feed only the per-VMA detail; serve exports the kernel maps'
         // aggregates, so the ring buffer carries task exits alone.
-        emit_events: false,
+        emit_events: 0,
         sample_hz: args.kernel.sample_hz,
         no_fentry,
         ..LoadOptions::default()
