@@ -18,8 +18,8 @@ use numatrace_common::{
 };
 
 use crate::tasks::{
-    TASK_OFFSETS, add, count, count_n, current, current_task, emit, header, inflight_of, is_self,
-    note_current, read_field, send, send_span, task_entry, touch, wanted,
+    Slots, TASK_OFFSETS, add, count, count_n, current, current_task, emit, header, inflight_of,
+    is_self, note_current, read_field, send, send_span, slot, task_entry, touch, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -33,11 +33,12 @@ static PAGE_OFFSETS: Global<PageOffsets> = Global::new(PageOffsets::ABSENT);
 static NODE_MAP: NodeMap = NodeMap::EMPTY;
 
 #[map]
-static MIGRATE_MATRIX: PerCpuArray<u64> = PerCpuArray::with_max_entries(MATRIX_SLOTS, 0);
+static MIGRATE_MATRIX: Slots<{ MATRIX_SLOTS as usize }> = PerCpuArray::with_max_entries(1, 0);
 #[map]
-static MIGRATED_PAGES: PerCpuArray<u64> = PerCpuArray::with_max_entries(MIGRATED_PAGES_SLOTS, 0);
+static MIGRATED_PAGES: Slots<{ MIGRATED_PAGES_SLOTS as usize }> =
+    PerCpuArray::with_max_entries(1, 0);
 #[map]
-static NODE_FAULTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(NODE_FAULT_SLOTS, 0);
+static NODE_FAULTS: Slots<{ NODE_FAULT_SLOTS as usize }> = PerCpuArray::with_max_entries(1, 0);
 /// LRU: the oldest regions go first when a long run fills it.
 #[map]
 static REGION_FAULTS: LruHashMap<RegionKey, u64> =
@@ -48,9 +49,9 @@ static VMA_STATS: HashMap<VmaKey, VmaStats> =
     HashMap::with_max_entries(numatrace_common::MAX_VMAS, 0);
 
 #[map]
-static MIGRATE_LATENCY: PerCpuArray<u64> = PerCpuArray::with_max_entries(LATENCY_BUCKETS, 0);
+static MIGRATE_LATENCY: Slots<{ LATENCY_BUCKETS as usize }> = PerCpuArray::with_max_entries(1, 0);
 #[map]
-static FAULT_PAGES: PerCpuArray<u64> = PerCpuArray::with_max_entries(FAULT_PAGE_BUCKETS, 0);
+static FAULT_PAGES: Slots<{ FAULT_PAGE_BUCKETS as usize }> = PerCpuArray::with_max_entries(1, 0);
 
 /// floor(log2(v)) + 1, 0 for 0: histogram bucket without a clz instruction.
 #[inline(always)]
@@ -66,9 +67,13 @@ fn log2_bucket(mut v: u64) -> u32 {
 }
 
 #[inline(always)]
-fn hist_add(map: &PerCpuArray<u64>, bucket: u32, len: u32) {
-    let b = if bucket < len { bucket } else { len - 1 };
-    if let Some(p) = map.get_ptr_mut(b) {
+fn hist_add<const N: usize>(map: &Slots<N>, bucket: u32) {
+    let b = if (bucket as usize) < N {
+        bucket
+    } else {
+        N as u32 - 1
+    };
+    if let Some(p) = slot(map, b) {
         add(p, 1);
     }
 }
@@ -378,7 +383,7 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
     if is_self(current().tgid) {
         return;
     }
-    hist_add(&FAULT_PAGES, log2_bucket(pages), FAULT_PAGE_BUCKETS);
+    hist_add(&FAULT_PAGES, log2_bucket(pages));
     node_fault_add(local, pages);
     if flags & TNF_MIGRATED != 0 {
         migrated_pages_add(src, mem_node, pages);
@@ -396,8 +401,7 @@ fn node_fault_add(local: bool, pages: u64) {
     let base = node as u32 * NODE_FAULT_FIELDS;
     for (i, n) in [(0, 1), (1, u64::from(local)), (2, pages)] {
         if n > 0
-            && base + i < NODE_FAULT_SLOTS
-            && let Some(p) = NODE_FAULTS.get_ptr_mut(base + i)
+            && let Some(p) = slot(&NODE_FAULTS, base + i)
         {
             add(p, n);
         }
@@ -414,7 +418,7 @@ fn migrated_pages_add(src: u64, dst: i32, pages: u64) {
     }
     let idx = src * nodes + dst as u64;
     if idx < u64::from(MIGRATED_PAGES_SLOTS)
-        && let Some(p) = MIGRATED_PAGES.get_ptr_mut(idx as u32)
+        && let Some(p) = slot(&MIGRATED_PAGES, idx as u32)
     {
         add(p, pages);
     }
@@ -582,7 +586,7 @@ fn matrix_add(ok: bool, src: u64, dst: u64) {
     }
     let idx = (if ok { 0 } else { nodes + 1 } + src) * nodes + dst;
     if idx < u64::from(MATRIX_SLOTS)
-        && let Some(p) = MIGRATE_MATRIX.get_ptr_mut(idx as u32)
+        && let Some(p) = slot(&MIGRATE_MATRIX, idx as u32)
     {
         add(p, 1);
     }
@@ -621,7 +625,7 @@ fn on_migrate_exit(ret: i64) {
         dst.min(u64::from(MAX_NODES)) | if ok { MIGRATED_BIT } else { 0 },
     );
     if !me {
-        hist_add(&MIGRATE_LATENCY, log2_bucket(ns), LATENCY_BUCKETS);
+        hist_add(&MIGRATE_LATENCY, log2_bucket(ns));
         matrix_add(ok, src_node, dst);
     }
     let cow_shared = unsafe {

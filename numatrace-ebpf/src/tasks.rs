@@ -31,7 +31,22 @@ pub static TRACKED_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACK
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 
 #[map]
-pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+pub static COUNTERS: Slots<{ COUNTER_SLOTS as usize }> = PerCpuArray::with_max_entries(1, 0);
+
+/// A per-CPU array of counters held as one value (`[u64; N]` at index 0): userspace reads all
+/// of it, for every CPU, with one lookup instead of one per slot.
+pub type Slots<const N: usize> = PerCpuArray<[u64; N]>;
+
+/// Slot `i` of `map` on this CPU; `None` past its end.
+#[inline(always)]
+pub fn slot<const N: usize>(map: &Slots<N>, i: u32) -> Option<*mut u64> {
+    if i as usize >= N {
+        return None;
+    }
+    let a = map.get_ptr_mut(0)?;
+    // SAFETY: `a` is this CPU's live value of N counters and i < N.
+    Some(unsafe { a.cast::<u64>().add(i as usize) })
+}
 
 /// Never written: a zeroed value to create entries from.
 #[map]
@@ -67,7 +82,7 @@ pub fn count_n(c: Counter, n: u64) {
     if c.is_tally() && is_self(current().tgid) {
         return;
     }
-    if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
+    if let Some(p) = slot(&COUNTERS, c as u32) {
         // A per-CPU slot, but a kprobe can interrupt a tracepoint program on the same CPU:
         // the atomic add keeps both increments.
         add(p, n);

@@ -556,6 +556,48 @@ fn peer_verdicts(rs: &[Value]) -> PeerVerdicts {
     v
 }
 
+/// Per hook, numatrace's programs against bpftrace's script on the same hooks (guest): the
+/// ≤ ½ target on the hint-fault and migration paths. Returns the missed ones.
+fn hook_peer_table(s: &mut String, rs: &[Value]) -> Vec<String> {
+    let mut gaps = Vec::new();
+    if kind(rs, "hook_peer").next().is_none() {
+        return gaps;
+    }
+    let _ = writeln!(
+        s,
+        "\nPer hook, numatrace's programs against bpftrace's (the overhead script: the same \
+         per-task aggregation on the same hooks), same run, Σ run time / events:\n\n| hook | events | numatrace ns/event | bpftrace ns/event | ratio | target |\n|---|---:|---:|---:|---:|---|"
+    );
+    for r in kind(rs, "hook_peer") {
+        let hook = r["hook"].as_str().unwrap_or_default();
+        let (ns, bt) = (f(&r["ns_per_event"]), f(&r["bpftrace_ns_per_event"]));
+        let ratio = ns.zip(bt).map(|(a, b)| a / b);
+        let target = if !on_fault_or_migration_path(hook) {
+            "–".to_owned()
+        } else {
+            match ratio {
+                Some(x) if x <= 0.5 => "≤ ½ bpftrace: met".into(),
+                Some(x) => {
+                    gaps.push(format!(
+                        "{hook}: numatrace's programs cost {x:.2}× bpftrace's per event (target ≤ ½)"
+                    ));
+                    "≤ ½ bpftrace: GAP".into()
+                }
+                None => "≤ ½ bpftrace: not measured".into(),
+            }
+        };
+        let _ = writeln!(
+            s,
+            "| {hook} | {} | {} | {} | {} | {target} |",
+            r["events"],
+            fmt_opt(ns, 0),
+            fmt_opt(bt, 0),
+            fmt_opt(ratio, 2)
+        );
+    }
+    gaps
+}
+
 /// A row with an absolute target (≤ 1 µs) and no peer.
 fn bound_row(name: &str, runs: u64, ns: f64, met: bool) -> [String; 5] {
     [
@@ -676,6 +718,7 @@ fn render(host: &str, pkg: &str, guest: &[Value], hostr: &[Value], o: &Opts) -> 
     );
     let _ = writeln!(s, "\n## 1. Per-event kernel cost (guest)\n");
     program_table(&mut s, guest);
+    hook_peer_table(&mut s, guest);
     if !hostr.is_empty() {
         let _ = writeln!(s, "\n### Host (what attaches on its kernel)\n");
         program_table(&mut s, hostr);
@@ -736,6 +779,7 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
         ));
     }
     out.extend(peer_verdicts(host).gaps);
+    out.extend(hook_peer_table(&mut String::new(), guest));
     let noise = noise(guest);
     let loud: Vec<String> = noise
         .iter()

@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap, MapData, RingBuf},
 };
 use numatrace_common::{
     Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_MIGRATE_MATRIX,
@@ -169,7 +169,7 @@ impl Engine {
             .context("duplicating the ring buffer descriptor")?;
         let maps = Maps {
             tasks: take(&mut ebpf, MAP_TASK_STATS)?,
-            counters: take::<PerCpuArray<MapData, u64>>(&mut ebpf, MAP_COUNTERS)?,
+            counters: take(&mut ebpf, MAP_COUNTERS)?,
             migrate_latency: take(&mut ebpf, MAP_MIGRATE_LATENCY)?,
             fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
             migrate_matrix: take(&mut ebpf, MAP_MIGRATE_MATRIX)?,

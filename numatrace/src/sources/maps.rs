@@ -22,12 +22,12 @@ impl Counters {
 
 pub struct Maps {
     pub tasks: HashMap<MapData, u32, TaskEntry>,
-    pub counters: PerCpuArray<MapData, u64>,
-    pub migrate_latency: PerCpuArray<MapData, u64>,
-    pub fault_pages: PerCpuArray<MapData, u64>,
-    pub migrate_matrix: PerCpuArray<MapData, u64>,
-    pub migrated_pages: PerCpuArray<MapData, u64>,
-    pub node_faults: PerCpuArray<MapData, u64>,
+    pub counters: Slots<{ COUNTER_SLOTS as usize }>,
+    pub migrate_latency: Slots<{ LATENCY_BUCKETS as usize }>,
+    pub fault_pages: Slots<{ FAULT_PAGE_BUCKETS as usize }>,
+    pub migrate_matrix: Slots<{ MATRIX_SLOTS as usize }>,
+    pub migrated_pages: Slots<{ MIGRATED_PAGES_SLOTS as usize }>,
+    pub node_faults: Slots<{ NODE_FAULT_SLOTS as usize }>,
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
     pub gaps: HashMap<MapData, VmaKey, VmaGap>,
     pub region_faults: HashMap<MapData, RegionKey, u64>,
@@ -79,8 +79,19 @@ pub fn node_flows(cells: &[u64], pages: &[u64]) -> Vec<NodeFlow> {
     out
 }
 
-fn sum_array(a: &PerCpuArray<MapData, u64>, len: u32) -> Result<Vec<u64>, MapError> {
-    (0..len).map(|i| Ok(a.get(&i, 0)?.iter().sum())).collect()
+/// A per-CPU array of counters held as one value (see the kernel side's `Slots`): one lookup
+/// reads every slot on every CPU.
+pub type Slots<const N: usize> = PerCpuArray<MapData, [u64; N]>;
+
+/// Each slot summed over CPUs.
+fn sum_array<const N: usize>(a: &Slots<N>) -> Result<Vec<u64>, MapError> {
+    let mut out = vec![0u64; N];
+    for cpu in a.get(&0, 0)?.iter() {
+        for (o, v) in out.iter_mut().zip(cpu) {
+            *o += v;
+        }
+    }
+    Ok(out)
 }
 
 /// Every entry of a map keyed by VMA, as (tgid, vm_start, value).
@@ -92,15 +103,15 @@ fn per_vma<V: aya::Pod>(map: &HashMap<MapData, VmaKey, V>) -> Result<Vec<(u32, u
 
 impl Maps {
     pub fn counters(&self) -> Result<Counters, MapError> {
-        sum_array(&self.counters, COUNTER_SLOTS).map(Counters)
+        sum_array(&self.counters).map(Counters)
     }
 
     /// The per-node arrays, summed over CPUs.
     pub fn node_arrays(&self) -> Result<NodeArrays, MapError> {
         Ok(NodeArrays {
-            migrate_matrix: sum_array(&self.migrate_matrix, MATRIX_SLOTS)?,
-            migrated_pages: sum_array(&self.migrated_pages, MIGRATED_PAGES_SLOTS)?,
-            node_faults: sum_array(&self.node_faults, NODE_FAULT_SLOTS)?,
+            migrate_matrix: sum_array(&self.migrate_matrix)?,
+            migrated_pages: sum_array(&self.migrated_pages)?,
+            node_faults: sum_array(&self.node_faults)?,
         })
     }
 
@@ -131,8 +142,8 @@ impl Maps {
     /// Raw (migrate_misplaced latency in ns, pages per hint fault) log2 histograms.
     pub fn histograms(&self) -> Result<(Vec<u64>, Vec<u64>), MapError> {
         Ok((
-            sum_array(&self.migrate_latency, LATENCY_BUCKETS)?,
-            sum_array(&self.fault_pages, FAULT_PAGE_BUCKETS)?,
+            sum_array(&self.migrate_latency)?,
+            sum_array(&self.fault_pages)?,
         ))
     }
 

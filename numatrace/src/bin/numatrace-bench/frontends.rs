@@ -127,7 +127,11 @@ pub fn start(kind: Kind, bins: &Bins, script: &str, port: u16) -> Result<Running
         Kind::Stat => numatrace(bins, &["stat"]),
         Kind::Top => numatrace(bins, &["top", "-b", "-d", "1"]),
         Kind::Serve => numatrace(bins, &["serve", "--listen", &listen]),
-        Kind::Record => numatrace(bins, &["record", "-o", "/tmp/numatrace-bench.ntrace"]),
+        // A scratch capture, replaced by every run.
+        Kind::Record => numatrace(
+            bins,
+            &["record", "--force", "-o", "/tmp/numatrace-bench.ntrace"],
+        ),
         Kind::Bpftrace => {
             let Some(b) = &bins.bpftrace else {
                 bail!("bpftrace is not installed here");

@@ -75,6 +75,7 @@ pub enum Record {
     },
     Program(programs::ProgramCost),
     Peer(programs::PeerCost),
+    HookPeer(programs::HookPeer),
     Ring(programs::RingLoad),
     Overhead(overhead::Overhead),
     Daemon(daemon::DaemonCost),
@@ -171,10 +172,24 @@ fn main() -> Result<()> {
             // The bpftrace side by side: native figures only (under TCG the peer's tiny
             // programs are dominated by emulated clock reads, as the floors are).
             let bt = bins.bpftrace.as_deref().filter(|_| host);
-            let m = programs::measure(&mix, duration, bt)?;
+            // In the guest, bpftrace's per-task aggregation on the same hooks, per hook.
+            let script = match (&bins.bpftrace, host) {
+                (Some(b), false) => {
+                    let (plan, attached) = executed_plan().context("attaching numatrace once")?;
+                    Some((b.clone(), bpftrace::script(&plan, &attached)))
+                }
+                _ => None,
+            };
+            let m = programs::measure(
+                &mix,
+                duration,
+                bt,
+                script.as_ref().map(|(b, s)| (b.as_path(), s.as_str())),
+            )?;
             m.costs.into_iter().for_each(|c| emit(Record::Program(c)));
             emit(Record::Ring(m.ring));
             m.peers.into_iter().for_each(|c| emit(Record::Peer(c)));
+            m.hooks.into_iter().for_each(|c| emit(Record::HookPeer(c)));
             if let Some(bt) = bt {
                 match programs::measure_untracked(&mix, UNTRACKED_TASKS, bt) {
                     Ok(rows) => rows.into_iter().for_each(|c| emit(Record::Peer(c))),

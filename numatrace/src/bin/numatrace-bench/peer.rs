@@ -87,6 +87,22 @@ impl Peer {
         }
     }
 
+    /// (program name, run time ns, runs) of each of its programs. bpftrace names a program
+    /// after its probe's last part (`task_numa_fault`, `sched_skip_vma`), cut to 15 bytes.
+    pub fn named_stats(&self) -> Vec<(String, u64, u64)> {
+        aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .filter(|i| self.ids.contains(&i.id()))
+            .map(|i| {
+                (
+                    i.name_as_str().unwrap_or_default().to_owned(),
+                    i.run_time().as_nanos() as u64,
+                    i.run_count(),
+                )
+            })
+            .collect()
+    }
+
     /// (run time ns, runs) summed over its programs.
     pub fn stats(&self) -> (u64, u64) {
         aya::programs::loaded_programs()

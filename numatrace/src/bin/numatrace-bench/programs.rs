@@ -46,6 +46,26 @@ pub struct PeerCost {
     pub tracked: Option<u64>,
 }
 
+/// One hook: numatrace's programs on it against bpftrace's (the overhead script, the same
+/// aggregation per task), in the same run.
+#[derive(Serialize)]
+pub struct HookPeer {
+    pub hook: String,
+    /// Runs of numatrace's first program on the hook (its events).
+    pub events: u64,
+    /// Σ run time of numatrace's programs on the hook / events.
+    pub ns_per_event: Option<f64>,
+    /// Σ run time of bpftrace's programs on the hook / events.
+    pub bpftrace_ns_per_event: Option<f64>,
+    /// bpftrace's programs found on the hook (by name).
+    pub bpftrace_programs: usize,
+}
+
+/// bpftrace's name for a program on `target` (a function or tracepoint name).
+fn bpftrace_name(target: &str) -> &str {
+    &target[..target.len().min(15)]
+}
+
 /// The peers for the programs that attached here (none without bpftrace).
 fn start_peers(
     bpftrace: Option<&std::path::Path>,
@@ -145,6 +165,8 @@ fn per_run(t: u64, n: u64) -> Option<f64> {
 /// What one programs run found.
 pub struct Measured {
     pub costs: Vec<ProgramCost>,
+    /// Per hook against bpftrace's overhead script (given a script).
+    pub hooks: Vec<HookPeer>,
     pub ring: RingLoad,
     pub peers: Vec<PeerCost>,
     /// Floors that could not be attached.
@@ -155,6 +177,7 @@ pub fn measure(
     mix: &Mix,
     duration: Duration,
     bpftrace: Option<&std::path::Path>,
+    script: Option<(&std::path::Path, &str)>,
 ) -> Result<Measured> {
     let rt = crate::runtime()?;
     let _rt = rt.enter();
@@ -178,9 +201,20 @@ pub fn measure(
         .map(|(n, ..)| n)
         .collect();
     let peers = start_peers(bpftrace, &names);
+    let script_peer = match script {
+        Some((bt, s)) => match peer::Peer::start(bt, s) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("numatrace-bench: bpftrace's script: {e:#}");
+                None
+            }
+        },
+        None => None,
+    };
     engine.enable_bpf_stats()?;
     let real0 = engine.program_stats();
     let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, p)| p.stats()).collect();
+    let script0 = script_peer.as_ref().map(peer::Peer::named_stats);
     let floor0: Vec<(u64, u64)> = floors.iter().map(floor::Floor::stats).collect();
     let before = engine.snapshot(Detail::Summary)?;
     let t = std::time::Instant::now();
@@ -192,6 +226,47 @@ pub fn measure(
     let tracked = after.counter(Counter::ExitSnapshots) - before.counter(Counter::ExitSnapshots);
     let peer_costs = peer_rows("system-wide", &peers, &peer0, &real0, &real1, tracked);
     drop(peers);
+    let mut hooks = Vec::new();
+    if let (Some(sp), Some(s0)) = (&script_peer, &script0) {
+        let s1 = sp.named_stats();
+        // bpftrace's programs on one target: Σ run time over the run, and how many there are.
+        let sum = |v: &[(String, u64, u64)], name: &str| {
+            v.iter()
+                .filter(|(n, ..)| n == name)
+                .fold((0u64, 0usize), |(t, k), (_, a, _)| (t + a, k + 1))
+        };
+        for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
+            let target = match (h.spec.kind, h.symbol.as_deref()) {
+                (numatrace::kernel::catalogue::HookKind::Tracepoint { name, .. }, _) => name,
+                (numatrace::kernel::catalogue::HookKind::Function { .. }, Some(s)) => s,
+                _ => continue,
+            };
+            let programs = h.programs();
+            let mut t = 0;
+            let mut events = 0;
+            for (i, program) in programs.iter().enumerate() {
+                let ((t0, n0), (t1, n1)) = (stat_of(&real0, program), stat_of(&real1, program));
+                t += t1 - t0;
+                if i == 0 {
+                    events = n1 - n0;
+                }
+            }
+            let name = bpftrace_name(target);
+            let ((t1, k), (t0, _)) = (sum(&s1, name), sum(s0, name));
+            hooks.push(HookPeer {
+                hook: h.spec.name.to_owned(),
+                events,
+                ns_per_event: per_run(t, events),
+                bpftrace_ns_per_event: if k > 0 {
+                    per_run(t1 - t0, events)
+                } else {
+                    None
+                },
+                bpftrace_programs: k,
+            });
+        }
+    }
+    drop(script_peer);
     let mut out = Vec::new();
     for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
         for program in h.programs() {
@@ -229,6 +304,7 @@ pub fn measure(
     rt.block_on(engine.stop())?;
     Ok(Measured {
         costs: out,
+        hooks,
         ring,
         peers: peer_costs,
         errors,
