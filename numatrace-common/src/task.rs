@@ -137,6 +137,9 @@ pub struct TaskStats {
 pub struct TaskEntry {
     pub stats: TaskStats,
     pub inflight: Inflight,
+    /// bpf_ktime_get_ns when the task's comm, cgroup and nodes were last re-read (the kernel
+    /// side re-reads them at most every few milliseconds of a busy task's events).
+    pub noted_ns: u64,
 }
 
 impl TaskStats {

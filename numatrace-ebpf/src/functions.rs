@@ -19,7 +19,7 @@ use numatrace_common::{
 
 use crate::tasks::{
     Slots, TASK_OFFSETS, add, count, count_n, current, current_task, emit, header, inflight_of,
-    is_self, note_current, read_field, send, send_span, slot, task_entry, touch, wanted,
+    is_self, read_field, send, send_span, slot, task_entry, touch, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -106,10 +106,13 @@ pub fn note_runtime(t: *mut TaskStats) {
     }
 }
 
-/// Refreshes the task's cgroup, CPU node and preferred node (scan and fault paths).
+/// Marks the entry updated and, at most every few milliseconds ([`touch_noting`]), refreshes
+/// the task's comm, cgroup, CPU node and preferred node (scan and fault paths).
 #[inline(always)]
 fn note_placement(t: *mut TaskStats) {
-    note_current(t);
+    if !touch_noting(t) {
+        return;
+    }
     let off = TASK_OFFSETS.load().numa_preferred_nid;
     if let Some(nid) = read_field::<i32>(current_task(), off) {
         // NUMA_NO_NODE (-1) becomes 0: no preferred node.
@@ -214,7 +217,6 @@ fn on_task_numa_work_exit() {
     }
     note_runtime(t);
     note_placement(t);
-    touch(t);
     count(Counter::ScanCalls);
 }
 

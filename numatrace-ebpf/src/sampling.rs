@@ -10,7 +10,9 @@ use aya_ebpf::{
 };
 use numatrace_common::{Counter, ScanRanges};
 
-use crate::tasks::{add, count, current, note_current, task_entry, wanted};
+use crate::tasks::{
+    TASK_OFFSETS, add, count, current, current_task, read_field, task_entry, touch_noting, wanted,
+};
 
 #[unsafe(no_mangle)]
 static SCAN_RANGES: Global<ScanRanges> = Global::new(ScanRanges {
@@ -19,9 +21,14 @@ static SCAN_RANGES: Global<ScanRanges> = Global::new(ScanRanges {
 });
 
 /// Frames unwound: task_numa_work is within about eight frames of a sample taken while it scans
-/// (change_pte_range … change_protection, change_prot_numa, task_numa_work), and unwinding
-/// stops at the buffer's end, so a deeper walk would only cost time.
-const MAX_FRAMES: usize = 16;
+/// (change_pte_range … change_protection, change_prot_numa, task_numa_work, a lock's slow path
+/// or a page-table helper above them), and unwinding, the program's main cost, stops at the
+/// buffer's end, so a deeper walk would only cost time.
+const MAX_FRAMES: usize = 12;
+
+/// PF_KTHREAD (include/linux/sched.h, the same on every line): a kernel thread has no mm, so
+/// task_numa_work never runs in one.
+const PF_KTHREAD: u32 = 0x0020_0000;
 
 /// Per-CPU stack buffer: 256 bytes would take half of the BPF stack.
 #[map]
@@ -42,13 +49,17 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
         return 0;
     };
     add(unsafe { &raw mut (*t).samples }, 1);
-    note_current(t);
+    touch_noting(t);
     count(Counter::Samples);
     // A sample in user mode has no kernel stack to walk (task_numa_work runs in the kernel).
     let regs = ctx
         .as_ptr()
         .cast::<aya_ebpf::bindings::bpf_perf_event_data>();
     if unsafe { (*regs).regs.cs } & 3 != 0 {
+        return 0;
+    }
+    let flags = read_field::<u32>(current_task(), TASK_OFFSETS.load().flags);
+    if flags.is_some_and(|f| f & PF_KTHREAD != 0) {
         return 0;
     }
     let Some(buf) = STACK_BUF.get_ptr_mut(0) else {

@@ -261,6 +261,28 @@ pub fn inflight_of(t: *mut TaskStats) -> *mut Inflight {
     unsafe { &raw mut (*t.cast::<TaskEntry>()).inflight }
 }
 
+/// How often a busy task's comm, cgroup and CPU node are re-read: they change rarely (exec, a
+/// move between cgroups, another CPU), and reading them costs more than counting the event.
+const NOTE_EVERY_NS: u64 = 10_000_000;
+
+/// Marks the entry as just updated and, if NOTE_EVERY_NS have passed since it last did,
+/// re-reads the running task's comm, cgroup and node ([`note_current`]): whether it did.
+#[inline(always)]
+pub fn touch_noting(t: *mut TaskStats) -> bool {
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: `t` is the first field of a live TaskEntry map value (task_stats).
+    unsafe {
+        (*t).last_ns = now;
+        let e = t.cast::<TaskEntry>();
+        if now.wrapping_sub((*e).noted_ns) < NOTE_EVERY_NS {
+            return false;
+        }
+        (*e).noted_ns = now;
+    }
+    note_current(t);
+    true
+}
+
 /// Marks the entry as just updated.
 #[inline(always)]
 pub fn touch(t: *mut TaskStats) {

@@ -14,8 +14,8 @@ use numatrace_common::{
 };
 
 use crate::tasks::{
-    TASK_STATS, add, count, current, emit, follow_child, header, is_self, note_current, send,
-    task_entry, task_stats, touch, wanted,
+    TASK_STATS, add, count, current, emit, follow_child, header, is_self, send, task_entry,
+    task_stats, touch, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -66,8 +66,7 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
         if slot < SKIP_REASON_SLOTS {
             add(unsafe { &raw mut (*t).skip_vma[slot] }, 1);
         }
-        note_current(t);
-        touch(t);
+        touch_noting(t);
     }
     // numatrace's own skips are counted in its entry; their records would only be noise.
     if emit(EMIT_SKIP_VMA) && !is_self(cur.tgid) {
@@ -215,8 +214,7 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
             add(&raw mut (*t).migrate_thp_ok, ev.thp_succeeded);
             add(&raw mut (*t).migrate_thp_failed, ev.thp_failed);
         }
-        note_current(t);
-        touch(t);
+        touch_noting(t);
     }
     if emit(EMIT_MIGRATE_PAGES) {
         send(ev);

@@ -199,6 +199,7 @@ fn main() -> Result<()> {
             m.errors
                 .into_iter()
                 .for_each(|e| emit(note(format!("floor: {e}"))));
+            m.notes.into_iter().for_each(|n| emit(note(n)));
         }
         Phase::Overhead { rounds, duration } => {
             let (plan, attached) = executed_plan().context("attaching numatrace once")?;

@@ -46,8 +46,10 @@ fn program_ids() -> HashSet<u32> {
 }
 
 impl Peer {
-    /// Starts `script` and waits until its programs are loaded (those that appeared since).
-    pub fn start(bpftrace: &Path, script: &str) -> Result<Self> {
+    /// Starts `script` and waits until its programs are loaded (those that appeared since):
+    /// until it prints `ready` when given (a script with many probes loads them one by one,
+    /// seconds apart under emulation), else until "Attaching" and a settling pause.
+    pub fn start(bpftrace: &Path, script: &str, ready: Option<&str>) -> Result<Self> {
         let before = program_ids();
         let mut child = Command::new(bpftrace)
             .args(["-e", script])
@@ -59,12 +61,19 @@ impl Peer {
         // bpftrace prints "Attaching N probe(s)..." once it has loaded and is attaching.
         let stdout = child.stdout.take().context("bpftrace's stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        match lines.next() {
-            Some(Ok(l)) if l.starts_with("Attaching") => {}
-            other => {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("bpftrace did not attach: {other:?}");
+        let wanted = |l: &str| match ready {
+            Some(r) => l.trim() == r,
+            None => l.starts_with("Attaching"),
+        };
+        loop {
+            match lines.next() {
+                Some(Ok(l)) if wanted(&l) => break,
+                Some(Ok(_)) => {}
+                other => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    bail!("bpftrace did not attach: {other:?}");
+                }
             }
         }
         // Keep its stdout drained: the map print at exit must not block on a full pipe.

@@ -79,7 +79,7 @@ fn start_peers(
         .iter()
         .filter(|p| attached.iter().any(|a| a == p.program))
     {
-        match peer::Peer::start(bt, p.script) {
+        match peer::Peer::start(bt, p.script, None) {
             Ok(peer) => out.push((p, peer)),
             Err(e) => eprintln!("numatrace-bench: {}: {e:#}", p.peer),
         }
@@ -171,6 +171,8 @@ pub struct Measured {
     pub peers: Vec<PeerCost>,
     /// Floors that could not be attached.
     pub errors: Vec<String>,
+    /// What the reader of the tables should know (e.g. bpftrace's program names).
+    pub notes: Vec<String>,
 }
 
 pub fn measure(
@@ -202,7 +204,8 @@ pub fn measure(
         .collect();
     let peers = start_peers(bpftrace, &names);
     let script_peer = match script {
-        Some((bt, s)) => match peer::Peer::start(bt, s) {
+        // The script prints "ready" once every probe is attached.
+        Some((bt, s)) => match peer::Peer::start(bt, s, Some("ready")) {
             Ok(p) => Some(p),
             Err(e) => {
                 eprintln!("numatrace-bench: bpftrace's script: {e:#}");
@@ -227,8 +230,16 @@ pub fn measure(
     let peer_costs = peer_rows("system-wide", &peers, &peer0, &real0, &real1, tracked);
     drop(peers);
     let mut hooks = Vec::new();
+    let mut notes = Vec::new();
     if let (Some(sp), Some(s0)) = (&script_peer, &script0) {
         let s1 = sp.named_stats();
+        let mut names: Vec<&str> = s1.iter().map(|(n, ..)| n.as_str()).collect();
+        names.sort_unstable();
+        notes.push(format!(
+            "bpftrace's script loaded {} programs: {}",
+            names.len(),
+            names.join(", ")
+        ));
         // bpftrace's programs on one target: Σ run time over the run, and how many there are.
         let sum = |v: &[(String, u64, u64)], name: &str| {
             v.iter()
@@ -308,5 +319,6 @@ pub fn measure(
         ring,
         peers: peer_costs,
         errors,
+        notes,
     })
 }
