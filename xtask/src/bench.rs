@@ -790,9 +790,11 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
         out.push(format!(
             "Throughput ≥ 0.99 of untraced, and numatrace's slowdown ≤ ½ of bpftrace's: not \
              judged where the machine's own noise exceeds 1 %: the empty programs, which count \
-             nothing, moved throughput by {} between rounds. Under TCG emulation a workload's \
-             throughput swings with when NUMA balancing migrates its pages and how QEMU \
-             schedules its vCPU threads; judging 1 % needs a KVM guest or a multi-node host.",
+             nothing, moved throughput by {} between rounds. With `-icount` the guest's clock \
+             counts instructions, so what still moves is the workload's own course: when NUMA \
+             balancing migrates its pages and when the scanner runs relative to the window \
+             (a few scans per 2 s window), and, without `-icount`, how QEMU schedules its vCPU \
+             threads. Longer `--duration` and more `--rounds` narrow it.",
             loud.join(", ")
         ));
     }
@@ -806,11 +808,15 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
             && noise.get(w).is_some_and(|n| *n <= JUDGEABLE_NOISE)
             && !matches!(c, "bpftrace" | "empty programs")
         {
+            let rounds: Vec<String> = r["ratios"]
+                .as_array()
+                .map(|a| a.iter().map(|x| fmt_opt(x.as_f64(), 3)).collect())
+                .unwrap_or_default();
             out.push(format!(
-                "Throughput under {c} ≥ 0.99 of untraced for {w}: {m:.3}. Per round: {}; the \
-                 spread between rounds (and of `empty programs`, which counts nothing) is the \
-                 emulated guest's noise as much as numatrace's cost — see BENCHMARKS.md.",
-                r["ratios"]
+                "Throughput under {c} ≥ 0.99 of untraced for {w}: {m:.3} (rounds {}; the empty \
+                 programs within ±{:.1} %): see BENCHMARKS.md for where the time goes.",
+                rounds.join(" "),
+                noise.get(w).copied().unwrap_or(0.0) * 100.0
             ));
         }
     }
