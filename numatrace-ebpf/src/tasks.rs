@@ -40,7 +40,11 @@ pub type Slots<const N: usize> = PerCpuArray<[u64; N]>;
 /// Slot `i` of `map` on this CPU; `None` past its end.
 #[inline(always)]
 pub fn slot<const N: usize>(map: &Slots<N>, i: u32) -> Option<*mut u64> {
-    if i as usize >= N {
+    // Through memory, so that LLVM cannot drop the bound below as implied by the caller's own
+    // checks (e.g. a signed 32-bit node compare): older verifiers (5.10) do not carry those
+    // over to the pointer arithmetic, and this compare is what they see.
+    let i: u64 = unsafe { core::ptr::read_volatile(&u64::from(i)) };
+    if i >= N as u64 {
         return None;
     }
     let a = map.get_ptr_mut(0)?;

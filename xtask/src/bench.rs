@@ -769,12 +769,12 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
         let list: Vec<String> = ratios.iter().map(|(p, x)| format!("{p} {x:.1}×")).collect();
         out.push(format!(
             "Per-event cost ≤ 3× the empty program on the hint-fault and migration paths: not \
-             met ({}). The floor runs no instruction but its return, so its run time is the \
-             statistics' own clock reads; every numatrace program there does per-task map \
-             lookups and updates and the tracepoint and fexit ones a ring-buffer record — \
-             work the floor does not do, so the ratio is that work's size, not the hook's \
-             overhead. The guest is emulated (TCG): every instruction and helper costs about \
-             10-100× native; see the host's table for native nanoseconds.",
+             met ({}). The floor runs no instruction but its return: its 50-70 instructions \
+             are the statistics' own clock reads. Every numatrace program there looks up and \
+             updates its task's entry in a hash map (bpftrace's per-task count on \
+             sched_process_fork, in the per-hook table, is itself ~10× its floor), and the \
+             tracepoint and fexit ones send a ring-buffer record in `record`'s configuration; \
+             compare with bpftrace's programs on the same hooks in the per-hook table.",
             list.join(", ")
         ));
     }

@@ -201,9 +201,13 @@ fn load_err(e: ProgramError) -> String {
             let log = verifier_log.to_string();
             let tail: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
             let tail = tail[tail.len().saturating_sub(8)..].join(" | ");
+            // The reason is at the very end (before "processed N insns"): keep the end.
+            let chars: Vec<char> = tail.chars().collect();
+            let from = chars.len().saturating_sub(400);
+            let ellipsis = if from > 0 { "…" } else { "" };
             format!(
-                "load: {io_error}; verifier: {}",
-                tail.chars().take(400).collect::<String>()
+                "load: {io_error}; verifier: {ellipsis}{}",
+                chars[from..].iter().collect::<String>()
             )
         }
         _ => err("load", e),
