@@ -32,7 +32,8 @@ pub enum Counter {
     HintPages = 13,
     HintMigratedPages = 14,
     PteUpdates = 15,
-    /// An entry/exit pair could not be matched (in-flight map full or entry missed).
+    /// An entry/exit pair could not be matched: a kretprobe return the kernel did not report
+    /// (the next call found its slot still in use).
     InflightLost = 16,
     ScanCalls = 17,
     MigrateAttempts = 18,

@@ -191,7 +191,7 @@ pub struct Config {
     /// Which discrete records go on the ring buffer ([`EMIT_SKIP_VMA`] | …): only those the
     /// running frontend reads (task exit snapshots are always sent).
     pub emit_events: u32,
-    /// Non-zero: send aya-log debug messages from cold paths (fork following, exit snapshots).
+    /// Non-zero: send aya-log debug messages from cold paths (fork following).
     pub debug_log: u32,
     /// numatrace's own tgid: always counted per task (userspace reports it apart, as `self`,
     /// so that traced totals + self add up to the kernel's counters), never in the

@@ -106,20 +106,6 @@ pub fn note_runtime(t: *mut TaskStats) {
     }
 }
 
-/// Marks the entry updated and, at most every few milliseconds ([`touch_noting`]), refreshes
-/// the task's comm, cgroup, CPU node and preferred node (scan and fault paths).
-#[inline(always)]
-fn note_placement(t: *mut TaskStats) {
-    if !touch_noting(t) {
-        return;
-    }
-    let off = TASK_OFFSETS.load().numa_preferred_nid;
-    if let Some(nid) = read_field::<i32>(current_task(), off) {
-        // NUMA_NO_NODE (-1) becomes 0: no preferred node.
-        unsafe { (*t).preferred_nid = (nid.max(-1) + 1) as u32 };
-    }
-}
-
 /// Starts a call in the slot whose first field is `ts`. Under a kretprobe a slot still in use
 /// is a call whose return the kernel did not report (a kretprobe has a fixed number of
 /// instances; a task holds one while the call sleeps): that pair is counted lost.
@@ -216,7 +202,7 @@ fn on_task_numa_work_exit() {
         }
     }
     note_runtime(t);
-    note_placement(t);
+    touch_noting(t);
     count(Counter::ScanCalls);
 }
 
@@ -376,7 +362,7 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
             add(&raw mut (*t).hint_migrate_failed, 1);
         }
     }
-    note_placement(t);
+    touch_noting(t);
     count(Counter::HintFaults);
     count_n(Counter::HintPages, pages);
     if local {

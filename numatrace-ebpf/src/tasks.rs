@@ -59,11 +59,11 @@ pub static ZERO_STATS: PerCpuArray<TaskEntry> = PerCpuArray::with_max_entries(1,
 #[unsafe(no_mangle)]
 pub static CONFIG: Global<Config> = Global::new(Config {
     filter_tgids: 0,
-    emit_events: 1,
+    emit_events: numatrace_common::EMIT_ALL,
     debug_log: 0,
     self_tgid: 0,
     emit_spans: 0,
-    wake_bytes: 0,
+    wake_bytes: DEFAULT_RINGBUF_BYTES / 4,
 });
 
 /// Whether aya-log debug messages are wanted (cold paths only).
@@ -270,7 +270,9 @@ pub fn inflight_of(t: *mut TaskStats) -> *mut Inflight {
 const NOTE_EVERY_NS: u64 = 10_000_000;
 
 /// Marks the entry as just updated and, if NOTE_EVERY_NS have passed since it last did,
-/// re-reads the running task's comm, cgroup and node ([`note_current`]): whether it did.
+/// re-reads the running task's comm, cgroup and node ([`note_current`]) and its preferred node:
+/// whether it did. Every hook that counts an event of the running task calls it, so none of
+/// these goes stale while the task has events.
 #[inline(always)]
 pub fn touch_noting(t: *mut TaskStats) -> bool {
     let now = unsafe { bpf_ktime_get_ns() };
@@ -284,6 +286,11 @@ pub fn touch_noting(t: *mut TaskStats) -> bool {
         (*e).noted_ns = now;
     }
     note_current(t);
+    let off = TASK_OFFSETS.load().numa_preferred_nid;
+    if let Some(nid) = read_field::<i32>(current_task(), off) {
+        // NUMA_NO_NODE (-1) becomes 0: no preferred node.
+        unsafe { (*t).preferred_nid = (nid.max(-1) + 1) as u32 };
+    }
     true
 }
 

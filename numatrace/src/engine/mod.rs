@@ -576,12 +576,13 @@ fn merge_vmas(rows: BTreeMap<(u32, u64), VmaRecord>, acc: &Accum) -> BTreeMap<u3
     out
 }
 
-/// Drains the ring buffer into the accumulator whenever the kernel signals records.
 /// How often the ring buffer is read: records are submitted without a wake-up until a
 /// quarter of the ring is waiting (see `Config::wake_bytes`), so a quiet ring is read on this
 /// timer, and every snapshot drains it.
 pub const READ_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Drains the ring buffer into the accumulator every [`READ_INTERVAL`] and whenever the kernel
+/// signals records.
 async fn read_ring(
     fd: AsyncFd<OwnedFd>,
     shared: Arc<Mutex<Shared>>,

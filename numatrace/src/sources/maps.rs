@@ -157,7 +157,8 @@ impl Maps {
         for kv in self.tasks.iter() {
             match kv {
                 Ok((_, v)) => {
-                    in_flight += u64::from(v.inflight.fault_in_flight());
+                    // A task that exited has nothing in flight; what its entry kept is stale.
+                    in_flight += u64::from(v.stats.exited == 0 && v.inflight.fault_in_flight());
                     out.push(v.stats);
                 }
                 // An entry deleted between listing and lookup (its task exited): its exit

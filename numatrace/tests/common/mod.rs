@@ -230,7 +230,6 @@ pub fn stat_window(
     stat_window_pid(global, stat_args, |_| during())
 }
 
-/// [`stat_window`], with numatrace's pid handed to `during`.
 /// Waits until a numatrace started with `stderr(Stdio::piped())` says it is counting; its
 /// stderr is echoed meanwhile and afterwards.
 pub fn wait_until_counting(child: &mut std::process::Child) {
@@ -254,6 +253,7 @@ pub fn wait_until_counting(child: &mut std::process::Child) {
     );
 }
 
+/// [`stat_window`], with numatrace's pid handed to `during`.
 pub fn stat_window_pid(
     global: &[&str],
     stat_args: &[&str],

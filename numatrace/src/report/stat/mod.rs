@@ -37,8 +37,8 @@ pub struct Dropped {
     pub read_failed: u64,
     /// Ring buffer records userspace could not decode.
     pub undecodable: u64,
-    /// Function calls whose entry could not be recorded for their exit (in-flight map full):
-    /// their latency, scan time or migration result is missing.
+    /// Function calls whose entry and exit could not be paired (a kretprobe return the kernel
+    /// did not report): their latency, scan time or migration result is missing.
     #[serde(default)]
     pub inflight_lost: u64,
     /// change_prot_numa calls whose VMA found no room in the per-VMA map (`--max-vmas`).
