@@ -87,6 +87,15 @@ fn start_peers(
     out
 }
 
+/// The programs of the engine's object that are loaded.
+fn program_names(engine: &Engine) -> Vec<String> {
+    engine
+        .program_stats()
+        .into_iter()
+        .map(|(n, ..)| n)
+        .collect()
+}
+
 fn stat_of(v: &[(String, u64, u64)], program: &str) -> (u64, u64) {
     v.iter()
         .find(|(n, ..)| n == program)
@@ -94,7 +103,6 @@ fn stat_of(v: &[(String, u64, u64)], program: &str) -> (u64, u64) {
 }
 
 /// Both sides' deltas over a run, one row per peer.
-#[allow(clippy::too_many_arguments)]
 fn peer_rows(
     pass: &'static str,
     peers: &[(&'static peer::Probe, peer::Peer)],
@@ -136,12 +144,7 @@ pub fn measure_untracked(
     opts.filter_tgids = true;
     let facts = numatrace::kernel::facts::KernelFacts::gather()?;
     let mut engine = Engine::start(facts, &opts)?;
-    let attached: Vec<String> = engine
-        .program_stats()
-        .into_iter()
-        .map(|(n, ..)| n)
-        .collect();
-    let peers = start_peers(Some(bpftrace), &attached);
+    let peers = start_peers(Some(bpftrace), &program_names(&engine));
     engine.enable_bpf_stats()?;
     let real0 = engine.program_stats();
     let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, p)| p.stats()).collect();
@@ -160,8 +163,6 @@ fn per_run(t: u64, n: u64) -> Option<f64> {
     (n > 0).then(|| t as f64 / n as f64)
 }
 
-/// Attaches numatrace as `record` does (every record kind on), a floor beside each program,
-/// runs `mix` with statistics on and returns each program's cost and the ring buffer's load.
 /// What one programs run found.
 pub struct Measured {
     pub costs: Vec<ProgramCost>,
@@ -175,6 +176,8 @@ pub struct Measured {
     pub notes: Vec<String>,
 }
 
+/// Attaches numatrace as `record` does (every record kind on), a floor beside each program,
+/// runs `mix` with statistics on and returns each program's cost and the ring buffer's load.
 pub fn measure(
     mix: &Mix,
     duration: Duration,
@@ -197,12 +200,7 @@ pub fn measure(
         .collect();
     let attached = |name: &str| hooks.contains(name);
     let (floors, errors) = floor::attach_all(&engine.plan, attached, &opts);
-    let names: Vec<String> = engine
-        .program_stats()
-        .into_iter()
-        .map(|(n, ..)| n)
-        .collect();
-    let peers = start_peers(bpftrace, &names);
+    let peers = start_peers(bpftrace, &program_names(&engine));
     let script_peer = match script {
         // The script prints "ready" once every probe is attached.
         Some((bt, s)) => match peer::Peer::start(bt, s, Some("ready")) {
@@ -281,12 +279,7 @@ pub fn measure(
     let mut out = Vec::new();
     for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
         for program in h.programs() {
-            let stat = |v: &[(String, u64, u64)]| {
-                v.iter()
-                    .find(|(n, ..)| n == program)
-                    .map_or((0, 0), |(_, t, n)| (*t, *n))
-            };
-            let ((t0, n0), (t1, n1)) = (stat(&real0), stat(&real1));
+            let ((t0, n0), (t1, n1)) = (stat_of(&real0, program), stat_of(&real1, program));
             let (ft, fn_) = floors
                 .iter()
                 .zip(&floor0)
