@@ -5,17 +5,25 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use numatrace::{capture::Capture, cmd::report::stat_of, report::diff::diff};
+use numatrace::{
+    capture::Capture,
+    cmd::report::{report_of, side},
+    report::diff::diff,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(after) = Capture::from_bytes(Path::new("after.ntrace"), data) else {
         return;
     };
-    let after = stat_of(&after);
+    let after = report_of(&after);
     let before = Capture::from_bytes(Path::new("before.ntrace"), &data[..data.len() / 2])
-        .map(|c| stat_of(&c))
+        .map(|c| report_of(&c))
         .unwrap_or_else(|_| after.clone());
-    for d in [diff(&before, &after), diff(&after, &before)] {
+    let (b, a) = (
+        side(&before, Path::new("before.ntrace")),
+        side(&after, Path::new("after.ntrace")),
+    );
+    for d in [diff(&b, &a), diff(&a, &b)] {
         let _ = d.to_text();
         let _ = serde_json::to_string(&d);
     }

@@ -41,6 +41,10 @@ pub struct Inflight {
     pub scan_ts_ns: u64,
     pub scan_runtime_ns: u64,
     pub scan_node_stamp: u64,
+    /// task_numa_work: node_stamp when the task's previous call returned (0: no call seen
+    /// yet), and non-zero while the current call is a re-queue (see `TaskStats::scan_requeued`).
+    pub scan_exit_stamp: u64,
+    pub scan_requeue: u64,
     /// migrate_misplaced_*: entry time, target node, source node (`MAX_NODES`: unknown).
     pub migrate_ts_ns: u64,
     pub migrate_node: u64,

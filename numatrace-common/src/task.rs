@@ -120,6 +120,11 @@ pub struct TaskStats {
     /// the share the cap bounds is measured up to the start of the latest call.
     pub scan_last_call_rt: u64,
     pub scan_last_entry_runtime: u64,
+    /// task_numa_work calls queued while the task's previous call ran (a call longer than the
+    /// scan period: a tick inside it re-queued the work, which runs as soon as it returns),
+    /// entered with node_stamp as that call left it. The kernel's normal course, not seed
+    /// 003's underflow: such a call is judged with the one before it (stamp and share).
+    pub scan_requeued: u64,
     /// cgroup v2 id (`bpf_get_current_cgroup_id`) when the entry was created, refreshed at
     /// each scan and hint fault; 0: never seen running.
     pub cgroup_id: u64,

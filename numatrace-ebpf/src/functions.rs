@@ -136,12 +136,24 @@ fn on_task_numa_work_enter(kretprobe: bool) {
     let task = current_task();
     let runtime = read_field::<u64>(task, o.sum_exec_runtime).unwrap_or(0);
     let node_stamp = read_field::<u64>(task, o.node_stamp).unwrap_or(0);
-    // Seed 003, invariant 1: node_stamp must never run ahead of the runtime at entry.
-    if o.node_stamp != numatrace_common::FIELD_ABSENT && node_stamp > runtime {
-        add(unsafe { &raw mut (*t).scan_stamp_violations }, 1);
+    let r = inflight_of(t);
+    // Seed 003, invariant 1: node_stamp must never run ahead of the runtime at entry — unless
+    // the work was queued while the previous call ran (a tick inside a call longer than the
+    // scan period): it then enters with node_stamp exactly as that call left it. The underflow
+    // instead queues the work from ticks that advance node_stamp while it is ahead.
+    // Taken: a call whose return is never seen leaves the next entry unjudged, not misjudged.
+    let exit_stamp = core::mem::replace(unsafe { &mut (*r).scan_exit_stamp }, 0);
+    let requeue = exit_stamp == node_stamp;
+    unsafe { (*r).scan_requeue = 0 };
+    if o.node_stamp != numatrace_common::FIELD_ABSENT && node_stamp > runtime && exit_stamp != 0 {
+        if requeue {
+            add(unsafe { &raw mut (*t).scan_requeued }, 1);
+            unsafe { (*r).scan_requeue = 1 };
+        } else {
+            add(unsafe { &raw mut (*t).scan_stamp_violations }, 1);
+        }
     }
     note_runtime(t);
-    let r = inflight_of(t);
     unsafe {
         (*r).scan_runtime_ns = runtime;
         (*r).scan_node_stamp = node_stamp;
@@ -159,7 +171,13 @@ fn on_task_numa_work_exit() {
     if start_ts == 0 {
         return;
     }
-    let (start_runtime, start_stamp) = unsafe { ((*r).scan_runtime_ns, (*r).scan_node_stamp) };
+    let (start_runtime, start_stamp, requeue) = unsafe {
+        (
+            (*r).scan_runtime_ns,
+            (*r).scan_node_stamp,
+            (*r).scan_requeue != 0,
+        )
+    };
     let now = unsafe { bpf_ktime_get_ns() };
     let ns = now.saturating_sub(start_ts);
     send_span(EventKind::ScanCall, start_ts, ns, 0, 0);
@@ -182,11 +200,18 @@ fn on_task_numa_work_exit() {
     if let Some(rt) = runtime {
         let d_rt = rt.saturating_sub(start_runtime);
         add(unsafe { &raw mut (*t).scan_runtime_ns }, d_rt);
+        // A re-queued call continues the one before it: the share the cap bounds is measured
+        // up to the start of that first call.
         unsafe {
-            (*t).scan_last_call_rt = d_rt;
-            (*t).scan_last_entry_runtime = start_runtime;
+            if requeue {
+                (*t).scan_last_call_rt += d_rt;
+            } else {
+                (*t).scan_last_call_rt = d_rt;
+                (*t).scan_last_entry_runtime = start_runtime;
+            }
         }
         if let Some(stamp) = node_stamp {
+            unsafe { (*r).scan_exit_stamp = stamp };
             let d_stamp = stamp.saturating_sub(start_stamp);
             add(unsafe { &raw mut (*t).scan_node_stamp_ns }, d_stamp);
             // Seed 003: when the call consumed runtime, node_stamp must move on by at least

@@ -176,6 +176,14 @@ pub struct CheckArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Run each check N times (each with its own windows) and say whether the verdicts agree:
+    /// a verdict that changes from run to run depends on timing, not on the kernel. Exit
+    /// status 3 when they disagree.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100),
+          conflicts_with = "restore_tunables")]
+    pub repeat: u32,
+
     /// Run the shipped reproducer (numatrace-workload) and its control; the default without a
     /// COMMAND.
     #[arg(long, conflicts_with = "command")]

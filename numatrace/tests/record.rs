@@ -3,7 +3,10 @@
 //! with SIGKILL is read up to its last whole section; bad files get one line; `--diff` of a
 //! capture with itself shows no change; the Perfetto export is JSON with the documented fields.
 //! In the 2-node guests, a capture of a migrating workload reports migrations and node flows
-//! (and is printed on the console for `vm-test` to read on the host).
+//! and holds the regression context at both ends, each item present or absent with the reason
+//! (and is printed on the console for `vm-test` to read on the host); on the primary line,
+//! `report --diff` of seed 000's reproducer and control holds mmtests' rows of both, checked
+//! against the rows computed by hand from each capture's raw counters.
 
 mod common;
 
@@ -443,33 +446,34 @@ fn a_capture_in_a_two_node_guest_shows_migrations_and_node_flows() {
         return;
     };
     let _balancing = common::Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let cap = tmp("guest.ntrace");
-    let out = Command::new(numatrace_bin())
-        .args([
-            "record",
-            "--interval",
-            "500ms",
-            "-o",
-            cap.to_str().unwrap(),
-            "--",
-        ])
-        .arg(workload_bin())
-        .args(["migrate", "--mem-mib", "32", "--duration", "8s"])
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let cap = record_workload(
+        "guest.ntrace",
+        "500ms",
+        &["migrate", "--mem-mib", "32", "--duration", "8s"],
     );
-    // Captures are created 0600: shared with the unprivileged reader as a user would.
-    fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let rep = json(&report(&[cap.to_str().unwrap(), "--format", "json"], true));
     let totals = &rep["stat"]["totals"];
     println!("totals: {}", totals["hint_faults"]);
     assert!(totals["hint_faults"]["migrated_pages"].as_u64().unwrap() > 0);
     assert!(!rep["stat"]["node_matrix"].as_array().unwrap().is_empty());
+    // What a regression report is asked for, on every kernel line; the busiest task of a
+    // window that migrated pages is named with its procfs NUMA state.
+    regression_context_is_complete(&rep);
+    let end = &rep["state_end"];
+    assert!(!end["busiest"].as_array().unwrap().is_empty(), "{end}");
+    assert!(
+        end["processes"][0]["process"]["mems_allowed"].is_string(),
+        "{end}"
+    );
+    let text = String::from_utf8_lossy(&report(&[cap.to_str().unwrap()], true).stdout).into_owned();
+    for want in [
+        "Ops NUMA hint faults",
+        "Regression context:",
+        "sysctls:",
+        "nodes:",
+    ] {
+        assert!(text.contains(want), "{want} in:\n{text}");
+    }
     assert_eq!(rep["verdicts"].as_array().unwrap().len(), 2);
     let trace = chrome_trace_is_valid(&cap, true);
     if common::attached(&probes, "migrate_misplaced_folio|_page") {
@@ -485,4 +489,245 @@ fn a_capture_in_a_two_node_guest_shows_migrations_and_node_flows() {
     if let Ok(dir) = std::env::var("NUMATRACE_CAPTURE_OUT") {
         fs::copy(&cap, Path::new(&dir).join("migrate.ntrace")).unwrap();
     }
+}
+
+/// Whether `item` (a capture's `ITEM`) is present, or absent with a reason: never silently
+/// missing.
+fn present_or_says_why(name: &str, item: &serde_json::Value) -> bool {
+    match item.get("absent") {
+        Some(why) => {
+            let why = why.as_str().unwrap_or_default();
+            assert!(!why.is_empty(), "{name}: absent without a reason: {item}");
+            println!("{name}: absent ({why})");
+            false
+        }
+        None => {
+            assert!(!item.is_null(), "{name}: missing");
+            true
+        }
+    }
+}
+
+/// The kernel's release as (major, minor).
+fn release() -> (u32, u32) {
+    let r = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut it = r.trim().split(['.', '-']).map(|x| x.parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// What a regression report is asked for, in a capture's state at both ends of its window,
+/// on every kernel line: each item present, or absent with the reason.
+fn regression_context_is_complete(rep: &serde_json::Value) {
+    for phase in ["state_start", "state_end"] {
+        let st = &rep[phase];
+        assert_eq!(st["phase"], &phase[6..], "{phase}");
+        let sys = &st["system"];
+        // Every kernel has these.
+        assert!(present_or_says_why("vmstat", &sys["vmstat"]));
+        assert!(sys["vmstat"]["numa_hint_faults"].is_u64(), "{sys}");
+        assert!(present_or_says_why("nodes", &sys["nodes"]));
+        assert_eq!(sys["nodes"].as_array().unwrap().len(), common::numa_nodes());
+        assert!(present_or_says_why("numastat", &sys["numastat"]));
+        assert!(present_or_says_why("thp", &sys["thp"]));
+        assert!(sys["thp"]["enabled"].is_string(), "{}", sys["thp"]);
+        assert!(present_or_says_why("cmdline", &sys["cmdline"]));
+        assert!(present_or_says_why(
+            "kernel.numa_balancing",
+            &sys["sysctls"]["kernel.numa_balancing"]
+        ));
+        for name in [
+            "vm.numa_stat",
+            "vm.zone_reclaim_mode",
+            "vm.numa_zonelist_order",
+        ] {
+            present_or_says_why(name, &sys["sysctls"][name]);
+        }
+        // debugfs holds the scan tunables from 5.13; before, they are sysctls.
+        let tunables = present_or_says_why("tunables", &sys["tunables"]);
+        if release() >= (5, 13) {
+            assert!(tunables, "{}", sys["tunables"]);
+            assert!(sys["tunables"]["scan_delay_ms"].is_string());
+        } else {
+            assert!(sys["sysctls"]["kernel.numa_balancing_scan_delay_ms"].is_string());
+        }
+        present_or_says_why("config", &sys["config"]);
+        for (k, v) in sys["tiering"].as_object().unwrap() {
+            present_or_says_why(k, v);
+        }
+        // The busiest tasks: their sched NUMA fields, numa_maps per node, allowed nodes, cpuset.
+        let note = st["busiest_note"].as_str().unwrap();
+        assert!(!note.is_empty());
+        for t in st["busiest"].as_array().unwrap() {
+            if present_or_says_why("sched", &t["task"]["sched"]) {
+                assert!(t["task"]["sched"]["numa_preferred_nid"].is_string(), "{t}");
+            }
+        }
+        for p in st["processes"].as_array().unwrap() {
+            let pr = &p["process"];
+            for k in ["numa_maps", "mems_allowed", "cpus_allowed", "cpuset"] {
+                present_or_says_why(k, &pr[k]);
+            }
+        }
+    }
+}
+
+/// mmtests' rows from a capture's raw counters, computed here by hand.
+fn hand_rows(rep: &serde_json::Value) -> BTreeMap<&'static str, f64> {
+    let d = |k: &str| {
+        let (a, b) = (
+            &rep["state_start"]["system"]["vmstat"][k],
+            &rep["state_end"]["system"]["vmstat"][k],
+        );
+        (b.as_u64().unwrap() - a.as_u64().unwrap()) as f64
+    };
+    let mut m = BTreeMap::new();
+    m.insert("NUMA alloc hit", d("numa_hit"));
+    m.insert("NUMA alloc local", d("numa_local"));
+    m.insert("NUMA base PTE updates", d("numa_pte_updates"));
+    if rep["state_end"]["system"]["vmstat"]["numa_huge_pte_updates"].is_u64() {
+        m.insert(
+            "NUMA page range updates",
+            d("numa_pte_updates") + 512.0 * d("numa_huge_pte_updates"),
+        );
+    }
+    m.insert("NUMA hint faults", d("numa_hint_faults"));
+    m.insert("NUMA hint local faults", d("numa_hint_faults_local"));
+    let faults = d("numa_hint_faults");
+    m.insert(
+        "NUMA hint local percent",
+        if faults == 0.0 {
+            100.0
+        } else {
+            d("numa_hint_faults_local") * 100.0 / faults
+        },
+    );
+    m.insert("NUMA pages migrated", d("numa_pages_migrated"));
+    m.insert(
+        "AutoNUMA cost",
+        (7.0 * d("numa_pte_updates") + 5000.0 * faults + 19.0 * d("numa_pages_migrated")) / 1e6,
+    );
+    m
+}
+
+/// Records `args` (a numatrace-workload command) into `name`, a sample every `interval`; the
+/// capture is made readable by the unprivileged reader (captures are created 0600), as a user
+/// would share it.
+fn record_workload(name: &str, interval: &str, args: &[&str]) -> PathBuf {
+    let cap = tmp(name);
+    let out = Command::new(numatrace_bin())
+        .args([
+            "record",
+            "--interval",
+            interval,
+            "-o",
+            cap.to_str().unwrap(),
+            "--",
+        ])
+        .arg(workload_bin())
+        .args(args)
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    cap
+}
+
+/// Seed 000's reproducer (COW-shared pages) and its control (private copies), each recorded,
+/// then compared as a maintainer would: `report` of each has mmtests' rows equal to the ones
+/// computed here from its raw vmstat, and `report --diff` has both, row by row, with the
+/// change; the text fits 80 columns. The diff is printed for the README's example.
+#[test]
+fn a_diff_of_the_seed_000_reproducer_and_its_control_holds_both_row_by_row() {
+    const TEST: &str = "a_diff_of_the_seed_000_reproducer_and_its_control_holds_both_row_by_row";
+    require_root!(TEST);
+    // Nothing in the comparison depends on the kernel line (the capture's content is checked
+    // on every line by the migrating capture's test).
+    if common::other_line_covers(TEST) || common::migrating_guest(TEST).is_none() {
+        return;
+    }
+    let _balancing = common::Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let cow = |mode: &str| {
+        [
+            "cow",
+            "--mode",
+            mode,
+            "--children",
+            "2",
+            "--mem-mib",
+            "32",
+            "--duration",
+            "6s",
+        ]
+        .map(str::to_owned)
+    };
+    let shared = record_workload(
+        "patched.ntrace",
+        "1s",
+        &cow("shared").each_ref().map(String::as_str),
+    );
+    let private = record_workload(
+        "control.ntrace",
+        "1s",
+        &cow("private").each_ref().map(String::as_str),
+    );
+    let mut reps = Vec::new();
+    for cap in [&private, &shared] {
+        let rep = json(&report(&[cap.to_str().unwrap(), "--format", "json"], true));
+        let hand = hand_rows(&rep);
+        let rows = rep["mmtests"].as_array().unwrap();
+        for (label, want) in &hand {
+            let got = rows
+                .iter()
+                .find(|r| r["label"] == *label)
+                .unwrap_or_else(|| panic!("no {label} row"));
+            assert!(
+                (got["value"].as_f64().unwrap() - want).abs() < 1e-9,
+                "{label}: {got} vs {want} by hand"
+            );
+        }
+        reps.push(rep);
+    }
+    // The control (private copies, misplaced) hint-faults: the row that shows it is there.
+    assert!(hand_rows(&reps[0])["NUMA hint faults"] > 0.0);
+    let (c, s) = (private.to_str().unwrap(), shared.to_str().unwrap());
+    let dj = json(&report(&["--diff", c, s, "--format", "json"], true));
+    assert_eq!(dj["before_name"], "control");
+    assert_eq!(dj["after_name"], "patched");
+    let rows = dj["mmtests"].as_array().unwrap();
+    assert_eq!(rows.len(), reps[0]["mmtests"].as_array().unwrap().len());
+    for (i, row) in rows.iter().enumerate() {
+        let (b, a) = (&reps[0]["mmtests"][i], &reps[1]["mmtests"][i]);
+        assert_eq!(row["label"], b["label"]);
+        assert_eq!(row["base"], b["value"], "{row}");
+        assert_eq!(row["patched"], a["value"], "{row}");
+        if let (Some(b), Some(a)) = (b["value"].as_f64(), a["value"].as_f64())
+            && b != 0.0
+        {
+            let pct = row["change_pct"].as_f64().unwrap();
+            assert!((pct - (a - b) / b * 100.0).abs() < 1e-9, "{row}");
+        }
+    }
+    assert!(!dj["rows"].as_array().unwrap().is_empty());
+    assert!(!dj["verdicts"].as_array().unwrap().is_empty());
+    assert!(dj["settings_compared"].as_u64().unwrap() > 10, "{dj}");
+    let text = report(&["--diff", c, s], true);
+    let text = String::from_utf8_lossy(&text.stdout);
+    println!("{text}");
+    for want in [
+        "Ops NUMA hint faults",
+        "Ops AutoNUMA cost",
+        "numatrace's own counts",
+        "Verdicts",
+        "Findings, base:",
+        "Settings that differ",
+    ] {
+        assert!(text.contains(want), "{want} in:\n{text}");
+    }
+    let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 80).collect();
+    assert!(wide.is_empty(), "lines past 80 columns: {wide:#?}");
 }

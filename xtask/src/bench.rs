@@ -203,7 +203,7 @@ fn run_guest(
             &log_path,
             o.icount.map_or(vm::Tcg::Multi, vm::Tcg::Icount),
             Duration::from_secs(120 * 60),
-            false,
+            vm::Line::default(),
         )
     };
     let mut log = boot()?;

@@ -112,6 +112,11 @@ enum Step {
         /// `--filter check_002`).
         #[arg(long, value_parser = vm::parse_filter)]
         filter: Option<String>,
+        /// Run each seed's check this many times (`numatrace check --repeat N`) in the check
+        /// tests on every line, which then assert that the verdicts agree (default: 3 on 6.12
+        /// and 7.x, once elsewhere).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+        check_repeat: Option<u32>,
     },
 }
 
@@ -144,14 +149,23 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("xtask: --no-vm: QEMU guests skipped");
                 Ok(())
             } else {
-                vm::run(&tools, &[], &[], None)
+                vm::run(&tools, &vm::Selection::default())
             }
         }
         Step::VmTest {
             kernels,
             only,
             filter,
-        } => vm::run(&tools, &kernels, &only, filter.as_deref()),
+            check_repeat,
+        } => vm::run(
+            &tools,
+            &vm::Selection {
+                kernels: &kernels,
+                only: &only,
+                filter: filter.as_deref(),
+                check_repeat,
+            },
+        ),
         Step::Bench {
             kernel,
             rounds,

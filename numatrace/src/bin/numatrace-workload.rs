@@ -421,6 +421,15 @@ fn thp_disable(
 
 fn thp_child(mem_mib: usize, duration: Duration, state: &std::path::Path) -> Result<()> {
     record_thp_state("child", state)?;
+    // A second thread that only sleeps: the kernel never makes a single-threaded process's
+    // pages on its own node PROT_NONE — from 6.19 (folio_can_map_prot_numa) that covers THPs
+    // too, and the control would draw no THP hint fault at all.
+    let until = Instant::now() + duration;
+    std::thread::spawn(move || {
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
     let heap = anon_mapping(mem_mib << 20, true)?;
     heap.fill(1);
     let passes = read_pages(heap, Instant::now(), duration);

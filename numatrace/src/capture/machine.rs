@@ -28,7 +28,8 @@ pub struct Machine {
     pub tunables: BTreeMap<String, String>,
     /// /sys/kernel/mm/transparent_hugepage settings.
     pub thp: BTreeMap<String, String>,
-    /// CONFIG_NUMA*, CONFIG_*HUGEPAGE*, CONFIG_MIGRATION from /boot/config-RELEASE (when there).
+    /// The NUMA-related options of /proc/config.gz or /boot/config-RELEASE (when there; see
+    /// `kernel::sysstate::config_options`).
     pub config: BTreeMap<String, String>,
     /// The root cgroup's effective cpuset (cgroup v2), and the recorded cgroup's when filtered.
     pub cpusets: BTreeMap<String, String>,
@@ -54,20 +55,6 @@ pub fn unix_now() -> f64 {
 
 pub fn hostname() -> String {
     read_trim("/proc/sys/kernel/hostname").unwrap_or_else(|| "unknown".into())
-}
-
-/// Keeps the lines of a kernel config that matter to NUMA balancing.
-pub fn config_lines(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .filter(|(k, _)| {
-            k.starts_with("CONFIG_NUMA")
-                || k.contains("HUGEPAGE")
-                || *k == "CONFIG_MIGRATION"
-                || *k == "CONFIG_HZ"
-        })
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
 }
 
 impl Machine {
@@ -111,8 +98,8 @@ impl Machine {
                 thp.insert(name.to_owned(), v);
             }
         }
-        let config = fs::read_to_string(format!("/boot/config-{}", facts.release))
-            .map(|t| config_lines(&t))
+        let config = crate::kernel::sysstate::kernel_config(Path::new("/"), &facts.release)
+            .map(|c| c.options)
             .unwrap_or_default();
         let mut cpusets = BTreeMap::new();
         if let Some(root) = cgroup_root {
@@ -146,20 +133,5 @@ impl Machine {
             redacted: false,
             window: None,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_keeps_numa_and_thp_lines() {
-        let c = config_lines(
-            "# comment\nCONFIG_NUMA=y\nCONFIG_NUMA_BALANCING=y\nCONFIG_TRANSPARENT_HUGEPAGE=y\n\
-             CONFIG_MIGRATION=y\nCONFIG_NET=y\nCONFIG_HZ=250\n",
-        );
-        assert_eq!(c.len(), 5);
-        assert!(!c.contains_key("CONFIG_NET"));
     }
 }

@@ -6,6 +6,8 @@
 //! `first` (the detailed snapshot at the start), then every `--interval`: `events` (the ring
 //! records since the previous one) and `sample` (a snapshot, for rates over time); at the end
 //! `last` (the detailed snapshot at the end) and `end` (the window and what was not written).
+//! A `state` section follows `first` and precedes `last`: vmstat, sysctls, tunables, nodes, THP,
+//! kernel config and the busiest tasks' procfs NUMA state at each end of the window.
 //! A capture without `end` was cut short; the report then stops at its last `sample`.
 //!
 //! Captures travel between strangers, so the reader trusts nothing a file says: whatever the
@@ -38,6 +40,7 @@ pub mod format;
 pub mod limits;
 pub mod machine;
 pub mod redact;
+pub mod state;
 
 use std::{
     fs::File,
@@ -67,6 +70,9 @@ pub const SECTION_EVENTS: u32 = 4;
 pub const SECTION_SAMPLE: u32 = 5;
 pub const SECTION_LAST: u32 = 6;
 pub const SECTION_END: u32 = 7;
+/// The regression context ([`state::State`]): once after `first` (phase `start`), once before
+/// `last` (phase `end`). A reader older than it skips it as an unknown section.
+pub const SECTION_STATE: u32 = 8;
 
 /// The closing section: the window as `stat` reports it, and what did not fit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -184,6 +190,10 @@ pub struct Capture {
     pub latest: Option<Snapshot>,
     pub last: Option<Snapshot>,
     pub end: Option<End>,
+    /// The regression context at the start and the end of the window (the first `start` and
+    /// the last `end` state section; none in captures before they existed).
+    pub state_start: Option<state::State>,
+    pub state_end: Option<state::State>,
     pub event_sections: usize,
     pub events: u64,
     pub unknown_sections: usize,
@@ -310,6 +320,8 @@ impl Capture {
     ) -> Result<Self, CaptureError> {
         let writer = r.header.writer.clone();
         let (mut machine, mut hooks, mut first, mut last, mut end) = (None, None, None, None, None);
+        let (mut state_start, mut state_end): (Option<state::State>, Option<state::State>) =
+            (None, None);
         let mut samples = Vec::new();
         let mut latest: Option<Snapshot> = None;
         // Every task as last written, by key: samples are deltas of the task list.
@@ -379,6 +391,14 @@ impl Capture {
                     last = Some(parse_snapshot(path, "last", &s, caps, &mut records)?);
                 }
                 SECTION_END => end = Some(parse(path, "end", &s, caps)?),
+                SECTION_STATE => {
+                    let st: state::State = parse(path, "state", &s, caps)?;
+                    match st.phase.as_str() {
+                        "start" if state_start.is_none() => state_start = Some(st),
+                        "end" => state_end = Some(st),
+                        _ => unknown_sections += 1,
+                    }
+                }
                 SECTION_EVENTS => {
                     let Some(n) = scan(path, "events", &s, caps)?.top_len else {
                         return Err(CaptureError::Section {
@@ -421,6 +441,8 @@ impl Capture {
             latest,
             last,
             end,
+            state_start,
+            state_end,
             event_sections,
             events,
             unknown_sections,

@@ -1,6 +1,8 @@
 //! `numatrace record`: a window like `stat`'s, written to one capture file as it goes (see
 //! [`crate::capture`]): machine facts and the hook report first, then every `--interval` the
-//! ring records and a snapshot, and at the end the closing snapshot and the window.
+//! ring records and a snapshot, and at the end the closing snapshot and the window. The
+//! regression context (vmstat, sysctls, tunables, THP, config, the busiest tasks' procfs NUMA
+//! state) is read at both ends of the window.
 
 use std::{
     io::IsTerminal as _,
@@ -16,13 +18,14 @@ use std::collections::HashMap;
 use crate::{
     capture::{
         CaptureWriter, End, EventRecord, Machine, SECTION_END, SECTION_EVENTS, SECTION_FIRST,
-        SECTION_LAST, SECTION_MACHINE, SECTION_PROBES, SECTION_SAMPLE,
+        SECTION_LAST, SECTION_MACHINE, SECTION_PROBES, SECTION_SAMPLE, SECTION_STATE,
         machine::{hostname, unix_now},
         redact::Redactor,
+        state::{BUSIEST, State, TaskReads, busiest},
     },
     cli::RecordArgs,
     engine::{Detail, Engine, Snapshot},
-    model::{Counts, Window},
+    model::{Counts, Filter, TaskRecord, Window},
     session::{CollectOptions, Observer, Signals, collect_with},
 };
 
@@ -30,6 +33,10 @@ use crate::{
 const TAP_CAPACITY: usize = 1 << 19;
 /// Records per events section (sections stay far below the format's size limit).
 const EVENTS_PER_SECTION: usize = 50_000;
+/// How often the busiest tasks' procfs state is read again during the window, so that one
+/// that exits before the end keeps a recent state (each read walks the process's page tables
+/// for `numa_maps`: seconds apart, a few processes).
+const TASK_READ_EVERY: Duration = Duration::from_secs(5);
 
 /// `numatrace-HOST-YYYYMMDD-HHMMSS.ntrace` in the current directory ([`crate::safe_fs::
 /// create_unique`] takes the first free name from it).
@@ -81,9 +88,40 @@ struct Recorder {
     sampled: HashMap<(u32, u64), Counts>,
     /// The first write that failed (a full disk): from then on everything is counted only.
     write_error: Option<String>,
+    /// The busiest tasks' procfs state as last read, and when; the window's filter.
+    reads: TaskReads,
+    last_read: Option<Instant>,
+    filter: Filter,
+}
+
+/// The tasks of `s` the window's filter keeps (never numatrace's own).
+fn traced(s: &Snapshot, f: &Filter) -> Vec<TaskRecord> {
+    s.traced(f).cloned().collect()
 }
 
 impl Recorder {
+    /// Writes a `state` section (redacted as the rest).
+    fn write_state(&mut self, mut st: State) -> Result<()> {
+        if let Some(r) = &self.redact {
+            st.redact(r);
+        }
+        self.out.section(SECTION_STATE, &st)?;
+        Ok(())
+    }
+
+    /// Reads the busiest tasks of `s` again when the last read is [`TASK_READ_EVERY`] old.
+    fn refresh_reads(&mut self, s: &Snapshot) {
+        if self
+            .last_read
+            .is_some_and(|t| t.elapsed() < TASK_READ_EVERY)
+        {
+            return;
+        }
+        let tasks = traced(s, &self.filter);
+        self.reads.refresh(&busiest(&tasks, BUSIEST), unix_now());
+        self.last_read = Some(Instant::now());
+    }
+
     fn snapshot(&self, mut s: Snapshot) -> Snapshot {
         if let Some(r) = &self.redact {
             r.snapshot(&mut s);
@@ -121,6 +159,7 @@ impl Recorder {
             return Ok(());
         }
         let mut s = engine.snapshot(Detail::Summary)?;
+        self.refresh_reads(&s);
         let sampled = &mut self.sampled;
         s.tasks.retain(|t| {
             let changed = sampled.get(&t.key()) != Some(&t.counts);
@@ -177,6 +216,18 @@ impl Observer for Recorder {
         self.out.section(SECTION_PROBES, &engine.hooks)?;
         self.out
             .section(SECTION_FIRST, &self.snapshot(first.clone()))?;
+        // At the start nothing has run yet: the tasks followed from the start (a --pid process,
+        // the command), whose state the window begins from.
+        self.filter = planned.filter();
+        let tasks = traced(first, &self.filter);
+        let at_start: Vec<&TaskRecord> = tasks.iter().take(BUSIEST).collect();
+        let note = if at_start.is_empty() {
+            "none followed at the start: the busiest tasks are named at the end".to_owned()
+        } else {
+            "the tasks followed at the start".to_owned()
+        };
+        let st = self.reads.state("start", &at_start, note, unix_now());
+        self.write_state(st)?;
         self.show();
         Ok(())
     }
@@ -243,6 +294,9 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
         started: Instant::now(),
         sampled: HashMap::new(),
         write_error: None,
+        reads: TaskReads::default(),
+        last_read: None,
+        filter: Filter::default(),
     };
     let opts = CollectOptions {
         duration: args.duration,
@@ -269,6 +323,23 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     if let Some(r) = &rec.redact {
         r.window(&mut window);
     }
+    let tasks = traced(&c.last, &c.window.filter());
+    let top = busiest(&tasks, BUSIEST);
+    let note = if top.is_empty() {
+        format!(
+            "none of the {} traced tasks updated a PTE, took a hint fault or migrated a page \
+             that numatrace could count",
+            tasks.len()
+        )
+    } else {
+        format!(
+            "the {} busiest of {} traced tasks, by PTE updates + hint faults + pages migrated",
+            top.len(),
+            tasks.len()
+        )
+    };
+    let st = rec.reads.state("end", &top, note, unix_now());
+    rec.write_state(st)?;
     rec.out
         .section(SECTION_LAST, &rec.snapshot(c.last.clone()))?;
     let end = End {

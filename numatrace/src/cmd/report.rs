@@ -7,15 +7,17 @@ use anyhow::{Result, bail};
 use serde::Serialize;
 
 use crate::{
-    capture::Capture,
+    capture::{Capture, state::State},
     cli::{ReportArgs, ReportFormat},
     kernel::facts::KernelSummary,
     model::Window,
     report::verdicts::{CheckResult, NEED_REPRODUCER, offline_verdicts},
     report::{
         chrome::write_trace,
-        diff::diff,
+        context::context_text,
+        diff::{Side, diff},
         findings::{Finding, findings},
+        mmtests::{OpsRow, ops, ops_text},
         stat::StatReport,
     },
     text_escape::Escaped,
@@ -49,6 +51,12 @@ pub struct Report {
     pub stat: StatReport,
     pub verdicts: Vec<CheckResult>,
     pub findings: Vec<Finding>,
+    /// mmtests' NUMA rows over the window, from /proc/vmstat at its start and end (`None`: the
+    /// capture has no state at one end: an older numatrace wrote it, or it was cut short).
+    pub mmtests: Option<Vec<OpsRow>>,
+    /// The regression context at the start and the end of the window.
+    pub state_start: Option<State>,
+    pub state_end: Option<State>,
 }
 
 /// The `stat` report of a capture's window (to its last sample when it was cut short).
@@ -98,8 +106,33 @@ pub fn report_of(cap: &Capture) -> Report {
         verdicts: offline_verdicts(&stat),
         findings: findings(&stat),
         stat,
+        mmtests: mmtests_of(cap),
+        state_start: cap.state_start.clone(),
+        state_end: cap.state_end.clone(),
     }
 }
+
+/// mmtests' rows of a capture's window, when it has the vmstat of both ends.
+pub fn mmtests_of(cap: &Capture) -> Option<Vec<OpsRow>> {
+    Some(ops(cap.state_start.as_ref()?, cap.state_end.as_ref()?))
+}
+
+/// A capture's column in a diff, named after its file (`base.ntrace` → `base`).
+pub fn side<'a>(r: &'a Report, path: &Path) -> Side<'a> {
+    Side {
+        name: path.file_stem().map_or_else(
+            || r.capture.file.clone(),
+            |s| s.to_string_lossy().into_owned(),
+        ),
+        stat: &r.stat,
+        mmtests: r.mmtests.as_deref(),
+        start: r.state_start.as_ref(),
+    }
+}
+
+/// Why a capture has no mmtests rows.
+const NO_OPS: &str = "not in this capture: it has no /proc/vmstat of both ends of its window \
+                      (written by an older numatrace, or cut short)";
 
 impl Report {
     pub fn to_text(&self, rows: usize) -> String {
@@ -148,6 +181,21 @@ impl Report {
         }
         s.push('\n');
         s.push_str(&self.stat.to_text(rows));
+        let _ = writeln!(
+            s,
+            "\nmmtests \"Ops\" over the window (/proc/vmstat at its start and end):"
+        );
+        match &self.mmtests {
+            Some(rows) => s.push_str(&ops_text(rows)),
+            None => {
+                let _ = writeln!(s, "  {NO_OPS}");
+            }
+        }
+        let _ = writeln!(s, "\nRegression context:");
+        s.push_str(&context_text(
+            self.state_start.as_ref(),
+            self.state_end.as_ref(),
+        ));
         let _ = writeln!(s, "\nVerdicts this capture's evidence supports:");
         for v in &self.verdicts {
             let _ = writeln!(s, "  {} {}: {}", v.patch, v.verdict, Escaped(&v.sentence));
@@ -220,7 +268,8 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         let [before, after] = pair.as_slice() else {
             bail!("--diff takes two captures: BEFORE AFTER");
         };
-        let d = diff(&stat_of(&open(before)?), &stat_of(&open(after)?));
+        let (b, a) = (report_of(&open(before)?), report_of(&open(after)?));
+        let d = diff(&side(&b, before), &side(&a, after));
         let text = match format {
             ReportFormat::Json => serde_json::to_string_pretty(&d)? + "\n",
             ReportFormat::Text => d.to_text(),
@@ -436,12 +485,14 @@ mod tests {
             assert!(t.contains(&want), "{want:?} in\n{t}");
         }
 
-        let d = diff(&r.stat, &r.stat).to_text();
+        let named = Path::new(&format!("base{EVIL}.ntrace")).to_owned();
+        let d = diff(&side(&r, &named), &side(&r, Path::new("patched"))).to_text();
         assert_eq!(raw_control(&d), None, "{d:?}");
         assert!(
-            d.contains(&format!("before: kernel 6.18{SHOWN}, 1.0 s")),
+            d.contains(&format!("base:    base{SHOWN} (kernel\n")),
             "{d}"
         );
+        assert!(d.contains(&format!("6.18{SHOWN}, 1.0 s)")), "{d}");
     }
 
     #[test]

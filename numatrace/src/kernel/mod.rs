@@ -1,4 +1,5 @@
-//! Reading the running kernel: facts for the plan, tracefs, capabilities, /proc/vmstat, and
+//! Reading the running kernel: facts for the plan, tracefs, capabilities, /proc/vmstat, the
+//! machine-wide state a regression report quotes (`sysstate`), and
 //! the catalogue of every hook the product uses with what each needs of a kernel.
 pub mod btf;
 pub mod caps;
@@ -7,6 +8,7 @@ pub mod facts;
 pub mod mempolicy;
 pub mod nodes;
 pub mod preempt;
+pub mod sysstate;
 pub mod tracefs;
 pub mod tunables;
 pub mod version;

@@ -10,10 +10,12 @@ use std::collections::BTreeMap;
 
 pub mod filter;
 pub mod hist;
+mod item;
 pub mod window;
 
 pub use filter::{Filter, within};
 pub use hist::{Log2Bucket, log2_buckets, quantile};
+pub use item::Item;
 pub use window::{Scope, Window};
 
 use numatrace_common::{
@@ -230,6 +232,9 @@ counter_struct! {
         sum node_stamp_advance_ns: u64,
         /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0).
         sum stamp_violations: u64,
+        /// Calls queued while the task's previous call ran (longer than the scan period) and
+        /// entered with node_stamp as it left it: the kernel's course, not the underflow.
+        sum requeued_calls: u64,
         /// Calls during which runtime advanced, and those after which node_stamp had advanced
         /// less than 32x that runtime (seed 003's cap; expected 0).
         sum cap_calls: u64,
@@ -336,6 +341,7 @@ impl Counts {
                 runtime_in_scan_ns: s.scan_runtime_ns,
                 node_stamp_advance_ns: s.scan_node_stamp_ns,
                 stamp_violations: s.scan_stamp_violations,
+                requeued_calls: s.scan_requeued,
                 cap_calls: s.scan_cap_calls,
                 cap_violations: s.scan_cap_violations,
                 task_runtime_ns: s.runtime_last_ns.saturating_sub(s.runtime_first_ns),

@@ -1,35 +1,93 @@
-//! `report --diff BEFORE AFTER`: the same metrics of two windows side by side (an unpatched and
-//! a patched kernel, or before and after a tunable), totals and per-second rates.
+//! `report --diff BASE PATCHED`: two windows side by side as a regression thread argues them —
+//! mmtests' "Ops" rows with the change in percent, numatrace's own per-hook counts (totals as
+//! rates), the verdicts and findings of each, and the settings that differ — in 80 columns.
 
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::stat::StatReport;
-use crate::{model::quantile, text_escape::Escaped};
+use super::{
+    context::wrap_words,
+    findings::findings,
+    mmtests::{OpsDiffRow, OpsRow, ops_diff, ops_diff_text},
+    stat::StatReport,
+    verdicts::{Verdict, offline_verdicts},
+};
+use crate::{
+    capture::state::{State, SystemState},
+    model::{Item, quantile},
+    text_escape::{Escaped, escape},
+};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DiffRow {
     pub metric: String,
-    pub before: f64,
-    pub after: f64,
-    /// after - before.
-    pub change: f64,
-    /// Relative change in percent (None when `before` is 0).
+    /// `None` (null): not measured in that window.
+    pub before: Option<f64>,
+    pub after: Option<f64>,
+    /// after - before, when both were measured.
+    pub change: Option<f64>,
+    /// Relative change in percent (None when `before` is 0 or either is not measured).
     pub change_pct: Option<f64>,
     /// Counts compared as rates (per second of each window), so that windows of different
     /// lengths compare.
     pub per_second: bool,
 }
 
+/// One seed's verdict on each window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerdictPair {
+    pub patch: String,
+    pub before: Option<Verdict>,
+    pub after: Option<Verdict>,
+}
+
+/// A setting whose value differs between the windows' starts (`absent (why)` when missing).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SettingDiff {
+    pub setting: String,
+    pub before: String,
+    pub after: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Diff {
     pub schema: String,
+    #[serde(default)]
+    pub before_name: String,
+    #[serde(default)]
+    pub after_name: String,
     pub before_kernel: String,
     pub after_kernel: String,
     pub before_window_s: f64,
     pub after_window_s: f64,
+    /// mmtests' rows of both windows (empty when either capture lacks them: see
+    /// `mmtests_absent`).
+    #[serde(default)]
+    pub mmtests: Vec<OpsDiffRow>,
+    #[serde(default)]
+    pub mmtests_absent: Option<String>,
     pub rows: Vec<DiffRow>,
+    #[serde(default)]
+    pub verdicts: Vec<VerdictPair>,
+    #[serde(default)]
+    pub findings_before: Vec<String>,
+    #[serde(default)]
+    pub findings_after: Vec<String>,
+    /// Settings (sysctls, tunables, THP, kernel config, command line, nodes) that differ at the
+    /// start of the windows; `settings_compared` of them were compared.
+    #[serde(default)]
+    pub settings: Vec<SettingDiff>,
+    #[serde(default)]
+    pub settings_compared: usize,
+}
+
+/// One window of a diff: a name for its column, its report, and what the capture holds.
+pub struct Side<'a> {
+    pub name: String,
+    pub stat: &'a StatReport,
+    pub mmtests: Option<&'a [OpsRow]>,
+    pub start: Option<&'a State>,
 }
 
 pub const DIFF_SCHEMA: &str = "numatrace.diff/1";
@@ -94,7 +152,7 @@ const METRICS: &[Metric] = &[
     ("events dropped", false, |r| Some(r.dropped.total as f64)),
 ];
 
-pub fn diff(before: &StatReport, after: &StatReport) -> Diff {
+pub fn diff(before: &Side, after: &Side) -> Diff {
     let rate = |r: &StatReport, v: f64| {
         if r.window.duration_s > 0.0 {
             v / r.window.duration_s
@@ -105,84 +163,306 @@ pub fn diff(before: &StatReport, after: &StatReport) -> Diff {
     let rows = METRICS
         .iter()
         .filter_map(|(name, per_second, get)| {
-            let (b, a) = (get(before), get(after));
+            let (mut b, mut a) = (get(before.stat), get(after.stat));
             if b.is_none() && a.is_none() {
                 return None;
             }
-            let (mut b, mut a) = (b.unwrap_or(0.0), a.unwrap_or(0.0));
             if *per_second {
-                (b, a) = (rate(before, b), rate(after, a));
+                b = b.map(|b| rate(before.stat, b));
+                a = a.map(|a| rate(after.stat, a));
             }
+            let change = b.zip(a).map(|(b, a)| a - b);
             Some(DiffRow {
                 metric: (*name).to_owned(),
                 before: b,
                 after: a,
-                change: a - b,
-                change_pct: (b != 0.0).then(|| 100.0 * (a - b) / b),
+                change,
+                change_pct: b
+                    .zip(a)
+                    .filter(|(b, _)| *b != 0.0)
+                    .map(|(b, a)| 100.0 * (a - b) / b),
                 per_second: *per_second,
             })
         })
         .collect();
+    let (mmtests, mmtests_absent) = match (before.mmtests, after.mmtests) {
+        (Some(b), Some(a)) => (ops_diff(b, a), None),
+        (b, _) => (
+            Vec::new(),
+            Some(format!(
+                "{} has no /proc/vmstat of both ends of its window (written by an older \
+                 numatrace, or cut short)",
+                if b.is_none() {
+                    &before.name
+                } else {
+                    &after.name
+                }
+            )),
+        ),
+    };
+    let (vb, va) = (offline_verdicts(before.stat), offline_verdicts(after.stat));
+    let mut verdicts: Vec<VerdictPair> = vb
+        .iter()
+        .map(|v| VerdictPair {
+            patch: v.patch.to_owned(),
+            before: Some(v.verdict),
+            after: va.iter().find(|w| w.patch == v.patch).map(|w| w.verdict),
+        })
+        .collect();
+    for w in va.iter().filter(|w| !vb.iter().any(|v| v.patch == w.patch)) {
+        verdicts.push(VerdictPair {
+            patch: w.patch.to_owned(),
+            before: None,
+            after: Some(w.verdict),
+        });
+    }
+    let sentences = |r: &StatReport| findings(r).into_iter().map(|f| f.sentence).collect();
+    let (settings, settings_compared) = match (before.start, after.start) {
+        (Some(b), Some(a)) => setting_diffs(&b.system, &a.system),
+        _ => (Vec::new(), 0),
+    };
     Diff {
         schema: DIFF_SCHEMA.to_owned(),
-        before_kernel: before.kernel.release.clone(),
-        after_kernel: after.kernel.release.clone(),
-        before_window_s: before.window.duration_s,
-        after_window_s: after.window.duration_s,
+        before_name: before.name.clone(),
+        after_name: after.name.clone(),
+        before_kernel: before.stat.kernel.release.clone(),
+        after_kernel: after.stat.kernel.release.clone(),
+        before_window_s: before.stat.window.duration_s,
+        after_window_s: after.stat.window.duration_s,
+        mmtests,
+        mmtests_absent,
         rows,
+        verdicts,
+        findings_before: sentences(before.stat),
+        findings_after: sentences(after.stat),
+        settings,
+        settings_compared,
     }
 }
 
-fn num(v: f64) -> String {
-    if v == 0.0 {
-        "0".into()
-    } else if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
+/// A setting as the diff shows it.
+fn item_text(i: Option<&Item<String>>) -> String {
+    match i {
+        Some(Item::Present(v)) => v.clone(),
+        Some(Item::Absent { absent }) => format!("absent ({absent})"),
+        None => "absent".to_owned(),
     }
+}
+
+/// Every setting of both starts, flattened to `kind name` → value.
+fn settings_of(s: &SystemState) -> std::collections::BTreeMap<String, Item<String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (k, v) in &s.sysctls {
+        out.insert(format!("sysctl {k}"), v.clone());
+    }
+    for (k, v) in &s.tiering {
+        out.insert(format!("tiering {k}"), v.clone());
+    }
+    let mut map = |kind: &str, m: &Item<std::collections::BTreeMap<String, String>>| match m {
+        Item::Present(m) => {
+            for (k, v) in m {
+                out.insert(format!("{kind} {k}"), Item::Present(v.clone()));
+            }
+        }
+        Item::Absent { absent } => {
+            out.insert(kind.to_owned(), Item::absent(absent.clone()));
+        }
+    };
+    map("tunable", &s.tunables);
+    map("THP", &s.thp);
+    match &s.config {
+        Item::Present(c) => {
+            for (k, v) in &c.options {
+                out.insert(format!("config {k}"), Item::Present(v.clone()));
+            }
+        }
+        Item::Absent { absent } => {
+            out.insert("config".into(), Item::absent(absent.clone()));
+        }
+    }
+    out.insert("kernel command line".into(), s.cmdline.clone());
+    let nodes = match &s.nodes {
+        Item::Present(n) => Item::Present(
+            n.iter()
+                .map(|n| {
+                    format!(
+                        "node{} cpus {} distances {}",
+                        n.node,
+                        n.cpus,
+                        n.distances
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        Item::Absent { absent } => Item::absent(absent.clone()),
+    };
+    out.insert("nodes".into(), nodes);
+    out
+}
+
+fn setting_diffs(before: &SystemState, after: &SystemState) -> (Vec<SettingDiff>, usize) {
+    let (b, a) = (settings_of(before), settings_of(after));
+    let mut names: Vec<&String> = b.keys().chain(a.keys()).collect();
+    names.sort();
+    names.dedup();
+    let compared = names.len();
+    let diffs = names
+        .into_iter()
+        .filter(|n| b.get(*n) != a.get(*n))
+        .map(|n| SettingDiff {
+            setting: n.clone(),
+            before: item_text(b.get(n)),
+            after: item_text(a.get(n)),
+        })
+        .collect();
+    (diffs, compared)
+}
+
+fn num(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(0.0) => "0".into(),
+        Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// A column head: the capture's name, cut to fit.
+fn head(name: &str, width: usize) -> String {
+    escape(name).chars().take(width).collect()
 }
 
 impl Diff {
     pub fn unchanged(&self) -> bool {
-        self.rows.iter().all(|r| r.change == 0.0)
+        self.rows.iter().all(|r| r.change.is_none_or(|c| c == 0.0))
+            && self.mmtests.iter().all(|r| r.base == r.patched)
     }
 
     pub fn to_text(&self) -> String {
         let mut s = String::new();
+        for (role, name, kernel, secs) in [
+            (
+                "base:    ",
+                &self.before_name,
+                &self.before_kernel,
+                self.before_window_s,
+            ),
+            (
+                "patched: ",
+                &self.after_name,
+                &self.after_kernel,
+                self.after_window_s,
+            ),
+        ] {
+            let line = format!("{} (kernel {}, {secs:.1} s)", escape(name), escape(kernel));
+            s.push_str(&wrap_words(role, "         ", &line));
+        }
         let _ = writeln!(
             s,
-            "before: kernel {}, {:.1} s    after: kernel {}, {:.1} s",
-            Escaped(&self.before_kernel),
-            self.before_window_s,
-            Escaped(&self.after_kernel),
-            self.after_window_s
+            "\nmmtests \"Ops\" over each window (/proc/vmstat at its start and end):"
+        );
+        match &self.mmtests_absent {
+            Some(why) => {
+                s.push_str(&wrap_words("  not compared: ", "    ", &escape(why)));
+            }
+            None => s.push_str(&ops_diff_text(
+                &self.mmtests,
+                &self.before_name,
+                &self.after_name,
+            )),
+        }
+        let _ = writeln!(
+            s,
+            "\nnumatrace's own counts (per-second rates of each window):"
         );
         let _ = writeln!(
             s,
-            "{:<34} {:>12} {:>12} {:>12} {:>9}",
-            "METRIC", "BEFORE", "AFTER", "CHANGE", "CHANGE%"
+            "{:<32} {:>11} {:>11} {:>12} {:>9}",
+            "METRIC",
+            head(&self.before_name, 11),
+            head(&self.after_name, 11),
+            "CHANGE",
+            "CHANGE%"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<34} {:>12} {:>12} {:>12} {:>9}",
+                "{:<32} {:>11} {:>11} {:>12} {:>9}",
                 r.metric,
                 num(r.before),
                 num(r.after),
-                if r.change == 0.0 {
-                    "=".to_owned()
-                } else if r.change > 0.0 {
-                    format!("+{}", num(r.change))
-                } else {
-                    num(r.change)
+                match r.change {
+                    None => "-".to_owned(),
+                    Some(0.0) => "=".to_owned(),
+                    Some(c) if c > 0.0 => format!("+{}", num(Some(c))),
+                    c => num(c),
                 },
                 r.change_pct
                     .map_or_else(|| "-".to_owned(), |p| format!("{p:+.1}%"))
             );
         }
+        if self
+            .rows
+            .iter()
+            .any(|r| r.before.is_none() || r.after.is_none())
+        {
+            let _ = writeln!(
+                s,
+                "(- : not measured in that window: its hook was not attached)"
+            );
+        }
         if self.unchanged() {
             let _ = writeln!(s, "No change.");
+        }
+        let _ = writeln!(s, "\nVerdicts (from each capture's evidence):");
+        for v in &self.verdicts {
+            let show = |v: Option<Verdict>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+            let _ = writeln!(
+                s,
+                "  {}  base: {:<22} patched: {}",
+                Escaped(&v.patch),
+                show(v.before),
+                show(v.after)
+            );
+        }
+        for (name, list) in [
+            ("base", &self.findings_before),
+            ("patched", &self.findings_after),
+        ] {
+            let _ = writeln!(s, "\nFindings, {name}:");
+            if list.is_empty() {
+                let _ = writeln!(s, "  nothing stands out.");
+            }
+            for f in list {
+                s.push_str(&wrap_words("  - ", "    ", &escape(f)));
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\nSettings that differ at the start of the windows ({} of {} compared):",
+            self.settings.len(),
+            self.settings_compared
+        );
+        if self.settings_compared == 0 {
+            let _ = writeln!(s, "  not compared: a capture has no state at its start");
+        }
+        for d in &self.settings {
+            let _ = writeln!(s, "  {}:", Escaped(&d.setting));
+            s.push_str(&wrap_words(
+                "    base:    ",
+                "             ",
+                &escape(&d.before),
+            ));
+            s.push_str(&wrap_words(
+                "    patched: ",
+                "             ",
+                &escape(&d.after),
+            ));
         }
         s
     }

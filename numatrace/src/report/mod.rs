@@ -2,9 +2,11 @@
 //! reports, the verdicts on the seed patches, a window's findings, the diff of two windows and
 //! the Chrome trace of a capture. Pure functions of their input: nothing here reads the kernel.
 pub mod chrome;
+pub mod context;
 pub mod diff;
 pub mod findings;
 pub mod metrics;
+pub mod mmtests;
 pub mod probes;
 pub mod stat;
 pub mod verdicts;

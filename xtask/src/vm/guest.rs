@@ -48,6 +48,8 @@ numatrace probes --json > /tmp/probes.json
 export NUMATRACE_PROBES_JSON=/tmp/probes.json NUMATRACE_IN_GUEST=1
 # Tests that need 2 nodes but nothing of a kernel line run on the primary line only.
 grep -q 'numatrace.primary=1' /proc/cmdline && export NUMATRACE_PRIMARY_LINE=1
+# How many times the check tests repeat each seed's check (numatrace check --repeat).
+export NUMATRACE_CHECK_REPEAT=$(sed -n 's/.*numatrace\.check_repeat=\([0-9]*\).*/\1/p' /proc/cmdline)
 skip=$(sed -n 's/.*numatrace\.skip=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ')
 for t in /numatrace/tests/*; do
   name=$(basename "$t")
@@ -165,9 +167,18 @@ pub fn boot(
     skip: &[&str],
     log_path: &Path,
     tcg: Tcg,
-    primary: bool,
+    line: Line,
 ) -> Result<String> {
-    boot_for(vmlinuz, initrd, skip, log_path, tcg, GUEST_TIMEOUT, primary)
+    boot_for(vmlinuz, initrd, skip, log_path, tcg, GUEST_TIMEOUT, line)
+}
+
+/// What a test guest is told about its kernel line (on its command line).
+#[derive(Clone, Copy, Default)]
+pub struct Line {
+    /// The line whose guest also runs the tests that need 2 nodes but nothing of a line.
+    pub primary: bool,
+    /// `check --repeat` for the check tests (0: the tests' default, once).
+    pub check_repeat: u32,
 }
 
 pub fn boot_for(
@@ -177,11 +188,14 @@ pub fn boot_for(
     log_path: &Path,
     tcg: Tcg,
     timeout: Duration,
-    primary: bool,
+    line: Line,
 ) -> Result<String> {
     let mut append = "console=ttyS0 quiet numa_balancing=enable panic=-1 oops=panic".to_owned();
-    if primary {
+    if line.primary {
         append.push_str(" numatrace.primary=1");
+    }
+    if line.check_repeat > 0 {
+        append.push_str(&format!(" numatrace.check_repeat={}", line.check_repeat));
     }
     if !skip.is_empty() {
         append.push_str(&format!(" numatrace.skip={}", skip.join(",")));

@@ -19,6 +19,9 @@ pub struct GuestKernel {
     source: KernelSource,
     /// Test binaries not run on this kernel, with why.
     pub skip: &'static [(&'static str, &'static str)],
+    /// How many times the guest's `check` tests run each seed's check (`check --repeat`): 3
+    /// on the lines whose verdicts depend most on timing (the newest), 1 elsewhere.
+    pub check_repeat: u32,
 }
 
 enum KernelSource {
@@ -41,6 +44,7 @@ enum KernelSource {
 pub const KERNELS: [GuestKernel; 5] = [
     GuestKernel {
         label: "5.10",
+        check_repeat: 1,
         source: KernelSource::Index {
             suites: &[
                 ("debian", "bullseye"),
@@ -53,6 +57,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     },
     GuestKernel {
         label: "6.1",
+        check_repeat: 1,
         source: KernelSource::Index {
             suites: &[
                 ("debian", "bookworm"),
@@ -67,6 +72,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     // backport of seed 002 (6.8.0-1xx carry it), so the guest where 002 behaves unpatched.
     GuestKernel {
         label: "6.8",
+        check_repeat: 1,
         source: KernelSource::Url {
             url: "http://archive.ubuntu.com/ubuntu/pool/main/l/linux/\
                   linux-image-unsigned-6.8.0-31-generic_6.8.0-31.31_amd64.deb",
@@ -76,6 +82,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     },
     GuestKernel {
         label: "6.12",
+        check_repeat: 3,
         source: KernelSource::Index {
             suites: &[("debian", "trixie"), ("debian-security", "trixie-security")],
             prefix: "linux-image-6.12.",
@@ -86,6 +93,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     // From Debian 13 the image package is a meta package: the kernel is in linux-binary-*.
     GuestKernel {
         label: "7.x",
+        check_repeat: 3,
         source: KernelSource::Index {
             suites: &[("debian", "trixie-backports")],
             prefix: "linux-binary-7.",

@@ -23,7 +23,7 @@ use anyhow::{Result, bail};
 
 pub use self::{
     build::build_static,
-    guest::{INIT_SETUP, Tcg, boot_for, pack_root, parse_filter, tcg_text_patch_flake},
+    guest::{INIT_SETUP, Line, Tcg, boot_for, pack_root, parse_filter, tcg_text_patch_flake},
     kernels::{GuestKernel, KERNELS, kernel_image},
 };
 use self::{
@@ -77,7 +77,23 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ),
 ];
 
-pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&str>) -> Result<()> {
+/// What to run: kernel lines and test binaries (empty: all), a test-name filter, and how many
+/// times the check tests repeat each check on every line (`None`: each line's own count).
+#[derive(Default)]
+pub struct Selection<'a> {
+    pub kernels: &'a [String],
+    pub only: &'a [String],
+    pub filter: Option<&'a str>,
+    pub check_repeat: Option<u32>,
+}
+
+pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
+    let Selection {
+        kernels,
+        only,
+        filter,
+        check_repeat,
+    } = *sel;
     if let Some(k) = kernels
         .iter()
         .find(|k| !KERNELS.iter().any(|g| g.label == k.as_str()))
@@ -120,9 +136,12 @@ pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&s
         eprintln!("xtask: booting {pkg} in a 2-node TCG guest");
         let skip: Vec<&str> = k.skip.iter().map(|(t, _)| *t).collect();
         let log_path = out.join(format!("{}.log", k.label));
-        let primary = k.label == PRIMARY_LINE;
+        let line = Line {
+            primary: k.label == PRIMARY_LINE,
+            check_repeat: check_repeat.unwrap_or(k.check_repeat),
+        };
         let mut booted = Instant::now();
-        let mut log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Multi, primary)?;
+        let mut log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Multi, line)?;
         let mut r = parse_console(&log);
         if !r.done && tcg_text_patch_flake(&log) {
             // Not numatrace: see `tcg_text_patch_flake`. Once, loudly; a second crash fails.
@@ -143,7 +162,7 @@ pub fn run(tools: &Tools, kernels: &[String], only: &[String], filter: Option<&s
                 ),
             ));
             booted = Instant::now();
-            log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Single, primary)?;
+            log = boot(&vmlinuz, &initrd, &skip, &log_path, Tcg::Single, line)?;
             r = parse_console(&log);
         }
         let guest_secs = booted.elapsed().as_secs();

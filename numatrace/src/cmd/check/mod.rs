@@ -32,12 +32,64 @@ use crate::{
 
 pub const SCHEMA: &str = "numatrace.check/1";
 
+/// Exit status of a `check --repeat` whose runs of one check gave different verdicts.
+pub const EXIT_DISAGREE: i32 = 3;
+
 #[derive(Serialize)]
 struct CheckReport<'a> {
     schema: &'static str,
     numatrace_version: &'static str,
     kernel_release: String,
+    /// Every run, in order (with `--repeat N`, a seed's N runs one after the other).
     checks: &'a [CheckResult],
+    /// With `--repeat`: one entry per seed, its verdicts in run order and whether they agree.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    agreement: Vec<Agreement>,
+}
+
+/// One seed's verdicts across `--repeat` runs.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct Agreement {
+    pub patch: &'static str,
+    pub verdicts: Vec<Verdict>,
+    pub agree: bool,
+}
+
+/// The seeds' verdicts across runs, in the order the seeds first appear.
+fn agreement(results: &[CheckResult]) -> Vec<Agreement> {
+    let mut out: Vec<Agreement> = Vec::new();
+    for r in results {
+        match out.iter_mut().find(|a| a.patch == r.patch) {
+            Some(a) => a.verdicts.push(r.verdict),
+            None => out.push(Agreement {
+                patch: r.patch,
+                verdicts: vec![r.verdict],
+                agree: true,
+            }),
+        }
+    }
+    for a in &mut out {
+        a.agree = a.verdicts.windows(2).all(|w| w[0] == w[1]);
+    }
+    out
+}
+
+fn agreement_text(agreement: &[Agreement]) -> String {
+    let mut out = String::from("agreement across runs:\n");
+    for a in agreement {
+        let verdicts: Vec<String> = a.verdicts.iter().map(ToString::to_string).collect();
+        out.push_str(&format!(
+            "  seed {}: {} ({})\n",
+            a.patch,
+            if a.agree {
+                format!("{} of {} agree", a.verdicts.len(), a.verdicts.len())
+            } else {
+                "DISAGREE".to_owned()
+            },
+            verdicts.join(", ")
+        ));
+    }
+    out
 }
 
 fn to_text(results: &[CheckResult]) -> String {
@@ -112,10 +164,10 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     let mut args = args;
     args.run_as = crate::identity::for_traced_command(args.user.as_deref(), &args.command)?;
     // One numatrace at a time changes the tunables: held for the whole run by a check whose
-    // reproducers change them (002, 003). Where no lock can be had (no writable /run), the
+    // reproducers change them (002, 003, 004). Where no lock can be had (no writable /run), the
     // reproducers run with the tunables as they are, saying so.
     let changes_tunables =
-        args.command.is_empty() && ["all", "002", "003"].contains(&args.patch.as_str());
+        args.command.is_empty() && ["all", "002", "003", "004"].contains(&args.patch.as_str());
     let _lock = if changes_tunables {
         match tunables::Lock::acquire() {
             Ok(l) => Some(l),
@@ -130,10 +182,11 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     };
     let mut results = Vec::new();
     let mut interrupted = None;
-    for seed in SEEDS
+    let runs = SEEDS
         .iter()
         .filter(|s| args.patch == "all" || args.patch == s.id)
-    {
+        .flat_map(|s| std::iter::repeat_n(s, args.repeat as usize));
+    for seed in runs {
         // Ctrl-C ends the window it arrives in (its tunables restored on the way out) and the
         // whole run: no later window or seed starts (a seed's second window refuses to).
         let result = run_seed(seed.id, &args, no_fentry, &mut signals).await;
@@ -154,6 +207,12 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
     } else if results.is_empty() {
         anyhow::bail!("unknown patch {}", args.patch);
     }
+    let agreement = if args.repeat > 1 {
+        agreement(&results)
+    } else {
+        Vec::new()
+    };
+    let disagree = agreement.iter().any(|a| !a.agree);
     if args.json {
         let report = CheckReport {
             schema: SCHEMA,
@@ -163,12 +222,20 @@ pub async fn run(args: CheckArgs, no_fentry: bool) -> Result<i32> {
                 .trim()
                 .to_owned(),
             checks: &results,
+            agreement,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", to_text(&results));
+        if !agreement.is_empty() {
+            print!("{}", agreement_text(&agreement));
+        }
     }
-    Ok(interrupted.map_or(0, |sig| 128 + sig))
+    Ok(match interrupted {
+        Some(sig) => 128 + sig,
+        None if disagree => EXIT_DISAGREE,
+        None => 0,
+    })
 }
 
 /// Runs seed `id`'s check (its reproducer, or the user's command).
@@ -233,6 +300,55 @@ mod tests {
 
     use super::*;
     use crate::report::verdicts::Verdict;
+
+    #[test]
+    fn repeated_runs_agree_only_when_every_verdict_is_the_same() {
+        let r = |patch, verdict| CheckResult {
+            patch,
+            title: "t",
+            verdict,
+            sentence: String::new(),
+            evidence: BTreeMap::new(),
+            kernel_facts: BTreeMap::new(),
+        };
+        let a = agreement(&[
+            r("003", Verdict::BehavesAsPatched),
+            r("003", Verdict::BehavesAsPatched),
+            r("004", Verdict::BehavesAsPatched),
+            r("004", Verdict::NotExercised),
+            r("004", Verdict::BehavesAsPatched),
+        ]);
+        assert_eq!(
+            a,
+            [
+                Agreement {
+                    patch: "003",
+                    verdicts: vec![Verdict::BehavesAsPatched; 2],
+                    agree: true
+                },
+                Agreement {
+                    patch: "004",
+                    verdicts: vec![
+                        Verdict::BehavesAsPatched,
+                        Verdict::NotExercised,
+                        Verdict::BehavesAsPatched
+                    ],
+                    agree: false
+                },
+            ]
+        );
+        let t = agreement_text(&a);
+        assert!(
+            t.contains("seed 003: 2 of 2 agree (behaves-as-patched, behaves-as-patched)"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "seed 004: DISAGREE (behaves-as-patched, not-exercised, behaves-as-patched)"
+            ),
+            "{t}"
+        );
+    }
 
     #[test]
     fn text_escapes_what_the_traced_tasks_named_themselves() {

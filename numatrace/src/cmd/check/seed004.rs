@@ -3,6 +3,10 @@
 use super::*;
 use crate::report::verdicts::seed004::*;
 
+/// Seed 004's windows: scan early and often (the child's 64 MiB are well under a call's
+/// default 256 MB budget).
+const TUNABLES_004: [(&str, &str); 2] = [("scan_delay_ms", "100"), ("scan_period_min_ms", "100")];
+
 pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Result<CheckResult> {
     if !args.command.is_empty() {
         return Ok(SEED.unsupported(
@@ -15,6 +19,9 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
     // Fresh and private (mkdtemp, 0700): a directory someone made first is never used.
     let scratch = crate::safe_fs::scratch_dir("numatrace-check-004-")?;
     let dir = scratch.path();
+    // Scans from early on and often, so that even a slow (emulated) machine's window holds
+    // several scan passes over the child's memory; restored when the guard drops.
+    let (_tunables, applied) = Tunables::set(&TUNABLES_004);
     let mut runs = Vec::new();
     for control in [false, true] {
         let state = dir.join(if control { "control" } else { "disabled" });
@@ -32,10 +39,13 @@ pub async fn run(args: &CheckArgs, no_fentry: bool, signals: &mut Signals) -> Re
         runs.push((r, states));
     }
     drop(scratch);
-    let facts = match require(&runs[0].0, &["task_numa_fault"]) {
+    let mut facts = match require(&runs[0].0, &["task_numa_fault"]) {
         Ok(f) => f,
         Err(why) => return Ok(SEED.unsupported(why)),
     };
+    if !applied.is_empty() {
+        facts.insert("tunables".into(), applied.join(", "));
+    }
     let thp = |r: &StatReport| r.totals.hint_faults.faults_thp;
     let child = runs[0].1.iter().find(|s| s.role == "child");
     let (verdict, sentence) = verdict_004(thp(&runs[0].0), thp(&runs[1].0), child);

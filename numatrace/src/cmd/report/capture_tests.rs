@@ -91,7 +91,7 @@ proptest! {
             let r = report_of(&c);
             let _ = r.to_text(25);
             let _ = serde_json::to_string(&r).unwrap();
-            let d = crate::report::diff::diff(&r.stat, &r.stat);
+            let d = crate::report::diff::diff(&super::side(&r, Path::new("a")), &super::side(&r, Path::new("b")));
             let _ = d.to_text();
             let mut sink = Vec::new();
             let _ = crate::report::chrome::write_trace(&c, &mut sink);

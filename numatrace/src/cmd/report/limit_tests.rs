@@ -101,7 +101,10 @@ fn counters_at_u64_max_saturate_in_every_total() {
     assert_eq!(r.stat.cgroups[0].counts.hint_faults.faults, u64::MAX);
     let text = r.to_text(25);
     assert!(text.contains("18446744073709551615"), "{text}");
-    let d = crate::report::diff::diff(&r.stat, &r.stat);
+    let d = crate::report::diff::diff(
+        &super::side(&r, Path::new("a")),
+        &super::side(&r, Path::new("b")),
+    );
     let _ = d.to_text();
     let mut sink = Vec::new();
     let path = std::env::temp_dir().join(format!("numatrace-sat-{}.ntrace", std::process::id()));

@@ -46,7 +46,7 @@ pub const SEEDS: [Seed; 5] = [
     seed004::SEED,
 ];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     BehavesAsPatched,

@@ -54,6 +54,7 @@ pub fn verdict_003(
     ev.insert("scan_calls".into(), s.calls.into());
     ev.insert("scan_time_ns".into(), s.time_ns.into());
     ev.insert("stamp_violations".into(), s.stamp_violations.into());
+    ev.insert("requeued_calls".into(), s.requeued_calls.into());
     ev.insert("cap_calls".into(), s.cap_calls.into());
     ev.insert("cap_violations".into(), s.cap_violations.into());
     ev.insert(
