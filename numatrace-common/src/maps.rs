@@ -42,8 +42,11 @@ pub struct Inflight {
     pub scan_runtime_ns: u64,
     pub scan_node_stamp: u64,
     /// task_numa_work: node_stamp when the task's previous call returned (0: no call seen
-    /// yet), and non-zero while the current call is a re-queue (see `TaskStats::scan_requeued`).
+    /// yet); non-zero when that call's runtime had passed the node_stamp it ran under (before
+    /// the 32x push): only then can a tick inside it have re-queued the work on a patched
+    /// kernel; non-zero while the current call is a re-queue (see `TaskStats::scan_requeued`).
     pub scan_exit_stamp: u64,
+    pub scan_exit_passed: u64,
     pub scan_requeue: u64,
     /// migrate_misplaced_*: entry time, target node, source node (`MAX_NODES`: unknown).
     pub migrate_ts_ns: u64,

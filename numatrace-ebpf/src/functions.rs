@@ -139,11 +139,14 @@ fn on_task_numa_work_enter(kretprobe: bool) {
     let r = inflight_of(t);
     // Seed 003, invariant 1: node_stamp must never run ahead of the runtime at entry — unless
     // the work was queued while the previous call ran (a tick inside a call longer than the
-    // scan period): it then enters with node_stamp exactly as that call left it. The underflow
-    // instead queues the work from ticks that advance node_stamp while it is ahead.
+    // scan period): it then enters with node_stamp exactly as that call left it. On a patched
+    // kernel that tick found the runtime past node_stamp + period, so the call ended with its
+    // runtime past the node_stamp it ran under (`scan_exit_passed`); the underflow queues the
+    // work from ticks that find node_stamp ahead, and each of them pushes node_stamp a period
+    // further, faster than the runtime grows.
     // Taken: a call whose return is never seen leaves the next entry unjudged, not misjudged.
     let exit_stamp = core::mem::replace(unsafe { &mut (*r).scan_exit_stamp }, 0);
-    let requeue = exit_stamp == node_stamp;
+    let requeue = exit_stamp == node_stamp && unsafe { (*r).scan_exit_passed } != 0;
     unsafe { (*r).scan_requeue = 0 };
     if o.node_stamp != numatrace_common::FIELD_ABSENT && node_stamp > runtime && exit_stamp != 0 {
         if requeue {
@@ -211,7 +214,14 @@ fn on_task_numa_work_exit() {
             }
         }
         if let Some(stamp) = node_stamp {
-            unsafe { (*r).scan_exit_stamp = stamp };
+            // node_stamp before the kernel's 32x push at the end of the call. Our Δruntime is
+            // never smaller than the kernel's (we read before it at entry and after it at
+            // exit), so this errs towards "passed" by at most 32x a tick.
+            let before_push = stamp.saturating_sub(d_rt.saturating_mul(32));
+            unsafe {
+                (*r).scan_exit_stamp = stamp;
+                (*r).scan_exit_passed = u64::from(rt > before_push);
+            }
             let d_stamp = stamp.saturating_sub(start_stamp);
             add(unsafe { &raw mut (*t).scan_node_stamp_ns }, d_stamp);
             // Seed 003: when the call consumed runtime, node_stamp must move on by at least

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::kernel::sysstate::{KernelConfig, SystemState};
-use crate::model::TaskRecord;
+use crate::model::{Item, TaskRecord};
 pub use crate::sources::task_numa::{NumaMaps, ProcessNuma, TaskNuma};
 
 /// Tasks whose procfs state a capture keeps at each end (reading `numa_maps` walks the
@@ -72,44 +72,49 @@ pub fn busiest(tasks: &[TaskRecord], n: usize) -> Vec<&TaskRecord> {
 /// end still has its last state in the `end` section.
 #[derive(Default)]
 pub struct TaskReads {
-    tasks: BTreeMap<u32, BusyTask>,
+    tasks: BTreeMap<(u32, u64), BusyTask>,
     processes: BTreeMap<u32, BusyProcess>,
 }
 
+/// Whether the task still runs under this pid (`/proc/TGID/task/PID`).
+fn alive(t: &TaskRecord) -> bool {
+    std::path::Path::new(&format!("/proc/{}/task/{}", t.tgid, t.pid)).exists()
+}
+
 impl TaskReads {
-    /// Reads (again) the state of `tasks` that are still alive.
+    /// Reads (again) the state of `tasks` still alive. One the kernel side saw exit is not
+    /// read: its pid may already be someone else's.
     pub fn refresh(&mut self, tasks: &[&TaskRecord], now_unix_s: f64) {
-        for t in tasks {
-            let task = TaskNuma::read(t.pid, t.tgid);
-            // A task gone by now keeps what an earlier read saw.
-            if task.sched.value().is_some() || !self.tasks.contains_key(&t.pid) {
-                self.tasks.insert(
-                    t.pid,
-                    BusyTask {
-                        comm: t.comm.clone(),
-                        read_unix_s: now_unix_s,
-                        exited: false,
-                        task,
-                    },
-                );
-            }
-            let process = ProcessNuma::read(t.tgid);
-            if process.numa_maps.value().is_some() || !self.processes.contains_key(&t.tgid) {
-                self.processes.insert(
-                    t.tgid,
-                    BusyProcess {
-                        comm: t.comm.clone(),
-                        read_unix_s: now_unix_s,
-                        exited: false,
-                        process,
-                    },
-                );
-            }
+        for t in tasks.iter().filter(|t| !t.exited && alive(t)) {
+            self.tasks.insert(
+                t.key(),
+                BusyTask {
+                    comm: t.comm.clone(),
+                    read_unix_s: now_unix_s,
+                    exited: false,
+                    task: TaskNuma::read(t.pid, t.tgid),
+                },
+            );
+            self.processes.insert(
+                t.tgid,
+                BusyProcess {
+                    comm: t.comm.clone(),
+                    read_unix_s: now_unix_s,
+                    exited: false,
+                    process: ProcessNuma::read(t.tgid),
+                },
+            );
         }
     }
 
+    /// Takes in what another `TaskReads` read (a refresh done off the recorder's loop).
+    pub fn merge(&mut self, other: TaskReads) {
+        self.tasks.extend(other.tasks);
+        self.processes.extend(other.processes);
+    }
+
     /// A state section for `tasks` (busiest first), from fresh reads where they are alive and
-    /// from the last read of those that exited.
+    /// from the last read of those that exited (or, never read, saying so).
     pub fn state(
         &mut self,
         phase: &str,
@@ -118,21 +123,47 @@ impl TaskReads {
         now_unix_s: f64,
     ) -> State {
         self.refresh(tasks, now_unix_s);
+        let gone = "the task exited before numatrace read it";
         let mut busiest = Vec::new();
         let mut processes: Vec<BusyProcess> = Vec::new();
         for t in tasks {
-            if let Some(b) = self.tasks.get(&t.pid) {
-                let mut b = b.clone();
-                b.exited = b.read_unix_s < now_unix_s || t.exited;
-                busiest.push(b);
+            busiest.push(match self.tasks.get(&t.key()) {
+                Some(b) => BusyTask {
+                    exited: b.read_unix_s < now_unix_s,
+                    ..b.clone()
+                },
+                None => BusyTask {
+                    comm: t.comm.clone(),
+                    read_unix_s: now_unix_s,
+                    exited: true,
+                    task: TaskNuma {
+                        pid: t.pid,
+                        tgid: t.tgid,
+                        sched: Item::absent(gone),
+                    },
+                },
+            });
+            if processes.iter().any(|p| p.process.tgid == t.tgid) {
+                continue;
             }
-            if !processes.iter().any(|p| p.process.tgid == t.tgid)
-                && let Some(p) = self.processes.get(&t.tgid)
-            {
-                let mut p = p.clone();
-                p.exited = p.read_unix_s < now_unix_s;
-                processes.push(p);
-            }
+            processes.push(match self.processes.get(&t.tgid) {
+                Some(p) => BusyProcess {
+                    exited: p.read_unix_s < now_unix_s,
+                    ..p.clone()
+                },
+                None => BusyProcess {
+                    comm: t.comm.clone(),
+                    read_unix_s: now_unix_s,
+                    exited: true,
+                    process: ProcessNuma {
+                        tgid: t.tgid,
+                        numa_maps: Item::absent(gone),
+                        mems_allowed: Item::absent(gone),
+                        cpus_allowed: Item::absent(gone),
+                        cpuset: Item::absent(gone),
+                    },
+                },
+            });
         }
         State {
             phase: phase.to_owned(),
@@ -212,7 +243,7 @@ fn redact_cmdline(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Counts, Item};
+    use crate::model::Counts;
 
     fn task(pid: u32, faults: u64, ptes: u64) -> TaskRecord {
         let mut counts = Counts::default();
@@ -247,17 +278,32 @@ mod tests {
         alive.tgid = me;
         let mut reads = TaskReads::default();
         reads.refresh(&[&alive], 1.0);
-        // The same pid, read again after it "exited" (a tgid that cannot exist).
+        // The kernel side saw it exit: not read again (its pid may be reused), its last read
+        // kept and marked.
         let gone = TaskRecord {
-            tgid: u32::MAX,
             exited: true,
             ..alive.clone()
         };
-        let s = reads.state("end", &[&gone], "n".into(), 2.0);
+        let never = TaskRecord {
+            exited: true,
+            ..task(u32::MAX, 1, 0)
+        };
+        let s = reads.state("end", &[&gone, &never], "n".into(), 2.0);
         assert_eq!(s.phase, "end");
-        assert_eq!(s.busiest.len(), 1);
+        assert_eq!(s.busiest.len(), 2);
         assert!(s.busiest[0].exited);
-        assert!(s.system.vmstat.value().is_some() || cfg!(not(target_os = "linux")));
+        assert_eq!(s.busiest[0].read_unix_s, 1.0);
+        assert!(s.processes[0].process.mems_allowed.value().is_some());
+        assert!(s.busiest[1].exited);
+        assert_eq!(
+            s.busiest[1].task.sched.why_absent(),
+            Some("the task exited before numatrace read it")
+        );
+        assert!(s.system.vmstat.value().is_some());
+        // Alive: read now, not exited.
+        let s = reads.state("end", &[&alive], "n".into(), 3.0);
+        assert!(!s.busiest[0].exited);
+        assert_eq!(s.busiest[0].read_unix_s, 3.0);
     }
 
     #[test]

@@ -88,9 +88,11 @@ struct Recorder {
     sampled: HashMap<(u32, u64), Counts>,
     /// The first write that failed (a full disk): from then on everything is counted only.
     write_error: Option<String>,
-    /// The busiest tasks' procfs state as last read, and when; the window's filter.
+    /// The busiest tasks' procfs state as last read, and when; a read in progress (off the
+    /// loop that drains the ring: `numa_maps` of a big process takes long); the window's filter.
     reads: TaskReads,
     last_read: Option<Instant>,
+    reading: Option<std::thread::JoinHandle<TaskReads>>,
     filter: Filter,
 }
 
@@ -109,17 +111,42 @@ impl Recorder {
         Ok(())
     }
 
-    /// Reads the busiest tasks of `s` again when the last read is [`TASK_READ_EVERY`] old.
-    fn refresh_reads(&mut self, s: &Snapshot) {
+    /// Takes in a finished background read (or, with `wait`, waits for it).
+    fn collect_reads(&mut self, wait: bool) {
         if self
-            .last_read
-            .is_some_and(|t| t.elapsed() < TASK_READ_EVERY)
+            .reading
+            .as_ref()
+            .is_some_and(|h| wait || h.is_finished())
+            && let Some(Ok(r)) = self.reading.take().map(std::thread::JoinHandle::join)
+        {
+            self.reads.merge(r);
+        }
+    }
+
+    /// Reads the busiest tasks of `s` again, in a thread, when the last read is
+    /// [`TASK_READ_EVERY`] old and done.
+    fn refresh_reads(&mut self, s: &Snapshot) {
+        self.collect_reads(false);
+        if self.reading.is_some()
+            || self
+                .last_read
+                .is_some_and(|t| t.elapsed() < TASK_READ_EVERY)
         {
             return;
         }
-        let tasks = traced(s, &self.filter);
-        self.reads.refresh(&busiest(&tasks, BUSIEST), unix_now());
+        let tasks: Vec<TaskRecord> = busiest(&traced(s, &self.filter), BUSIEST)
+            .into_iter()
+            .cloned()
+            .collect();
         self.last_read = Some(Instant::now());
+        self.reading = std::thread::Builder::new()
+            .name("numatrace-procfs".into())
+            .spawn(move || {
+                let mut r = TaskReads::default();
+                r.refresh(&tasks.iter().collect::<Vec<_>>(), unix_now());
+                r
+            })
+            .ok();
     }
 
     fn snapshot(&self, mut s: Snapshot) -> Snapshot {
@@ -296,6 +323,7 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
         write_error: None,
         reads: TaskReads::default(),
         last_read: None,
+        reading: None,
         filter: Filter::default(),
     };
     let opts = CollectOptions {
@@ -323,6 +351,7 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
     if let Some(r) = &rec.redact {
         r.window(&mut window);
     }
+    rec.collect_reads(true);
     let tasks = traced(&c.last, &c.window.filter());
     let top = busiest(&tasks, BUSIEST);
     let note = if top.is_empty() {

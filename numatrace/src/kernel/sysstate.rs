@@ -356,13 +356,11 @@ pub fn config_options(text: &str) -> BTreeMap<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
 
-    /// Where the state is read from in tests: a tree shaped like `/`.
-    fn fake_root(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("numatrace-sysstate-{tag}-{}", std::process::id()))
+    /// Where the state is read from in tests: a fresh private tree shaped like `/`.
+    fn fake_root() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
     }
 
     fn put(root: &Path, rel: &str, text: &str) {
@@ -373,8 +371,8 @@ mod tests {
 
     #[test]
     fn reads_a_tree_and_says_why_each_missing_item_is_missing() {
-        let root = fake_root("tree");
-        let _ = fs::remove_dir_all(&root);
+        let dir = fake_root();
+        let root = dir.path();
         for (rel, text) in [
             ("proc/vmstat", "numa_hit 10\nnuma_pte_updates 5\nbogus x\n"),
             ("proc/sys/kernel/osrelease", "6.12.0-test\n"),
@@ -409,10 +407,9 @@ mod tests {
                 "CONFIG_NUMA_BALANCING=y\n# CONFIG_NUMA_EMU is not set\nCONFIG_HZ=250\nCONFIG_USB=y\n",
             ),
         ] {
-            put(&root, rel, text);
+            put(root, rel, text);
         }
-        let s = SystemState::read_at(&root);
-        let _ = fs::remove_dir_all(&root);
+        let s = SystemState::read_at(root);
         assert_eq!(s.counter("numa_hit"), Some(10));
         assert_eq!(s.counter("bogus"), None);
         assert_eq!(
@@ -445,22 +442,21 @@ mod tests {
 
     #[test]
     fn says_why_the_tunables_are_missing() {
-        let root = fake_root("tunables");
-        let _ = fs::remove_dir_all(&root);
-        put(&root, "proc/mounts", "proc /proc proc rw 0 0\n");
+        let dir = fake_root();
+        let root = dir.path();
+        put(root, "proc/mounts", "proc /proc proc rw 0 0\n");
         assert!(
-            tunables(&root)
+            tunables(root)
                 .unwrap_err()
                 .contains("debugfs is not mounted")
         );
         put(
-            &root,
+            root,
             "proc/sys/kernel/numa_balancing_scan_delay_ms",
             "1000\n",
         );
-        assert!(tunables(&root).unwrap_err().contains("before 5.13"));
-        let _ = fs::remove_dir_all(&root);
-        let s = SystemState::read_at(&root);
+        assert!(tunables(root).unwrap_err().contains("before 5.13"));
+        let s = SystemState::read_at(&root.join("nothing"));
         assert!(
             s.config
                 .why_absent()
@@ -473,8 +469,8 @@ mod tests {
     #[test]
     fn reads_a_gzipped_config() {
         use std::io::Write as _;
-        let root = fake_root("gz");
-        let _ = fs::remove_dir_all(&root);
+        let dir = fake_root();
+        let root = dir.path();
         fs::create_dir_all(root.join("proc")).unwrap();
         let mut gz = flate2::write::GzEncoder::new(
             fs::File::create(root.join("proc/config.gz")).unwrap(),
@@ -483,8 +479,7 @@ mod tests {
         gz.write_all(b"CONFIG_TRANSPARENT_HUGEPAGE=y\nCONFIG_NET=y\n")
             .unwrap();
         gz.finish().unwrap();
-        let c = kernel_config(&root, "x").unwrap();
-        let _ = fs::remove_dir_all(&root);
+        let c = kernel_config(root, "x").unwrap();
         assert_eq!(c.source, "/proc/config.gz");
         assert_eq!(
             c.options,

@@ -177,9 +177,8 @@ pub fn system_text(start: &SystemState, end: Option<&SystemState>) -> String {
                             .and_then(|m| m.get(node))
                             .and_then(|m| m.get(k));
                         match e {
-                            Some(e) if e != v => {
-                                format!("{}={v} (+{})", escape(k), e.saturating_sub(*v))
-                            }
+                            Some(e) if e > v => format!("{}={v} (+{})", escape(k), e - v),
+                            Some(e) if e < v => format!("{}={v} → {e}", escape(k)),
                             _ => format!("{}={v}", escape(k)),
                         }
                     })
@@ -262,7 +261,15 @@ fn process_text(out: &mut String, p: &BusyProcess) {
     let mut items = Vec::new();
     match &p.process.numa_maps {
         Item::Present(m) => {
-            items.push(format!("{} VMAs", m.vmas));
+            items.push(format!(
+                "{} VMAs{}",
+                m.vmas,
+                if m.truncated {
+                    " (the first 16 MiB of numa_maps only)"
+                } else {
+                    ""
+                }
+            ));
             for (node, kib) in &m.kib_by_node {
                 items.push(format!(
                     "{} {} KiB (anon {} KiB)",
@@ -394,6 +401,7 @@ mod tests {
                     kib_by_node: [("node1".to_owned(), 2048)].into(),
                     anon_kib_by_node: [("node1".to_owned(), 2048)].into(),
                     policies: [("bind:1".to_owned(), 2)].into(),
+                    truncated: false,
                 }),
                 ..ProcessNuma::default()
             },

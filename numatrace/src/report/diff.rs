@@ -90,7 +90,9 @@ pub struct Side<'a> {
     pub start: Option<&'a State>,
 }
 
-pub const DIFF_SCHEMA: &str = "numatrace.diff/1";
+/// /2: `before`, `after` and `change` of a row may be null (not measured), and the mmtests
+/// rows, verdicts, findings and settings came in.
+pub const DIFF_SCHEMA: &str = "numatrace.diff/2";
 
 /// The metrics compared: name, whether a rate, and how to read it from a report.
 type Metric = (&'static str, bool, fn(&StatReport) -> Option<f64>);
@@ -153,13 +155,9 @@ const METRICS: &[Metric] = &[
 ];
 
 pub fn diff(before: &Side, after: &Side) -> Diff {
-    let rate = |r: &StatReport, v: f64| {
-        if r.window.duration_s > 0.0 {
-            v / r.window.duration_s
-        } else {
-            0.0
-        }
-    };
+    // A window of no length has no rate.
+    let rate =
+        |r: &StatReport, v: f64| (r.window.duration_s > 0.0).then(|| v / r.window.duration_s);
     let rows = METRICS
         .iter()
         .filter_map(|(name, per_second, get)| {
@@ -168,8 +166,8 @@ pub fn diff(before: &Side, after: &Side) -> Diff {
                 return None;
             }
             if *per_second {
-                b = b.map(|b| rate(before.stat, b));
-                a = a.map(|a| rate(after.stat, a));
+                b = b.and_then(|b| rate(before.stat, b));
+                a = a.and_then(|a| rate(after.stat, a));
             }
             let change = b.zip(a).map(|(b, a)| a - b);
             Some(DiffRow {

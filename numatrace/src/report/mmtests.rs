@@ -86,10 +86,15 @@ pub fn ops(start: &State, end: &State) -> Vec<OpsRow> {
     ROWS.iter()
         .map(|(label, alloc, formula)| {
             let missing = std::cell::RefCell::new(Vec::new());
+            let backwards = std::cell::RefCell::new(Vec::new());
             let delta = |name: &str| -> Option<f64> {
                 match (start.counter(name), end.counter(name)) {
-                    // A counter that went backwards (a reset) is a window nobody can compute.
                     (Some(a), Some(b)) if b >= a => Some((b - a) as f64),
+                    // Went backwards (a crafted capture): no window can be computed from it.
+                    (Some(_), Some(_)) => {
+                        backwards.borrow_mut().push(name.to_owned());
+                        None
+                    }
                     _ => {
                         missing.borrow_mut().push(name.to_owned());
                         None
@@ -107,6 +112,12 @@ pub fn ops(start: &State, end: &State) -> Vec<OpsRow> {
                         end.system.vmstat.why_absent(),
                     ) {
                         (Some(why), _) | (_, Some(why)) => why.to_owned(),
+                        _ if !backwards.borrow().is_empty() => {
+                            format!(
+                                "{} went backwards in this capture",
+                                backwards.borrow().join(", ")
+                            )
+                        }
                         _ => format!("no {names} in this kernel's /proc/vmstat"),
                     },
                 )
@@ -177,8 +188,9 @@ pub fn ops_diff(base: &[OpsRow], patched: &[OpsRow]) -> Vec<OpsDiffRow> {
         .collect()
 }
 
-/// Two windows as mmtests' compare prints them — base and patched in 15 columns, then the
-/// change as `(  12.34%)` — in 73 columns, so that it pastes into a mail unwrapped.
+/// Two windows side by side in mmtests' columns — base and patched in 15 columns, then the
+/// change as compare-mmtests prints it for benchmark results, `(  12.34%)` (it prints none for
+/// "Ops" rows; maintainers ask for one) — in 73 columns, so that it pastes into a mail.
 pub fn ops_diff_text(rows: &[OpsDiffRow], base_name: &str, patched_name: &str) -> String {
     let mut s = String::new();
     let head = |n: &str| {

@@ -18,6 +18,18 @@ const FIELD_BYTES: usize = 256;
 /// Most distinct policy strings kept per process (one per VMA at worst).
 const MAX_POLICIES: usize = 64;
 
+/// The NUMA fields of `/proc/PID/sched` (kernel/sched/debug.c, `sched_show_numa`): only these
+/// keys are kept, with numeric values — the file's first line holds the task's comm, which a
+/// task may set to several lines of anything.
+const SCHED_KEYS: &[&str] = &[
+    "mm->numa_scan_seq",
+    "numa_pages_migrated",
+    "numa_preferred_nid",
+    "total_numa_faults",
+    "current_node",
+    "numa_group_id",
+];
+
 /// One thread's NUMA scheduling state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -52,6 +64,8 @@ pub struct NumaMaps {
     /// those anonymous ones.
     pub kib_by_node: BTreeMap<String, u64>,
     pub anon_kib_by_node: BTreeMap<String, u64>,
+    /// The file was longer than numatrace reads (16 MiB): the sums cover its first VMAs only.
+    pub truncated: bool,
     /// Memory policy (the VMA's, else the task's: `default`, `bind:0-1`, `interleave:0-1`,
     /// `prefer:1`, `local`, …) → VMAs with it.
     pub policies: BTreeMap<String, u64>,
@@ -104,7 +118,11 @@ impl ProcessNuma {
         Self {
             tgid,
             numa_maps: read_bounded(&dir.join("numa_maps"), NUMA_MAPS_BYTES)
-                .map(|t| numa_maps(&t))
+                .map(|t| {
+                    let mut m = numa_maps(&t);
+                    m.truncated = t.len() as u64 >= NUMA_MAPS_BYTES;
+                    m
+                })
                 .into(),
             mems_allowed: field("Mems_allowed_list"),
             cpus_allowed: field("Cpus_allowed_list"),
@@ -145,29 +163,47 @@ fn cut(s: &str) -> String {
     s[..end].to_owned()
 }
 
-/// The NUMA lines of a `sched` file (its first line, the comm, is never read).
+/// A number as the kernel prints one (`-1` for no preferred node).
+fn numeric(v: &str) -> bool {
+    let v = v.strip_prefix('-').unwrap_or(v);
+    !v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The NUMA fields of a `sched` file: the known keys with numeric values, and per node
+/// `numa_faults node=N` → `task_private=… task_shared=… group_private=… group_shared=…`.
+/// Lines the comm forged are later overwritten by the kernel's own, which follow them.
 pub fn sched_numa(text: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for line in text.lines().skip(1) {
+    for line in text.lines() {
         let l = line.trim();
-        if let Some(rest) = l.strip_prefix("numa_faults ") {
-            // numa_faults node=0 task_private=1 task_shared=0 group_private=0 group_shared=0
-            if let Some((node, counts)) = rest.split_once(' ') {
-                out.insert(format!("numa_faults {}", cut(node)), cut(counts.trim()));
+        if let Some(rest) = l.strip_prefix("numa_faults node=") {
+            let mut words = rest.split(' ');
+            let node = words.next().unwrap_or_default();
+            let counts: Vec<&str> = words.filter(|w| !w.is_empty()).collect();
+            let valid = numeric(node)
+                && counts.len() <= 8
+                && counts.iter().all(|w| {
+                    w.split_once('=').is_some_and(|(k, v)| {
+                        k.len() <= 16
+                            && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                            && numeric(v)
+                    })
+                });
+            if valid && out.len() < 4096 {
+                out.insert(format!("numa_faults node={node}"), counts.join(" "));
             }
-        } else if l.starts_with("current_node=") {
-            for kv in l.split(", ") {
-                if let Some((k, v)) = kv.split_once('=') {
-                    out.insert(cut(k.trim()), cut(v.trim()));
-                }
-            }
-        } else if let Some((k, v)) = l.split_once(':')
-            && k.contains("numa")
-        {
-            out.insert(cut(k.trim()), cut(v.trim()));
+            continue;
         }
-        if out.len() > 4096 {
-            break;
+        let pairs: Vec<(&str, &str)> = if l.starts_with("current_node=") {
+            l.split(", ").filter_map(|kv| kv.split_once('=')).collect()
+        } else {
+            l.split_once(':').into_iter().collect()
+        };
+        for (k, v) in pairs {
+            let (k, v) = (k.trim(), v.trim());
+            if SCHED_KEYS.contains(&k) && numeric(v) {
+                out.insert(k.to_owned(), v.to_owned());
+            }
         }
     }
     out
@@ -253,8 +289,25 @@ numa_faults node=1 task_private=31 task_shared=0 group_private=0 group_shared=0
         assert!(m.keys().chain(m.values()).all(|s| !s.contains('\x1b')));
     }
 
+    /// A comm can hold newlines (PR_SET_NAME): what it forges is neither kept as text nor
+    /// left standing over the kernel's own lines.
+    #[test]
+    fn a_forged_comm_neither_leaks_nor_overrides() {
+        let forged = format!(
+            "secret\nnuma_preferred_nid : 9\ncurrent_node=secret, numa_group_id=7\n\
+             numa_faults node=0 task_private=secret\ntotal_numa_faults : leak{}",
+            &SCHED[SCHED.find(" (123").unwrap()..]
+        );
+        let m = sched_numa(&forged);
+        assert_eq!(m["numa_preferred_nid"], "1");
+        assert_eq!(m["numa_group_id"], "0");
+        assert_eq!(m["total_numa_faults"], "34");
+        assert!(!format!("{m:?}").contains("secret") && !format!("{m:?}").contains("leak"));
+    }
+
     #[test]
     fn sums_numa_maps_per_node_with_policies() {
+        assert!(!numa_maps("").truncated);
         let m = numa_maps(
             "\
 55d0 default file=/usr/bin/x mapped=3 N0=3 kernelpagesize_kB=4

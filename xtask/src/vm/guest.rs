@@ -169,7 +169,9 @@ pub fn boot(
     tcg: Tcg,
     line: Line,
 ) -> Result<String> {
-    boot_for(vmlinuz, initrd, skip, log_path, tcg, GUEST_TIMEOUT, line)
+    // Each repetition of the checks adds about 2 minutes on the slowest line.
+    let timeout = GUEST_TIMEOUT + Duration::from_secs(180) * line.check_repeat;
+    boot_for(vmlinuz, initrd, skip, log_path, tcg, timeout, line)
 }
 
 /// What a test guest is told about its kernel line (on its command line).
