@@ -289,12 +289,12 @@ fn a_capture_read_as_nobody_equals_stat_of_the_same_run() {
         stat["tasks"].as_array().unwrap().len(),
         rep["stat"]["tasks"].as_array().unwrap().len()
     );
+    // Each count is absent where its hook did not attach.
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
     assert!(
-        a["scan.calls"].as_u64().unwrap()
-            + a["hint_faults.faults"].as_u64().unwrap()
-            + rep["stat"]["totals"]["skipped_vmas_total"]
-                .as_u64()
-                .unwrap()
+        n(&a["scan.calls"])
+            + n(&a["hint_faults.faults"])
+            + n(&rep["stat"]["totals"]["skipped_vmas_total"])
             > 0,
         "the workload was seen at all"
     );

@@ -22,7 +22,7 @@ pub async fn run(args: StatArgs, no_fentry: bool) -> Result<i32> {
     let collected = collect(&opts, &mut signals).await?;
     let (report, exit) = (StatReport::of(&collected), collected.exit);
     let text = if args.json {
-        serde_json::to_string_pretty(&report)? + "\n"
+        serde_json::to_string_pretty(&report.to_json()?)? + "\n"
     } else {
         report.to_text(args.rows)
     };

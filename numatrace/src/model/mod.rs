@@ -487,6 +487,8 @@ pub struct CgroupRecord {
 
 /// One NUMA node: what sysfs says of it, and what happened there over the window.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Counts whose hook did not attach are left out of the JSON: they read back as 0.
+#[serde(default)]
 pub struct NodeRecord {
     pub node: u32,
     /// CPUs, as in sysfs `cpulist`.
@@ -522,7 +524,10 @@ pub struct VmaRecord {
     pub end: String,
     pub start_addr: u64,
     pub end_addr: u64,
+    /// Left out of the JSON where change_prot_numa did not attach.
+    #[serde(default)]
     pub pte_updates: u64,
+    #[serde(default)]
     pub calls: u64,
     /// From /proc/PID/maps while the process lives; `None` once it has exited.
     pub mapping: Option<String>,

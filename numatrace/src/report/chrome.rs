@@ -4,8 +4,8 @@
 //! pages under migration (`tid` = pid + 2^23), as complete events (`ph` "X", `dur`); placement
 //! moves, VMA skips, change_prot_numa calls and mm_migrate_pages as instant events (`ph` "i") on
 //! the task's first track; hint-fault and migration rates from the samples as counter tracks
-//! (`ph` "C") of process 0; names as metadata (`ph` "M"). `ts` and `dur` are microseconds from
-//! the start of the recording.
+//! (`ph` "C") of process 0, where task_numa_fault attached; names as metadata (`ph` "M"). `ts`
+//! and `dur` are microseconds from the start of the recording.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -14,7 +14,10 @@ use std::{
 
 use serde_json::{Value, json};
 
-use crate::capture::{Capture, CaptureError, EventRecord, for_each_event};
+use crate::{
+    capture::{Capture, CaptureError, EventRecord, for_each_event},
+    report::measured::{Feed, Measured},
+};
 
 /// pid_max is at most 2^22: a track id above it cannot be a task's.
 pub const MIGRATION_TRACK: u64 = 1 << 22;
@@ -299,8 +302,12 @@ fn trace_event<W: Write + ?Sized>(
 
 /// Rates between consecutive samples as counter tracks of process 0: each value holds from the
 /// start of its interval (a counter keeps its value until the next point), and a last point of
-/// zero closes the final interval.
+/// zero closes the final interval. Both count hint faults: without task_numa_fault, no track
+/// (a flat 0 would claim what was never counted).
 fn counters<W: Write + ?Sized>(w: &mut Writer<W>, cap: &Capture) -> std::io::Result<()> {
+    if !Measured::from_hooks(&cap.hooks).is(Feed::HintFaults) {
+        return Ok(());
+    }
     let points: Vec<(u64, crate::model::Counts)> = cap.points().collect();
     for pair in points.windows(2) {
         let ((a_ns, a), (b_ns, b)) = (&pair[0], &pair[1]);

@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::{
-    model::quantile, report::stat::StatReport, report::verdicts::seed003::MIN_TASK_RUNTIME_NS,
+    model::{Counts, quantile},
+    report::measured::{Feed, Measured},
+    report::stat::StatReport,
+    report::verdicts::seed003::MIN_TASK_RUNTIME_NS,
 };
 
 /// seed 003's cap on the share of run time spent scanning.
@@ -83,23 +86,8 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
         ));
     }
 
-    // Migrations failing.
-    let m = &t.migrations;
-    let tried = m.pages_ok.saturating_add(m.pages_failed);
-    let attempts = m.succeeded.saturating_add(m.not_migrated);
-    if (m.pages_failed > 0 && m.pages_failed.saturating_mul(100) >= tried)
-        || (m.not_migrated > 0 && m.not_migrated.saturating_mul(100) >= attempts)
-    {
-        out.push(finding(
-            "migrations_failing",
-            format!(
-                "Migrations failed: {} of {} pages migrate_pages() was asked to move for NUMA \
-                 balancing stayed put, and {} of {} migrate_misplaced calls did not migrate.",
-                m.pages_failed, tried, m.not_migrated, attempts
-            ),
-            json!({"pages_failed": m.pages_failed, "pages_tried": tried, "not_migrated": m.not_migrated, "attempts": attempts}),
-        ));
-    }
+    let m = r.measured();
+    out.extend(migrations_failing(&m, t));
 
     // Migrations slow.
     let lat = &r.histograms.migrate_latency_ns;
@@ -121,28 +109,35 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
 
     // COW-shared pages faulted, and tasks stalled on migrating pages.
     let h = &t.hint_faults;
-    if h.cow_shared > 0 {
+    if m.is(Feed::Cow) && h.cow_shared > 0 {
+        let migrated = m.value(Feed::CowMigrated, h.cow_shared_migrated);
+        let mut evidence = json!({"cow_shared_faults": h.cow_shared, "large": h.cow_shared_large});
+        if let Some(n) = migrated {
+            evidence["migrated"] = json!(n);
+        }
         out.push(finding(
             "cow_shared_faults",
             format!(
                 "{} hint faults hit copy-on-write pages mapped by more than one process ({} on \
-                 large folios), {} of which migrated them: seed 000's patch stops trapping such \
-                 4K pages.",
-                h.cow_shared, h.cow_shared_large, h.cow_shared_migrated
+                 large folios; migrated: {}): seed 000's patch stops trapping such 4K pages.",
+                h.cow_shared,
+                h.cow_shared_large,
+                m.says(Feed::CowMigrated, || h.cow_shared_migrated.to_string())
             ),
-            json!({"cow_shared_faults": h.cow_shared, "large": h.cow_shared_large, "migrated": h.cow_shared_migrated}),
+            evidence,
         ));
     }
-    if m.stalls > 0 {
+    let g = &t.migrations;
+    if m.is(Feed::Stalls) && g.stalls > 0 {
         out.push(finding(
             "migration_stalls",
             format!(
                 "Tasks waited {} times ({} in all) for pages under migration \
                  (migration_entry_wait).",
-                m.stalls,
-                ms(m.stall_ns)
+                g.stalls,
+                ms(g.stall_ns)
             ),
-            json!({"stalls": m.stalls, "stall_ns": m.stall_ns}),
+            json!({"stalls": g.stalls, "stall_ns": g.stall_ns}),
         ));
     }
 
@@ -177,7 +172,11 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
     }
 
     // Mostly remote, nothing migrated.
-    if h.faults >= 100 && h.remote.saturating_mul(2) >= h.faults && h.migrated_pages == 0 {
+    if m.is(Feed::HintFaults)
+        && h.faults >= 100
+        && h.remote.saturating_mul(2) >= h.faults
+        && h.migrated_pages == 0
+    {
         out.push(finding(
             "remote_without_migration",
             format!(
@@ -189,24 +188,7 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
         ));
     }
 
-    // Scanning that bought nothing.
-    let p = &t.placement;
-    if t.scan.pte_updates >= 1000
-        && h.migrated_pages == 0
-        && p.moves.saturating_add(p.swaps_out) == 0
-    {
-        out.push(finding(
-            "scan_without_locality",
-            format!(
-                "Scanning made {} PTEs PROT_NONE and took {} hint faults ({} of scanning), but \
-                 neither migrated a page nor moved a task: it bought no locality.",
-                t.scan.pte_updates,
-                h.faults,
-                ms(t.scan.time_ns)
-            ),
-            json!({"pte_updates": t.scan.pte_updates, "hint_faults": h.faults, "scan_time_ns": t.scan.time_ns}),
-        ));
-    }
+    out.extend(scan_without_locality(&m, t));
 
     if r.dropped.total > 0 {
         out.push(finding(
@@ -220,6 +202,73 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// migrate_pages or migrate_misplaced failing for at least 1% of what they tried, in a sentence
+/// of the halves that were measured.
+fn migrations_failing(m: &Measured, t: &Counts) -> Option<Finding> {
+    let g = &t.migrations;
+    let tried = g.pages_ok.saturating_add(g.pages_failed);
+    let attempts = g.succeeded.saturating_add(g.not_migrated);
+    let pages = m.is(Feed::MigratePages);
+    let calls = m.is(Feed::MigrateMisplaced);
+    let fails = |n: u64, of: u64| n > 0 && n.saturating_mul(100) >= of;
+    if !(pages && fails(g.pages_failed, tried) || calls && fails(g.not_migrated, attempts)) {
+        return None;
+    }
+    let mut parts = Vec::new();
+    let mut evidence = serde_json::Map::new();
+    if pages {
+        parts.push(format!(
+            "{} of {} pages migrate_pages() was asked to move for NUMA balancing stayed put",
+            g.pages_failed, tried
+        ));
+        evidence.insert("pages_failed".into(), json!(g.pages_failed));
+        evidence.insert("pages_tried".into(), json!(tried));
+    }
+    if calls {
+        parts.push(format!(
+            "{} of {} migrate_misplaced calls did not migrate",
+            g.not_migrated, attempts
+        ));
+        evidence.insert("not_migrated".into(), json!(g.not_migrated));
+        evidence.insert("attempts".into(), json!(attempts));
+    }
+    Some(finding(
+        "migrations_failing",
+        format!("Migrations failed: {}.", parts.join(", and ")),
+        serde_json::Value::Object(evidence),
+    ))
+}
+
+/// Many PTEs made PROT_NONE, yet no page migrated and no task moved. Only where all of that
+/// was measured: a 0 from a hook that did not attach proves nothing.
+fn scan_without_locality(m: &Measured, t: &Counts) -> Option<Finding> {
+    let needs = [Feed::Pte, Feed::HintFaults, Feed::Moves, Feed::Swaps];
+    let (h, p) = (&t.hint_faults, &t.placement);
+    if !needs.iter().all(|f| m.is(*f))
+        || t.scan.pte_updates < 1000
+        || h.migrated_pages != 0
+        || p.moves.saturating_add(p.swaps_out) != 0
+    {
+        return None;
+    }
+    let scan_ns = m.value(Feed::Scan, t.scan.time_ns);
+    let mut evidence = json!({"pte_updates": t.scan.pte_updates, "hint_faults": h.faults});
+    if let Some(ns) = scan_ns {
+        evidence["scan_time_ns"] = json!(ns);
+    }
+    Some(finding(
+        "scan_without_locality",
+        format!(
+            "Scanning made {} PTEs PROT_NONE and took {} hint faults{}, but neither migrated a \
+             page nor moved a task: it bought no locality.",
+            t.scan.pte_updates,
+            h.faults,
+            scan_ns.map_or(String::new(), |ns| format!(" ({} of scanning)", ms(ns)))
+        ),
+        evidence,
+    ))
 }
 
 #[cfg(test)]
@@ -294,6 +343,41 @@ mod tests {
             assert!(got.contains(&want.to_owned()), "{want} in {got:?}");
         }
         assert!(!got.contains(&"scan_without_locality".to_owned()));
+    }
+
+    #[test]
+    fn a_zero_whose_hook_did_not_attach_proves_nothing() {
+        let scanning = |s: &mut TaskStats| {
+            s.pte_updates = 5000;
+            s.migrate_ok = 90;
+            s.migrate_failed = 10;
+            s.cow_shared_faults = 3;
+        };
+        let all = report(scanning);
+        assert!(rules(&all).contains(&"scan_without_locality".to_owned()));
+        let mut r = report(scanning);
+        r.hooks = crate::report::measured::tests::all_but(&[
+            "task_numa_fault",
+            "migrate_misplaced_folio|_page",
+        ]);
+        let got = findings(&r);
+        let names: Vec<_> = got.iter().map(|f| f.rule.as_str()).collect();
+        assert!(!names.contains(&"scan_without_locality"), "{names:?}");
+        let failing = got.iter().find(|f| f.rule == "migrations_failing").unwrap();
+        assert!(
+            !failing.sentence.contains("migrate_misplaced"),
+            "{}",
+            failing.sentence
+        );
+        assert!(!failing.evidence.contains_key("attempts"));
+        let cow = got.iter().find(|f| f.rule == "cow_shared_faults").unwrap();
+        assert!(
+            cow.sentence
+                .contains("migrated: not measured: migrate_misplaced_folio|_page not attached"),
+            "{}",
+            cow.sentence
+        );
+        assert!(!cow.evidence.contains_key("migrated"));
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! What the frontends print, as text for people and JSON for tools: the `probes` and `stat`
 //! reports, the verdicts on the seed patches, a window's findings, the diff of two windows and
-//! the Chrome trace of a capture. Pure functions of their input: nothing here reads the kernel.
+//! the Chrome trace of a capture, and which counts a window measured at all (`measured`). Pure
+//! functions of their input: nothing here reads the kernel.
 pub mod chrome;
 pub mod context;
 pub mod diff;
 pub mod findings;
+pub mod measured;
 pub mod metrics;
 pub mod mmtests;
 pub mod probes;

@@ -45,8 +45,11 @@ pub struct NodeArrays {
 pub struct NodeFlow {
     pub src: Option<u32>,
     pub dst: u32,
-    /// migrate_misplaced_* calls that migrated / did not migrate (folios).
+    /// migrate_misplaced_* calls that migrated / did not migrate (folios); left out of the
+    /// JSON where it did not attach.
+    #[serde(default)]
     pub migrated: u64,
+    #[serde(default)]
     pub not_migrated: u64,
     /// Pages hint faults migrated (task_numa_fault with TNF_MIGRATED): what reconciles with
     /// `numa_pages_migrated`.

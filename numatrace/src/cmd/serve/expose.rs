@@ -16,6 +16,7 @@ use crate::{
     model::Filter,
     model::{Counts, skip_reason_name},
     report::{
+        measured::{Feed, Measured},
         metrics::{Kind, Spec, family, scope, vmstat_exported, vmstat_family, workload},
         stat::Dropped,
     },
@@ -25,6 +26,8 @@ use crate::{
 pub struct Inputs<'a> {
     pub snap: &'a Snapshot,
     pub hooks: &'a [HookReport],
+    /// What the hooks measure: a family whose hook did not attach is left out, not 0.
+    pub measured: &'a Measured,
     pub kernel_release: &'a str,
     pub numa_balancing: Option<u32>,
     /// Σ pid_inactive gap records: (skips, over the thread count, at it).
@@ -122,7 +125,7 @@ impl<'s> Builder<'s> {
     }
 
     /// The workload families of one scope for one set of counts.
-    fn workload(&mut self, prefix: &str, scope: &[&str], c: &Counts) {
+    fn workload(&mut self, prefix: &str, scope: &[&str], c: &Counts, m: &Measured) {
         let with = |extra: &[&'static str]| -> Vec<String> {
             scope
                 .iter()
@@ -136,31 +139,40 @@ impl<'s> Builder<'s> {
             b.sample(&format!("{prefix}{suffix}"), &refs, v);
         };
         let secs = |ns: u64| ns as f64 / 1e9;
-        put(self, workload::SCAN_SECONDS, &[], secs(c.scan.time_ns));
-        put(
-            self,
-            workload::SCAN_CPU_SECONDS,
-            &[],
-            secs(c.scan.runtime_in_scan_ns),
-        );
-        put(self, workload::SCAN_CALLS, &[], c.scan.calls as f64);
-        put(
-            self,
-            workload::RUN_SECONDS,
-            &[],
-            secs(c.scan.task_runtime_ns),
-        );
-        put(self, workload::PTE_UPDATES, &[], c.scan.pte_updates as f64);
-        let local = c.hint_faults.local;
-        let remote = c.hint_faults.faults.saturating_sub(local);
-        put(self, workload::HINT_FAULTS, &["local"], local as f64);
-        put(self, workload::HINT_FAULTS, &["remote"], remote as f64);
-        put(
-            self,
-            workload::MIGRATED_PAGES,
-            &[],
-            c.hint_faults.migrated_pages as f64,
-        );
+        if m.is(Feed::Scan) {
+            put(self, workload::SCAN_SECONDS, &[], secs(c.scan.time_ns));
+            put(
+                self,
+                workload::SCAN_CPU_SECONDS,
+                &[],
+                secs(c.scan.runtime_in_scan_ns),
+            );
+            put(self, workload::SCAN_CALLS, &[], c.scan.calls as f64);
+            put(
+                self,
+                workload::RUN_SECONDS,
+                &[],
+                secs(c.scan.task_runtime_ns),
+            );
+        }
+        if m.is(Feed::Pte) {
+            put(self, workload::PTE_UPDATES, &[], c.scan.pte_updates as f64);
+        }
+        if m.is(Feed::HintFaults) {
+            let local = c.hint_faults.local;
+            let remote = c.hint_faults.faults.saturating_sub(local);
+            put(self, workload::HINT_FAULTS, &["local"], local as f64);
+            put(self, workload::HINT_FAULTS, &["remote"], remote as f64);
+            put(
+                self,
+                workload::MIGRATED_PAGES,
+                &[],
+                c.hint_faults.migrated_pages as f64,
+            );
+        }
+        if !m.is(Feed::SkipVma) {
+            return;
+        }
         // Reasons that occurred (all of them in total, where the set is fixed and small).
         for slot in 0..SKIP_REASON_SLOTS {
             let n = c.skipped_vmas.0[slot];
@@ -205,96 +217,45 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
     let snap = i.snap;
     let t = &fold.totals;
 
-    b.workload(scope::ALL, &[], t);
-    b.workload(scope::SELF, &[], &fold.own);
+    let m = i.measured;
+    b.workload(scope::ALL, &[], t, m);
+    b.workload(scope::SELF, &[], &fold.own, m);
     for (cg, c) in &fold.cgroups {
-        b.workload(scope::CGROUP, &[cg.as_str()], c);
+        b.workload(scope::CGROUP, &[cg.as_str()], c, m);
     }
     for s in &fold.tasks {
         b.workload(
             scope::TASK,
             &[s.comm.as_str(), &s.pid.to_string()],
             &s.counts,
+            m,
         );
     }
     // Always there, so that the per-task families exist before any task qualifies.
-    b.workload(scope::TASK, &[OTHER, OTHER], &fold.other_tasks);
+    b.workload(scope::TASK, &[OTHER, OTHER], &fold.other_tasks, m);
 
-    let h = &t.hint_faults;
-    b.sample(family::HINT_FAULT_PAGES, &[], h.pages as f64);
-    for (size, n) in [
-        ("base", h.faults_4k),
-        ("pmd", h.faults_thp),
-        ("large", h.faults_large),
-    ] {
-        b.sample(family::HINT_FAULTS_BY_PAGE_SIZE, &[size], n as f64);
-    }
-    b.sample(
-        family::HINT_FAULT_MIGRATE_FAILURES,
-        &[],
-        h.migrate_failed as f64,
-    );
-    let cow_base = h.cow_shared.saturating_sub(h.cow_shared_large);
-    b.sample(family::COW_SHARED_HINT_FAULTS, &["base"], cow_base as f64);
-    b.sample(
-        family::COW_SHARED_HINT_FAULTS,
-        &["large"],
-        h.cow_shared_large as f64,
-    );
-    b.sample(
-        family::COW_SHARED_MIGRATIONS,
-        &[],
-        h.cow_shared_migrated as f64,
-    );
-
-    let m = &t.migrations;
-    b.sample(family::MIGRATE_CALLS, &[], m.calls as f64);
-    for (result, pages, thps) in [
-        ("succeeded", m.pages_ok, m.thp_ok),
-        ("failed", m.pages_failed, m.thp_failed),
-    ] {
-        b.sample(family::MIGRATE_PAGES, &[result], pages as f64);
-        b.sample(family::MIGRATE_THPS, &[result], thps as f64);
-    }
-    b.sample(family::MIGRATE_MISPLACED, &["migrated"], m.succeeded as f64);
-    b.sample(
-        family::MIGRATE_MISPLACED,
-        &["not_migrated"],
-        m.not_migrated as f64,
-    );
-    let lat = &snap.migrate_latency;
-    let cum = |upto: usize| -> u64 { lat.iter().take(upto + 1).sum() };
-    let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
-        .map(|b| ((1u64 << b) as f64 / 1e9, cum(b)))
-        .collect();
-    b.histogram(
-        family::MIGRATION_LATENCY_SECONDS,
-        &buckets,
-        lat.iter().sum(),
-        m.latency_ns_total as f64 / 1e9,
-    );
-    b.sample(family::MIGRATION_STALLS, &[], m.stalls as f64);
-    b.sample(
-        family::MIGRATION_STALL_SECONDS,
-        &[],
-        m.stall_ns as f64 / 1e9,
-    );
+    hint_families(&mut b, t, m);
+    migration_families(&mut b, t, &snap.migrate_latency, m);
     let p = &t.placement;
-    for (kind, n) in [
-        ("move", p.moves),
-        ("swap_out", p.swaps_out),
-        ("swap_in", p.swaps_in),
-        ("stick", p.sticks),
-        ("stick_no_target", p.stick_no_target),
+    for (feed, kind, n) in [
+        (Feed::Moves, "move", p.moves),
+        (Feed::Swaps, "swap_out", p.swaps_out),
+        (Feed::Swaps, "swap_in", p.swaps_in),
+        (Feed::Sticks, "stick", p.sticks),
+        (Feed::Sticks, "stick_no_target", p.stick_no_target),
     ] {
-        b.sample(family::PLACEMENT_EVENTS, &[kind], n as f64);
+        if m.is(feed) {
+            b.sample(family::PLACEMENT_EVENTS, &[kind], n as f64);
+        }
     }
-    let (skips, over, at) = i.gaps;
-    b.sample(family::PID_INACTIVE_SKIPS, &[], skips as f64);
-    b.sample(family::PID_INACTIVE_SKIPS_OVER_THREADS, &[], over as f64);
-    b.sample(family::PID_INACTIVE_SKIPS_AT_THRESHOLD, &[], at as f64);
+    if m.is(Feed::SkipGap) {
+        let (skips, over, at) = i.gaps;
+        b.sample(family::PID_INACTIVE_SKIPS, &[], skips as f64);
+        b.sample(family::PID_INACTIVE_SKIPS_OVER_THREADS, &[], over as f64);
+        b.sample(family::PID_INACTIVE_SKIPS_AT_THRESHOLD, &[], at as f64);
+    }
 
-    nodes(&mut b, snap);
+    nodes(&mut b, snap, m);
 
     for (name, v) in &snap.vmstat_hi {
         let family = vmstat_family(name);
@@ -308,21 +269,100 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
     b.finish()
 }
 
-fn nodes(b: &mut Builder, snap: &Snapshot) {
+/// Hint faults by pages and page size, and those on COW-shared pages.
+fn hint_families(b: &mut Builder, t: &Counts, m: &Measured) {
+    let h = &t.hint_faults;
+    if m.is(Feed::HintFaults) {
+        b.sample(family::HINT_FAULT_PAGES, &[], h.pages as f64);
+        for (size, n) in [
+            ("base", h.faults_4k),
+            ("pmd", h.faults_thp),
+            ("large", h.faults_large),
+        ] {
+            b.sample(family::HINT_FAULTS_BY_PAGE_SIZE, &[size], n as f64);
+        }
+        b.sample(
+            family::HINT_FAULT_MIGRATE_FAILURES,
+            &[],
+            h.migrate_failed as f64,
+        );
+    }
+    if m.is(Feed::Cow) {
+        let cow_base = h.cow_shared.saturating_sub(h.cow_shared_large);
+        b.sample(family::COW_SHARED_HINT_FAULTS, &["base"], cow_base as f64);
+        b.sample(
+            family::COW_SHARED_HINT_FAULTS,
+            &["large"],
+            h.cow_shared_large as f64,
+        );
+    }
+    if m.is(Feed::CowMigrated) {
+        b.sample(
+            family::COW_SHARED_MIGRATIONS,
+            &[],
+            h.cow_shared_migrated as f64,
+        );
+    }
+}
+
+/// migrate_pages' and migrate_misplaced's migrations, their latency, and migration stalls.
+fn migration_families(b: &mut Builder, t: &Counts, lat: &[u64], m: &Measured) {
+    let g = &t.migrations;
+    if m.is(Feed::MigratePages) {
+        b.sample(family::MIGRATE_CALLS, &[], g.calls as f64);
+        for (result, pages, thps) in [
+            ("succeeded", g.pages_ok, g.thp_ok),
+            ("failed", g.pages_failed, g.thp_failed),
+        ] {
+            b.sample(family::MIGRATE_PAGES, &[result], pages as f64);
+            b.sample(family::MIGRATE_THPS, &[result], thps as f64);
+        }
+    }
+    if m.is(Feed::MigrateMisplaced) {
+        b.sample(family::MIGRATE_MISPLACED, &["migrated"], g.succeeded as f64);
+        b.sample(
+            family::MIGRATE_MISPLACED,
+            &["not_migrated"],
+            g.not_migrated as f64,
+        );
+        let cum = |upto: usize| -> u64 { lat.iter().take(upto + 1).sum() };
+        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+            .map(|b| ((1u64 << b) as f64 / 1e9, cum(b)))
+            .collect();
+        b.histogram(
+            family::MIGRATION_LATENCY_SECONDS,
+            &buckets,
+            lat.iter().sum(),
+            g.latency_ns_total as f64 / 1e9,
+        );
+    }
+    if m.is(Feed::Stalls) {
+        b.sample(family::MIGRATION_STALLS, &[], g.stalls as f64);
+        b.sample(
+            family::MIGRATION_STALL_SECONDS,
+            &[],
+            g.stall_ns as f64 / 1e9,
+        );
+    }
+}
+
+fn nodes(b: &mut Builder, snap: &Snapshot, m: &Measured) {
     let rows = snap.node_rows(&Filter::default());
     for r in &rows {
         let node = r.node.to_string();
-        b.sample(
-            family::NODE_HINT_FAULTS,
-            &[&node, "local"],
-            r.hint_faults_local as f64,
-        );
-        b.sample(
-            family::NODE_HINT_FAULTS,
-            &[&node, "remote"],
-            r.hint_faults_remote as f64,
-        );
-        b.sample(family::NODE_HINT_FAULT_PAGES, &[&node], r.hint_pages as f64);
+        if m.is(Feed::HintFaults) {
+            b.sample(
+                family::NODE_HINT_FAULTS,
+                &[&node, "local"],
+                r.hint_faults_local as f64,
+            );
+            b.sample(
+                family::NODE_HINT_FAULTS,
+                &[&node, "remote"],
+                r.hint_faults_remote as f64,
+            );
+            b.sample(family::NODE_HINT_FAULT_PAGES, &[&node], r.hint_pages as f64);
+        }
         for (state, v) in [("total", r.mem_total_bytes), ("free", r.mem_free_bytes)] {
             if let Some(v) = v {
                 b.sample(family::NODE_MEMORY_BYTES, &[&node, state], v as f64);
@@ -353,17 +393,21 @@ fn nodes(b: &mut Builder, snap: &Snapshot) {
     }
     for ((src, dst), (ok, failed, pages)) in cells {
         let (src, dst) = (node_label(src), dst.to_string());
-        b.sample(
-            family::NODE_MIGRATIONS,
-            &[&src, &dst, "migrated"],
-            ok as f64,
-        );
-        b.sample(
-            family::NODE_MIGRATIONS,
-            &[&src, &dst, "not_migrated"],
-            failed as f64,
-        );
-        b.sample(family::NODE_MIGRATED_PAGES, &[&src, &dst], pages as f64);
+        if m.is(Feed::MigrateMisplaced) {
+            b.sample(
+                family::NODE_MIGRATIONS,
+                &[&src, &dst, "migrated"],
+                ok as f64,
+            );
+            b.sample(
+                family::NODE_MIGRATIONS,
+                &[&src, &dst, "not_migrated"],
+                failed as f64,
+            );
+        }
+        if m.is(Feed::HintFaults) {
+            b.sample(family::NODE_MIGRATED_PAGES, &[&src, &dst], pages as f64);
+        }
     }
     const _: () = assert!(NODE_FAULT_FIELDS >= 3 && MAX_NODES >= 1);
 }
@@ -556,6 +600,7 @@ mod tests {
     use prometheus::{Encoder as _, Registry, TextEncoder};
 
     use super::*;
+    const MISPLACED_HOOK: &str = "migrate_misplaced_folio|_page";
     use crate::{
         cmd::serve::fold::FoldLimits, kernel::nodes::NodeInfo, model::TaskRecord, plan::Mechanism,
         report::metrics as catalogue, sources::maps::Counters,
@@ -636,7 +681,13 @@ mod tests {
         }
     }
 
+    /// Every hook attached (`hooks` is only what `numatrace_hook_info` lists).
     fn render(specs: &[Spec], fold: &Fold, snap: &Snapshot) -> String {
+        let all: Vec<HookReport> = crate::report::measured::tests::all_but(&[]);
+        render_with(specs, fold, snap, &Measured::from_hooks(&all))
+    }
+
+    fn render_with(specs: &[Spec], fold: &Fold, snap: &Snapshot, measured: &Measured) -> String {
         let hooks = vec![HookReport {
             name: "task_numa_fault".into(),
             kind: "function".into(),
@@ -650,6 +701,7 @@ mod tests {
         let inputs = Inputs {
             snap,
             hooks: &hooks,
+            measured,
             kernel_release: "6.12.0-test",
             numa_balancing: Some(1),
             gaps: (5, 2, 1),
@@ -712,6 +764,43 @@ mod tests {
             !text.contains("nr_free_pages"),
             "only numa_* and pgmigrate_*"
         );
+    }
+
+    #[test]
+    fn families_whose_hook_did_not_attach_are_left_out() {
+        let snap = snapshot(1);
+        let specs = catalogue::families(snap.vmstat_hi.keys());
+        let mut fold = Fold::new(FoldLimits {
+            top_tasks: 2,
+            cgroup_depth: 2,
+            max_cgroups: 10,
+        });
+        fold.advance(&snap);
+        let missing = ["task_numa_fault", "task_numa_work", MISPLACED_HOOK];
+        let m = Measured::from_hooks(&crate::report::measured::tests::all_but(&missing));
+        let text = render_with(&specs, &fold, &snap, &m);
+        for gone in [
+            "numatrace_hint_faults_total",
+            "numatrace_cgroup_hint_faults_total",
+            "numatrace_task_scan_calls_total",
+            "numatrace_self_run_seconds_total",
+            "numatrace_node_hint_faults_total",
+            "numatrace_node_migrated_pages_total",
+            "numatrace_node_migrations_total",
+            "numatrace_migration_latency_seconds",
+            "numatrace_cow_shared_migrations_total",
+        ] {
+            assert!(!text.contains(&format!("\n{gone}")), "{gone} in\n{text}");
+        }
+        for kept in [
+            "\nnumatrace_pte_updates_total ",
+            "\nnumatrace_task_pte_updates_total{",
+            "\nnumatrace_cow_shared_hint_faults_total{",
+            "\nnumatrace_node_tasks{",
+            "\nnumatrace_skipped_vmas_total{reason=",
+        ] {
+            assert!(text.contains(kept), "{kept} missing from\n{text}");
+        }
     }
 
     #[test]

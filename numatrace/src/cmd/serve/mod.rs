@@ -27,7 +27,10 @@ use crate::{
     cli::ServeArgs,
     engine::{Detail, Engine, Snapshot},
     kernel::{facts::KernelFacts, vmstat::Vmstat},
-    report::metrics::{self as catalogue, Spec},
+    report::{
+        measured::Measured,
+        metrics::{self as catalogue, Spec},
+    },
     session::Signals,
 };
 use auth::Auth;
@@ -53,6 +56,8 @@ pub struct Exporter {
     registry: Registry,
     collector: Arc<SnapshotCollector>,
     pub hooks: Vec<HookReport>,
+    /// What the hooks measure (fixed while serve runs, so no series comes and goes).
+    measured: Measured,
     release: String,
     numa_balancing: Option<u32>,
     bpf_stats: bool,
@@ -94,6 +99,7 @@ impl Exporter {
             .context("registering the process collector")?;
         Ok(Self {
             hooks: engine.hooks.clone(),
+            measured: Measured::from_hooks(&engine.hooks),
             release: engine.facts.release.clone(),
             numa_balancing: engine.facts.numa_balancing,
             live: Mutex::new(Live {
@@ -149,6 +155,7 @@ impl Exporter {
         let inputs = Inputs {
             snap: &snap,
             hooks: &self.hooks,
+            measured: &self.measured,
             kernel_release: &self.release,
             numa_balancing: self.numa_balancing,
             gaps,

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::view::{self, COLUMNS, Caps, FrameView, OwnCost, SystemRates, sort_rows};
-use crate::report::{stat::StatReport, table};
+use crate::report::{stat::StatJson, table};
 
 /// One frame of `top -b --json`: the `stat --json` fields of the interval, plus rates.
 #[derive(Serialize)]
@@ -14,8 +14,9 @@ pub struct JsonFrame<'a> {
     pub own: &'a OwnCost,
     /// Which columns this kernel can supply.
     pub caps: &'a Caps,
+    /// Counts whose hook did not attach left out, as in `stat --json`.
     #[serde(flatten)]
-    pub report: &'a StatReport,
+    pub report: StatJson<'a>,
 }
 
 /// A plain-text frame: the header, then the busiest tasks (most scan time first, or where this
@@ -44,7 +45,8 @@ pub fn text_frame(header: &[String], view: &FrameView, rows: usize, sort: Option
             out.push_str(&format!("... {} more tasks\n", tasks.len() - rows));
         }
     }
-    if !view.flows.is_empty() {
+    // Pages counted by task_numa_fault: without it, left out (the frame has no room for why).
+    if view.caps.hint && !view.flows.is_empty() {
         out.push_str(&format!(
             "migrations by node: {}\n",
             view::flows_text(&view.flows)

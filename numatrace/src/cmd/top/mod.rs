@@ -20,7 +20,10 @@ use crate::{
     kernel::facts::KernelFacts,
     kernel::facts::KernelSummary,
     model::{Filter, Scope, Window},
-    report::stat::StatReport,
+    report::{
+        measured::{Feed, Measured},
+        stat::{StatJson, StatReport},
+    },
     session::{Signals, cgroup_filter},
     sources::procfs::own_cpu_ns,
     sources::procfs::process_alive,
@@ -190,7 +193,7 @@ async fn run_batch(
                 rates: &r.view.system,
                 own: &r.view.own,
                 caps: &r.view.caps,
-                report: &report,
+                report: StatJson(&report),
             };
             writeln!(out, "{}", serde_json::to_string(&f)?)
         } else {
@@ -254,6 +257,7 @@ fn detail_lines(
     delta: &Snapshot,
     full: &Snapshot,
     filter: &Filter,
+    m: &Measured,
 ) -> Vec<String> {
     let mut out = Vec::new();
     let tgid = match app.view {
@@ -274,7 +278,7 @@ fn detail_lines(
                 t.preferred_node.map_or("-".into(), |n| n.to_string()),
                 t.last_node.map_or("-".into(), |n| n.to_string()),
             ));
-            counts_lines(&t.counts, &mut out);
+            counts_lines(&t.counts, m, &mut out);
             t.tgid
         }
         _ => {
@@ -299,7 +303,7 @@ fn detail_lines(
                 Escaped(comm),
                 threads.len()
             ));
-            counts_lines(&c.finished(), &mut out);
+            counts_lines(&c.finished(), m, &mut out);
             first.tgid
         }
     };
@@ -347,8 +351,8 @@ fn detail_lines(
             out.push(format!(
                 "  {} {} PTEs, {} calls{}{}",
                 vma_label(v),
-                v.pte_updates,
-                v.calls,
+                m.cell(Feed::Pte, v.pte_updates),
+                m.cell(Feed::Pte, v.calls),
                 if skips.is_empty() {
                     String::new()
                 } else {
@@ -369,7 +373,8 @@ fn detail_lines(
         ));
     }
     let flows = delta.node_flows();
-    if !flows.is_empty() {
+    // Pages counted by task_numa_fault.
+    if m.is(Feed::HintFaults) && !flows.is_empty() {
         out.push(format!(
             "migrations by node (system-wide, all traced tasks): {}",
             view::flows_text(&flows)
@@ -388,49 +393,86 @@ fn vma_label(v: &crate::model::VmaRecord) -> String {
     )
 }
 
-fn counts_lines(c: &crate::model::Counts, out: &mut Vec<String>) {
+/// The counts of a task or process, a line per subject; what this kernel does not measure
+/// says so.
+fn counts_lines(c: &crate::model::Counts, m: &Measured, out: &mut Vec<String>) {
     let h = &c.hint_faults;
-    let m = &c.migrations;
-    out.push(format!(
-        "scan: {} calls, {} PTEs made PROT_NONE, share {}",
-        c.scan.calls,
-        c.scan.pte_updates,
-        c.scan
-            .share
-            .or(c.scan.sampled_share)
-            .map_or("-".into(), |s| format!("{:.2}%", s * 100.0))
-    ));
-    out.push(format!(
-        "hint faults: {} ({} local, {} remote; {} 4K, {} THP, {} large), {} on COW-shared pages",
-        h.faults, h.local, h.remote, h.faults_4k, h.faults_thp, h.faults_large, h.cow_shared
-    ));
-    out.push(format!(
-        "migrations: {} pages ok, {} failed; {} migrate_misplaced calls, mean {}; {} stalls",
-        m.pages_ok.max(h.migrated_pages),
-        m.pages_failed,
-        m.attempts,
-        m.latency_ns_mean
-            .map_or("-".into(), |n| format!("{:.0} us", n / 1e3)),
-        m.stalls
-    ));
+    let g = &c.migrations;
+    let p = &c.placement;
+    out.push(
+        [
+            m.clause(Feed::Scan, "scan calls", || c.scan.calls.to_string()),
+            m.clause(Feed::Pte, "PTEs made PROT_NONE", || {
+                c.scan.pte_updates.to_string()
+            }),
+            m.clause(Feed::ScanShare, "scan share", || {
+                c.scan
+                    .share
+                    .or(c.scan.sampled_share)
+                    .map_or("-".into(), |s| format!("{:.2}%", s * 100.0))
+            }),
+        ]
+        .join("; "),
+    );
+    out.push(
+        [
+            m.clause(Feed::HintFaults, "hint faults", || {
+                format!(
+                    "{} ({} local, {} remote; {} 4K, {} THP, {} large)",
+                    h.faults, h.local, h.remote, h.faults_4k, h.faults_thp, h.faults_large
+                )
+            }),
+            m.clause(Feed::Cow, "on COW-shared pages", || {
+                h.cow_shared.to_string()
+            }),
+        ]
+        .join("; "),
+    );
+    out.push(
+        [
+            // Pages, from mm_migrate_pages or from the hint faults (whichever attached).
+            m.clause(Feed::PagesMigrated, "pages migrated", || {
+                g.pages_ok.max(h.migrated_pages).to_string()
+            }),
+            m.clause(Feed::MigratePages, "failed", || g.pages_failed.to_string()),
+            m.clause(Feed::MigrateMisplaced, "migrate_misplaced", || {
+                format!(
+                    "{} calls, mean {}",
+                    g.attempts,
+                    g.latency_ns_mean
+                        .map_or("-".into(), |n| format!("{:.0} us", n / 1e3))
+                )
+            }),
+            m.clause(Feed::Stalls, "stalls", || g.stalls.to_string()),
+        ]
+        .join("; "),
+    );
     let skips: Vec<String> = c
         .skipped_vmas
         .iter()
         .map(|(r, n)| format!("{r}={n}"))
         .collect();
-    out.push(format!(
-        "skipped VMAs: {} ({}); placement: {} moves, {}/{} swaps, {} sticks",
-        c.skipped_vmas_total,
-        if skips.is_empty() {
-            "-".into()
-        } else {
-            skips.join(" ")
-        },
-        c.placement.moves,
-        c.placement.swaps_out,
-        c.placement.swaps_in,
-        c.placement.sticks
-    ));
+    out.push(
+        [
+            m.clause(Feed::SkipVma, "skipped VMAs", || {
+                format!(
+                    "{} ({})",
+                    c.skipped_vmas_total,
+                    if skips.is_empty() {
+                        "-".into()
+                    } else {
+                        skips.join(" ")
+                    }
+                )
+            }),
+            m.clause(Feed::Moves, "moves", || p.moves.to_string()),
+            m.clause(Feed::Swaps, "swaps", || {
+                format!("{}/{}", p.swaps_out, p.swaps_in)
+            }),
+            m.clause(Feed::Sticks, "sticks", || p.sticks.to_string()),
+        ]
+        .join("; "),
+    );
 }
 
 async fn run_tui(
@@ -481,7 +523,7 @@ async fn run_tui(
         app.reselect(&rows);
         let (detail_lines, detail_spark) = match app.detail {
             Some(k) => (
-                detail_lines(&app, k, &delta, &full, filter),
+                detail_lines(&app, k, &delta, &full, filter, &shown.measured),
                 match app.view {
                     View::Processes => &proc_history,
                     _ => &history,
@@ -559,4 +601,46 @@ async fn run_tui(
         return Err(e).context("restoring the terminal");
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::measured::tests::all_but;
+
+    fn lines(m: &Measured) -> String {
+        let mut c = crate::model::Counts::default();
+        c.scan.pte_updates = 4096;
+        c.skipped_vmas_total = 0;
+        let mut out = Vec::new();
+        counts_lines(&c.finished(), m, &mut out);
+        out.join("\n")
+    }
+
+    #[test]
+    fn the_detail_pane_says_what_is_not_measured() {
+        let t = lines(&Measured::from_hooks(&all_but(&[
+            "task_numa_work",
+            "task_numa_fault",
+        ])));
+        assert!(
+            t.contains("scan calls: not measured: task_numa_work not attached; PTEs made PROT_NONE: 4096; scan share: -"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "hint faults: not measured: task_numa_fault not attached; on COW-shared pages: 0"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("pages migrated: 0; failed: 0"),
+            "mm_migrate_pages: {t}"
+        );
+        for zero in ["scan calls: 0", "hint faults: 0", "scan: 0 calls"] {
+            assert!(!t.contains(zero), "{zero} in {t}");
+        }
+        let t = lines(&Measured::default());
+        assert!(t.contains("scan calls: 0;"), "{t}");
+    }
 }

@@ -13,7 +13,7 @@ use super::{
     app::{App, HELP, Mode, View},
     view::{COLUMNS, FrameView, Row},
 };
-use crate::{bpf::loader::HookReport, text_escape::Escaped};
+use crate::{bpf::loader::HookReport, report::measured::Feed, text_escape::Escaped};
 
 /// What the frame shows besides the view: the kernel line and, in detail, the row's lines.
 pub struct Context<'a> {
@@ -34,21 +34,13 @@ pub fn draw(f: &mut Frame, app: &App, view: &FrameView, rows: &[Row], ctx: &Cont
     .areas(f.area());
     draw_header(f, head, view, ctx);
     if app.detail.is_some() {
-        draw_detail(f, body, app, ctx);
+        draw_detail(f, body, app, view, ctx);
     } else if app.view == View::Nodes {
         // The node-to-node migrations under the per-node table.
         let [table, flows] =
             Layout::vertical([Constraint::Min(3), Constraint::Length(2)]).areas(body);
         draw_table(f, table, app, rows, view.interval_s == 0.0);
-        let text = if view.flows.is_empty() {
-            "migrations by node: none in this interval".to_owned()
-        } else {
-            format!(
-                "migrations by node: {}",
-                super::view::flows_text(&view.flows)
-            )
-        };
-        f.render_widget(Paragraph::new(text), flows);
+        f.render_widget(Paragraph::new(super::view::flows_line(view)), flows);
     } else {
         draw_table(f, body, app, rows, view.interval_s == 0.0);
     }
@@ -157,7 +149,7 @@ fn draw_table(f: &mut Frame, area: Rect, app: &App, rows: &[Row], collecting: bo
     }
 }
 
-fn draw_detail(f: &mut Frame, area: Rect, app: &App, ctx: &Context) {
+fn draw_detail(f: &mut Frame, area: Rect, app: &App, view: &FrameView, ctx: &Context) {
     let [text, spark] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
     let lines: Vec<Line> = ctx
         .detail_lines
@@ -172,14 +164,21 @@ fn draw_detail(f: &mut Frame, area: Rect, app: &App, ctx: &Context) {
         ))),
         text,
     );
+    // Without task_numa_fault the line would be flat at a 0 never counted: only the title.
+    let m = &view.measured;
+    let title = match m.why(Feed::HintFaults) {
+        None => " hint faults per refresh ".to_owned(),
+        Some(why) => format!(" hint faults per refresh: not measured: {why} "),
+    };
+    let data: &[u64] = if m.is(Feed::HintFaults) {
+        &ctx.detail_spark
+    } else {
+        &[]
+    };
     f.render_widget(
         Sparkline::default()
-            .block(
-                Block::default()
-                    .borders(Borders::TOP)
-                    .title(" hint faults per refresh "),
-            )
-            .data(&ctx.detail_spark),
+            .block(Block::default().borders(Borders::TOP).title(title))
+            .data(data),
         spark,
     );
 }
@@ -510,6 +509,27 @@ mod tests {
         let full = render(&app, true, 200, 50);
         let row = full.lines().find(|l| l.contains("worker-b")).unwrap();
         assert!(row.contains("2000"), "hint faults/s of worker-b: {row}");
+        // The detail's sparkline: no flat line of hint faults never counted.
+        let mut app = App::default();
+        let selected = Row {
+            key: 101,
+            cells: vec![],
+            sort: vec![],
+        };
+        app.key(Key::Enter, &[selected]);
+        let t = render(&app, false, 120, 30);
+        assert!(
+            t.contains("hint faults per refresh: not measured: task_numa_fault not attached"),
+            "{t}"
+        );
+        // The nodes view's migrations: pages task_numa_fault counts.
+        let mut app = App::default();
+        app.key(Key::Char('n'), &[]);
+        let t = render(&app, false, 120, 30);
+        assert!(
+            t.contains("migrations by node: not measured: task_numa_fault not attached"),
+            "{t}"
+        );
     }
 
     #[test]

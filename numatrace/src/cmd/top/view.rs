@@ -10,7 +10,7 @@ use crate::{
     bpf::loader::HookReport,
     engine::Snapshot,
     model::{Counts, Filter, TaskRecord, log2_buckets, quantile},
-    plan::Mechanism,
+    report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
     text_escape::{Escaped, escape},
 };
@@ -22,7 +22,10 @@ pub struct Caps {
     pub scan_sampled: bool,
     pub pte: bool,
     pub hint: bool,
+    /// Pages migrated (MIGR/s): from mm_migrate_pages or from the hint faults.
     pub migr: bool,
+    /// Pages that failed to migrate (FAIL): mm_migrate_pages only.
+    pub fail: bool,
     pub lat: bool,
     pub cow: bool,
     pub stalls: bool,
@@ -30,23 +33,20 @@ pub struct Caps {
     pub moves: bool,
 }
 
-impl Caps {
-    pub fn from_hooks(hooks: &[HookReport]) -> Self {
-        let on = |n: &str| hooks.iter().any(|h| h.name == n && h.attached);
-        let exact_scan = hooks
-            .iter()
-            .any(|h| h.name == "task_numa_work" && h.attached && h.mechanism != Mechanism::None);
+impl From<&Measured> for Caps {
+    fn from(m: &Measured) -> Self {
         Self {
-            scan: exact_scan || on("sampling:cpu-clock"),
-            scan_sampled: !exact_scan && on("sampling:cpu-clock"),
-            pte: on("change_prot_numa"),
-            hint: on("task_numa_fault"),
-            migr: on("migrate:mm_migrate_pages") || on("migrate_misplaced_folio|_page"),
-            lat: on("migrate_misplaced_folio|_page"),
-            cow: on("mpol_misplaced"),
-            stalls: on("migration_entry_wait"),
-            skip: on("sched:sched_skip_vma_numa"),
-            moves: on("sched:sched_move_numa"),
+            scan: m.is(Feed::ScanShare),
+            scan_sampled: !m.is(Feed::Scan) && m.is(Feed::Samples),
+            pte: m.is(Feed::Pte),
+            hint: m.is(Feed::HintFaults),
+            migr: m.is(Feed::PagesMigrated),
+            fail: m.is(Feed::MigratePages),
+            lat: m.is(Feed::MigrateMisplaced),
+            cow: m.is(Feed::Cow),
+            stalls: m.is(Feed::Stalls),
+            skip: m.is(Feed::SkipVma),
+            moves: m.is(Feed::Moves),
         }
     }
 }
@@ -234,7 +234,7 @@ fn counts_row(
                 Some(p) => (format!("{p:.0}"), p),
                 None => (dash(), -1.0),
             },
-            Column::MigrFail if caps.migr => (m.pages_failed.to_string(), m.pages_failed as f64),
+            Column::MigrFail if caps.fail => (m.pages_failed.to_string(), m.pages_failed as f64),
             Column::Latency if caps.lat => match m.latency_ns_mean {
                 Some(ns) => (fmt_ns(ns), ns),
                 None => (dash(), -1.0),
@@ -302,6 +302,9 @@ pub struct FrameView {
     pub dropped: u64,
     pub hooks_missing: Vec<String>,
     pub caps: Caps,
+    /// What `caps` is made of, for the detail pane's sentences.
+    #[serde(skip)]
+    pub measured: Measured,
     pub own: OwnCost,
     pub tasks: Vec<Row>,
     pub processes: Vec<Row>,
@@ -323,7 +326,8 @@ pub const CGROUP_COLUMNS: [&str; 8] = [
 impl FrameView {
     /// `delta`: the later snapshot minus the earlier.
     pub fn build(delta: &Snapshot, hooks: &[HookReport], filter: &Filter, own: OwnCost) -> Self {
-        let caps = Caps::from_hooks(hooks);
+        let measured = Measured::from_hooks(hooks);
+        let caps = Caps::from(&measured);
         let secs = delta.span_ns as f64 / 1e9;
         let v = |k: &str| delta.vmstat_hi.get(k).copied().unwrap_or(0);
         let system = SystemRates {
@@ -408,7 +412,7 @@ impl FrameView {
                 let local = pct(n.hint_faults_local, n.hint_faults);
                 let h = |s: String| if caps.hint { s } else { "-".into() };
                 // A page's source node is known only from migrate_misplaced_*.
-                let src = |s: String| if caps.hint && caps.lat { s } else { "-".into() };
+                let src = |s: String| measured.cell(Feed::MigratedFrom, s);
                 Row {
                     key: u64::from(n.node),
                     cells: vec![
@@ -449,6 +453,7 @@ impl FrameView {
                 .map(|h| escape(&h.name).into_owned())
                 .collect(),
             caps,
+            measured,
             own,
             tasks,
             processes,
@@ -516,6 +521,20 @@ pub fn flows_text(flows: &[NodeFlow]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The nodes view's line under its table: the interval's node-to-node migrations (pages, which
+/// task_numa_fault counts).
+pub fn flows_line(view: &FrameView) -> String {
+    let m = &view.measured;
+    let text = m.says(Feed::HintFaults, || {
+        if view.flows.is_empty() {
+            "none in this interval".into()
+        } else {
+            flows_text(&view.flows)
+        }
+    });
+    format!("migrations by node: {text}")
 }
 
 /// The task column "busiest" means on this kernel: scan time where it is measured, else hint

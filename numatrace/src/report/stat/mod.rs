@@ -16,6 +16,7 @@ use crate::{
         CgroupRecord, Counts, EventTally, Filter, Log2Bucket, NodeRecord, ProcessRecord,
         TaskRecord, Window, log2_buckets,
     },
+    report::measured::Measured,
     sources::maps::{Counters, NodeFlow},
 };
 use numatrace_common::Counter;
@@ -105,7 +106,8 @@ impl Dropped {
     }
 }
 
-/// Declares [`KernelSeen`] and its mapping from [`Counter`]s in one list.
+/// Declares [`KernelSeen`] and its mapping from [`Counter`]s in one list (a counter whose hook
+/// did not attach is left out of the JSON: see `StatReport::to_json`).
 macro_rules! kernel_seen {
     ($( $(#[$m:meta])* $f:ident = $c:ident ),* $(,)?) => {
         /// What the kernel programs counted themselves, independently of the per-task map,
@@ -124,7 +126,7 @@ macro_rules! kernel_seen {
 
 kernel_seen! {
     skip_vma = SeenSkipVma,
-    /// The same events as seen by the tp_btf program (0 where it is not attached).
+    /// The same events as seen by the tp_btf program.
     skip_vma_tp_btf = SeenSkipVmaBtf,
     /// pid_inactive skips the tp_btf program examined (seed 002).
     skip_gap = SeenSkipGap,
@@ -150,8 +152,10 @@ kernel_seen! {
     scan_samples = ScanSamples,
 }
 
-/// System-wide histograms of the function hooks (empty where they are not attached).
+/// System-wide histograms of the function hooks.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+// A histogram whose hook did not attach is left out of the JSON (see `StatReport::to_json`).
+#[serde(default)]
 pub struct Histograms {
     pub migrate_latency_ns: Vec<Log2Bucket>,
     pub pages_per_hint_fault: Vec<Log2Bucket>,
@@ -280,10 +284,37 @@ impl StatReport {
             dropped: Dropped::from_snapshot(delta),
         }
     }
+
+    /// Which counts this report measured: those whose hooks attached.
+    pub fn measured(&self) -> Measured {
+        Measured::from_hooks(&self.hooks)
+    }
+
+    /// `numatrace.stat/1` as tools get it: the counts whose hooks did not attach left out, and
+    /// `not_measured` saying why (a raw serialization would show them as 0).
+    pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
+        let mut v = serde_json::to_value(self)?;
+        self.measured().prune_stat_json(&mut v);
+        Ok(v)
+    }
+}
+
+/// For `#[serde(serialize_with)]` holders of a [`StatReport`]: its [`StatReport::to_json`].
+pub fn serialize_measured<S: serde::Serializer>(r: &StatReport, s: S) -> Result<S::Ok, S::Error> {
+    r.to_json().map_err(serde::ser::Error::custom)?.serialize(s)
+}
+
+/// A [`StatReport`] that serializes as [`StatReport::to_json`] (also under `#[serde(flatten)]`).
+pub struct StatJson<'a>(pub &'a StatReport);
+
+impl Serialize for StatJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_measured(self.0, s)
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use numatrace_common::{COUNTER_SLOTS, TaskStats};
 
     use super::*;
@@ -316,7 +347,7 @@ mod tests {
         assert_eq!(Dropped::from_snapshot(&Snapshot::default()).total, 0);
     }
 
-    pub(super) fn sample() -> StatReport {
+    pub(crate) fn sample() -> StatReport {
         let mut s = TaskStats::new(100, 100);
         s.comm[..3].copy_from_slice(b"app");
         s.skip_vma[1] = 4;
@@ -414,5 +445,99 @@ mod tests {
         let r = sample();
         let back: StatReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
+        // No hooks listed (made by hand): nothing is left out.
+        let mut v = serde_json::to_value(&r).unwrap();
+        v.as_object_mut()
+            .unwrap()
+            .insert("not_measured".into(), serde_json::json!({}));
+        assert_eq!(r.to_json().unwrap(), v);
+    }
+
+    /// A report whose hooks attached except `missing`.
+    fn without(missing: &[&str]) -> StatReport {
+        let mut r = sample();
+        r.hooks = crate::report::measured::tests::all_but(missing);
+        r
+    }
+
+    #[test]
+    fn json_leaves_out_counts_whose_hook_did_not_attach() {
+        let v = without(&["task_numa_fault"]).to_json().unwrap();
+        let keys: Vec<_> = v.as_object().unwrap().keys().take(3).cloned().collect();
+        assert_eq!(
+            keys,
+            ["schema", "numatrace_version", "kernel"],
+            "struct order"
+        );
+        for counts in [&v["totals"], &v["self"], &v["tasks"][0], &v["cgroups"][0]] {
+            let h = counts["hint_faults"].as_object().unwrap();
+            for absent in ["faults", "local", "remote", "pages", "migrated_pages"] {
+                assert!(!h.contains_key(absent), "{absent} in {counts}");
+            }
+            assert!(h.contains_key("cow_shared"), "mpol_misplaced attached");
+            assert!(counts["scan"].get("calls").is_some());
+        }
+        assert_eq!(v["tasks"][0]["skipped_vmas_total"], 6);
+        assert!(v["kernel_seen"].get("hint_faults").is_none());
+        assert_eq!(v["kernel_seen"]["skip_vma"], 6);
+        assert!(v["histograms"].get("pages_per_hint_fault").is_none());
+        assert_eq!(
+            v["not_measured"]["hint_faults"],
+            "task_numa_fault not attached"
+        );
+        assert!(v["not_measured"].get("scan").is_none());
+    }
+
+    #[test]
+    fn json_with_nothing_measured_reads_back() {
+        let mut r = without(
+            &crate::plan::HOOKS
+                .iter()
+                .map(|h| h.name)
+                .collect::<Vec<_>>(),
+        );
+        r.nodes.push(NodeRecord::default());
+        r.node_matrix.push(NodeFlow {
+            src: Some(0),
+            dst: 1,
+            migrated: 2,
+            not_migrated: 3,
+            pages: 4,
+        });
+        r.processes[0]
+            .vmas
+            .push(crate::model::VmaRecord::new(0x1000, 0x2000));
+        let v = r.to_json().unwrap();
+        assert!(v["nodes"][0].get("hint_faults").is_none());
+        assert!(v["node_matrix"][0].get("pages").is_none());
+        assert!(v["processes"][0]["vmas"][0].get("pte_updates").is_none());
+        assert_eq!(v["processes"][0]["vmas"][0]["start"], "0x1000");
+        // Every count is gone from the totals: only the (empty) groups remain.
+        for (group, fields) in v["totals"].as_object().unwrap() {
+            assert_eq!(fields, &serde_json::json!({}), "{group}");
+        }
+        let back: StatReport = serde_json::from_value(v).unwrap();
+        assert_eq!(back.node_matrix[0].migrated, 0);
+        assert_eq!(back.tasks.len(), r.tasks.len());
+    }
+
+    #[test]
+    fn holders_serialize_the_pruned_json() {
+        #[derive(Serialize)]
+        struct Holder<'a> {
+            #[serde(serialize_with = "serialize_measured")]
+            stat: StatReport,
+            #[serde(flatten)]
+            flat: StatJson<'a>,
+        }
+        let r = without(&["task_numa_fault"]);
+        let v = serde_json::to_value(Holder {
+            stat: r.clone(),
+            flat: StatJson(&r),
+        })
+        .unwrap();
+        assert_eq!(v["stat"], r.to_json().unwrap());
+        assert_eq!(v["not_measured"], r.to_json().unwrap()["not_measured"]);
+        assert!(v["totals"]["hint_faults"].get("faults").is_none());
     }
 }

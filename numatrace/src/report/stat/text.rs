@@ -3,7 +3,10 @@
 use super::StatReport;
 use crate::model::Scope;
 use crate::model::{Counts, SkipCounts};
-use crate::report::table;
+use crate::report::{
+    measured::{Feed, Measured},
+    table,
+};
 use crate::text_escape::{Escaped, escape};
 
 impl StatReport {
@@ -59,111 +62,12 @@ impl StatReport {
         }
         out.push('\n');
 
-        let mut rows = vec![
-            [
-                "PID",
-                "TGID",
-                "COMM",
-                "SCAN%",
-                "PTES",
-                "HINTS",
-                "LOCAL%",
-                "SKIPPED",
-                "MOVES",
-                "SWAPS",
-                "STICKS",
-                "MIGRATED",
-                "MIG_FAIL",
-                "SKIPPED BY REASON",
-            ]
-            .map(String::from)
-            .to_vec(),
-        ];
-        for t in self.tasks.iter().take(max_rows) {
-            let c = &t.counts;
-            rows.push(vec![
-                t.pid.to_string(),
-                t.tgid.to_string(),
-                format!("{}{}", Escaped(&t.comm), if t.exited { "*" } else { "" }),
-                scan_share(c),
-                c.scan.pte_updates.to_string(),
-                c.hint_faults.faults.to_string(),
-                pct(c.hint_faults.local, c.hint_faults.faults),
-                c.skipped_vmas_total.to_string(),
-                c.placement.moves.to_string(),
-                format!("{}/{}", c.placement.swaps_out, c.placement.swaps_in),
-                c.placement.sticks.to_string(),
-                c.migrations.pages_ok.to_string(),
-                c.migrations.pages_failed.to_string(),
-                reasons(&c.skipped_vmas),
-            ]);
-        }
-        if self.tasks.is_empty() {
-            out.push_str("no NUMA balancing activity recorded for the traced tasks\n");
-        } else {
-            out.push_str(&table(&rows));
-            if self.tasks.len() > max_rows {
-                out.push_str(&format!(
-                    "... {} more tasks (--json lists all)\n",
-                    self.tasks.len() - max_rows
-                ));
-            }
-            out.push_str("(* exited; SCAN% measured, or ~ sampled; SWAPS = initiated/received)\n");
-        }
-
-        let t = &self.totals;
-        out.push_str(&format!(
-            "\ntotals: {} skipped VMAs ({}); placement: {} moves, {}/{} swaps, {} sticks ({} without target); \
-             NUMA migrations: {} pages ok, {} failed in {} calls (THP {} ok, {} failed)\n",
-            t.skipped_vmas_total,
-            if t.skipped_vmas.is_empty() { "-".into() } else { reasons(&t.skipped_vmas) },
-            t.placement.moves,
-            t.placement.swaps_out,
-            t.placement.swaps_in,
-            t.placement.sticks,
-            t.placement.stick_no_target,
-            t.migrations.pages_ok,
-            t.migrations.pages_failed,
-            t.migrations.calls,
-            t.migrations.thp_ok,
-            t.migrations.thp_failed,
-        ));
-        out.push_str(&format!(
-            "scan: {} task_numa_work calls, {} in them (longest {}), share {}; {} PTEs updated in {} change_prot_numa calls; \
-             node_stamp advanced {} for {} of scan runtime; {} node_stamp>runtime violations\n",
-            t.scan.calls,
-            ns(t.scan.time_ns),
-            ns(t.scan.max_ns),
-            scan_share(t),
-            t.scan.pte_updates,
-            t.scan.prot_numa_calls,
-            ns(t.scan.node_stamp_advance_ns),
-            ns(t.scan.runtime_in_scan_ns),
-            t.scan.stamp_violations,
-        ));
-        let h = &t.hint_faults;
-        out.push_str(&format!(
-            "hint faults: {} ({} local, {} remote; {} 4K, {} THP, {} large folio; {} pages), {} pages migrated, {} failed; \
-             {} on COW-shared pages ({} migrated); migrate_misplaced: {} calls, {} migrated, mean {}; {} migration stalls ({})\n",
-            h.faults,
-            h.local,
-            h.remote,
-            h.faults_4k,
-            h.faults_thp,
-            h.faults_large,
-            h.pages,
-            h.migrated_pages,
-            h.migrate_failed,
-            h.cow_shared,
-            h.cow_shared_migrated,
-            t.migrations.attempts,
-            t.migrations.succeeded,
-            t.migrations
-                .latency_ns_mean
-                .map_or("-".into(), |m| ns(m as u64)),
-            t.migrations.stalls,
-            ns(t.migrations.stall_ns),
-        ));
+        let m = self.measured();
+        self.push_tasks(&m, max_rows, &mut out);
+        out.push('\n');
+        out.push_str(&totals_line(&m, &self.totals));
+        out.push_str(&scan_line(&m, &self.totals));
+        out.push_str(&hint_line(&m, &self.totals));
         if !self.node_matrix.is_empty() {
             out.push_str(&format!(
                 "migrations by node: {}\n",
@@ -173,9 +77,9 @@ impl StatReport {
                         "{}->{} {} ok/{} failed ({} pages)",
                         f.src.map_or("?".into(), |s| s.to_string()),
                         f.dst,
-                        f.migrated,
-                        f.not_migrated,
-                        f.pages
+                        m.cell(Feed::MigrateMisplaced, f.migrated),
+                        m.cell(Feed::MigrateMisplaced, f.not_migrated),
+                        m.cell(Feed::HintFaults, f.pages)
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -232,17 +136,17 @@ impl StatReport {
                     .join(", ")
             ));
         }
-        self.push_cgroups(&mut out);
-        self.push_nodes(&mut out);
+        self.push_cgroups(&m, &mut out);
+        self.push_nodes(&m, &mut out);
         let s = &self.self_counts;
         out.push_str(&format!(
             "numatrace itself (not in the tables above; the kernel counts it): {} PTE updates, \
              {} hint faults, {} pages migrated, {} scan calls, {} skipped VMAs\n",
-            s.scan.pte_updates,
-            s.hint_faults.faults,
-            s.hint_faults.migrated_pages,
-            s.scan.calls,
-            s.skipped_vmas_total,
+            m.cell(Feed::Pte, s.scan.pte_updates),
+            m.cell(Feed::HintFaults, s.hint_faults.faults),
+            m.cell(Feed::HintFaults, s.hint_faults.migrated_pages),
+            m.cell(Feed::Scan, s.scan.calls),
+            m.cell(Feed::SkipVma, s.skipped_vmas_total),
         ));
         out.push_str(&format!(
             "kernel /proc/vmstat (system-wide): {}\n",
@@ -276,7 +180,73 @@ impl StatReport {
         out
     }
 
-    fn push_cgroups(&self, out: &mut String) {
+    /// The task table (unmeasured cells `-`).
+    fn push_tasks(&self, m: &Measured, max_rows: usize, out: &mut String) {
+        let mut rows = vec![
+            [
+                "PID",
+                "TGID",
+                "COMM",
+                "SCAN%",
+                "PTES",
+                "HINTS",
+                "LOCAL%",
+                "SKIPPED",
+                "MOVES",
+                "SWAPS",
+                "STICKS",
+                "MIGRATED",
+                "MIG_FAIL",
+                "SKIPPED BY REASON",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for t in self.tasks.iter().take(max_rows) {
+            let c = &t.counts;
+            let p = &c.placement;
+            rows.push(vec![
+                t.pid.to_string(),
+                t.tgid.to_string(),
+                format!("{}{}", Escaped(&t.comm), if t.exited { "*" } else { "" }),
+                scan_share(c),
+                m.cell(Feed::Pte, c.scan.pte_updates),
+                m.cell(Feed::HintFaults, c.hint_faults.faults),
+                m.cell(
+                    Feed::HintFaults,
+                    pct(c.hint_faults.local, c.hint_faults.faults),
+                ),
+                m.cell(Feed::SkipVma, c.skipped_vmas_total),
+                m.cell(Feed::Moves, p.moves),
+                m.cell(Feed::Swaps, format!("{}/{}", p.swaps_out, p.swaps_in)),
+                m.cell(Feed::Sticks, p.sticks),
+                m.cell(Feed::MigratePages, c.migrations.pages_ok),
+                m.cell(Feed::MigratePages, c.migrations.pages_failed),
+                m.cell(Feed::SkipVma, reasons(&c.skipped_vmas)),
+            ]);
+        }
+        if self.tasks.is_empty() {
+            out.push_str("no NUMA balancing activity recorded for the traced tasks\n");
+            return;
+        }
+        out.push_str(&table(&rows));
+        if self.tasks.len() > max_rows {
+            out.push_str(&format!(
+                "... {} more tasks (--json lists all)\n",
+                self.tasks.len() - max_rows
+            ));
+        }
+        out.push_str(&format!(
+            "(* exited; SCAN% measured, or ~ sampled; SWAPS = initiated/received{})\n",
+            if m.complete() {
+                ""
+            } else {
+                "; - not measured: its hook did not attach"
+            }
+        ));
+    }
+
+    fn push_cgroups(&self, m: &Measured, out: &mut String) {
         if self.cgroups.is_empty() {
             return;
         }
@@ -290,9 +260,9 @@ impl StatReport {
                     Escaped(c.path.as_deref().unwrap_or("?")),
                     c.tasks,
                     if c.tasks == 1 { "" } else { "s" },
-                    c.counts.scan.pte_updates,
-                    c.counts.hint_faults.faults,
-                    c.counts.skipped_vmas_total
+                    m.cell(Feed::Pte, c.counts.scan.pte_updates),
+                    m.cell(Feed::HintFaults, c.counts.hint_faults.faults),
+                    m.cell(Feed::SkipVma, c.counts.skipped_vmas_total)
                 ))
                 .collect::<Vec<_>>()
                 .join(", "),
@@ -304,7 +274,7 @@ impl StatReport {
         ));
     }
 
-    fn push_nodes(&self, out: &mut String) {
+    fn push_nodes(&self, m: &Measured, out: &mut String) {
         if self.nodes.is_empty() {
             return;
         }
@@ -329,10 +299,10 @@ impl StatReport {
                 escape(&n.cpus).into_owned(),
                 n.mem_total_bytes
                     .map_or("-".into(), |b| format!("{} MiB", b >> 20)),
-                n.hint_faults.to_string(),
-                pct(n.hint_faults_local, n.hint_faults),
-                n.pages_migrated_in.to_string(),
-                n.pages_migrated_out.to_string(),
+                m.cell(Feed::HintFaults, n.hint_faults),
+                m.cell(Feed::HintFaults, pct(n.hint_faults_local, n.hint_faults)),
+                m.cell(Feed::HintFaults, n.pages_migrated_in),
+                m.cell(Feed::MigratedFrom, n.pages_migrated_out),
                 n.tasks_preferring.to_string(),
                 n.tasks_last_ran.to_string(),
             ]);
@@ -340,6 +310,110 @@ impl StatReport {
         out.push_str("by node (hint faults by the node of the faulting CPU; pages migrated by hint faults):\n");
         out.push_str(&table(&rows));
     }
+}
+
+/// Skipped VMAs, placement and migrate_pages' migrations.
+fn totals_line(m: &Measured, t: &Counts) -> String {
+    let p = &t.placement;
+    let g = &t.migrations;
+    let parts = [
+        m.clause(Feed::SkipVma, "skipped VMAs", || {
+            format!(
+                "{} ({})",
+                t.skipped_vmas_total,
+                if t.skipped_vmas.is_empty() {
+                    "-".into()
+                } else {
+                    reasons(&t.skipped_vmas)
+                }
+            )
+        }),
+        m.clause(Feed::Moves, "moves", || p.moves.to_string()),
+        m.clause(Feed::Swaps, "swaps", || {
+            format!("{}/{}", p.swaps_out, p.swaps_in)
+        }),
+        m.clause(Feed::Sticks, "sticks", || {
+            format!("{} ({} without target)", p.sticks, p.stick_no_target)
+        }),
+        m.clause(Feed::MigratePages, "NUMA migrations", || {
+            format!(
+                "{} pages ok, {} failed in {} calls (THP {} ok, {} failed)",
+                g.pages_ok, g.pages_failed, g.calls, g.thp_ok, g.thp_failed
+            )
+        }),
+    ];
+    format!("totals: {}\n", parts.join("; "))
+}
+
+/// task_numa_work, the scan share and change_prot_numa.
+fn scan_line(m: &Measured, t: &Counts) -> String {
+    let s = &t.scan;
+    let parts = [
+        m.clause(Feed::Scan, "task_numa_work", || {
+            format!(
+                "{} calls, {} in them (longest {}), node_stamp advanced {} for {} of scan \
+                 runtime, {} node_stamp>runtime violations",
+                s.calls,
+                ns(s.time_ns),
+                ns(s.max_ns),
+                ns(s.node_stamp_advance_ns),
+                ns(s.runtime_in_scan_ns),
+                s.stamp_violations,
+            )
+        }),
+        m.clause(Feed::ScanShare, "share", || scan_share(t)),
+        m.clause(Feed::Pte, "change_prot_numa", || {
+            format!(
+                "{} PTEs updated in {} calls",
+                s.pte_updates, s.prot_numa_calls
+            )
+        }),
+    ];
+    format!("scan: {}\n", parts.join("; "))
+}
+
+/// Hint faults, COW-shared ones, migrate_misplaced and migration stalls.
+fn hint_line(m: &Measured, t: &Counts) -> String {
+    let h = &t.hint_faults;
+    let g = &t.migrations;
+    let parts = [
+        m.clause(Feed::HintFaults, "hint faults", || {
+            format!(
+                "{} ({} local, {} remote; {} 4K, {} THP, {} large folio; {} pages), {} pages \
+                 migrated, {} failed",
+                h.faults,
+                h.local,
+                h.remote,
+                h.faults_4k,
+                h.faults_thp,
+                h.faults_large,
+                h.pages,
+                h.migrated_pages,
+                h.migrate_failed,
+            )
+        }),
+        m.clause(Feed::Cow, "COW-shared", || {
+            format!(
+                "{} ({})",
+                h.cow_shared,
+                m.clause(Feed::CowMigrated, "migrated", || h
+                    .cow_shared_migrated
+                    .to_string())
+            )
+        }),
+        m.clause(Feed::MigrateMisplaced, "migrate_misplaced", || {
+            format!(
+                "{} calls, {} migrated, mean {}",
+                g.attempts,
+                g.succeeded,
+                g.latency_ns_mean.map_or("-".into(), |v| ns(v as u64))
+            )
+        }),
+        m.clause(Feed::Stalls, "migration stalls", || {
+            format!("{} ({})", g.stalls, ns(g.stall_ns))
+        }),
+    ];
+    format!("{}\n", parts.join("; "))
 }
 
 fn pct(n: u64, d: u64) -> String {
@@ -387,6 +461,79 @@ mod tests {
         assert!(t.contains("numatrace itself"), "{t}");
         assert!(t.contains("3 hint faults"), "{t}");
         assert!(t.contains("by cgroup: /app.slice (1 task"), "{t}");
+    }
+
+    fn without(missing: &[&str]) -> super::StatReport {
+        let mut r = super::super::tests::sample();
+        r.hooks = crate::report::measured::tests::all_but(missing);
+        r
+    }
+
+    #[test]
+    fn hint_faults_without_their_hook_are_not_measured_not_zero() {
+        let t = without(&["task_numa_fault"]).to_text(20);
+        assert!(
+            t.contains("\nhint faults: not measured: task_numa_fault not attached; COW-shared: 0 (migrated: 0);"),
+            "{t}"
+        );
+        assert!(!t.contains("hint faults: 0"), "{t}");
+        assert!(
+            t.contains(
+                "): 0 PTE updates, - hint faults, - pages migrated, 0 scan calls, 0 skipped VMAs"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("1 task: 0 PTEs, - hint faults, 6 skipped VMAs"),
+            "{t}"
+        );
+        assert!(t.contains("- not measured: its hook did not attach"), "{t}");
+        let row = t.lines().find(|l| l.starts_with("100 ")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // PID TGID COMM SCAN% PTES HINTS LOCAL% SKIPPED
+        assert_eq!(cells[5..8], ["-", "-", "6"], "{row}");
+    }
+
+    #[test]
+    fn a_sampling_only_kernel_says_what_it_lacks() {
+        let t = without(&[
+            "task_numa_work",
+            "change_prot_numa",
+            "task_numa_fault",
+            "mpol_misplaced",
+            "migrate_misplaced_folio|_page",
+            "migration_entry_wait",
+        ])
+        .to_text(20);
+        assert!(
+            t.contains(
+                "\nscan: task_numa_work: not measured: task_numa_work not attached; share: -; \
+                 change_prot_numa: not measured: change_prot_numa not attached\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "\nhint faults: not measured: task_numa_fault not attached; COW-shared: not measured: \
+                 mpol_misplaced not attached; migrate_misplaced: not measured: \
+                 migrate_misplaced_folio|_page not attached; migration stalls: not measured: \
+                 migration_entry_wait not attached\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("totals: skipped VMAs: 6 (shared_ro=4 inaccessible=2); moves: 0;"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "): - PTE updates, - hint faults, - pages migrated, - scan calls, 0 skipped VMAs"
+            ),
+            "{t}"
+        );
+        for zero in ["hint faults: 0", "0 PTEs", "0 task_numa_work", "scan: 0"] {
+            assert!(!t.contains(zero), "{zero} in {t}");
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use serde_json::json;
 
 use crate::{
     model::{Counts, GapRecord},
-    report::stat::StatReport,
+    report::{measured::Feed, stat::StatReport},
 };
 
 /// A seed patch numatrace can judge.
@@ -146,20 +146,32 @@ pub fn balancing_off(verdict: Verdict, r: &StatReport) -> Option<String> {
     })
 }
 
+/// Seed 000's evidence: hint faults, COW-shared ones, PTE updates and migration stalls. A key
+/// whose hook did not attach is left out (a 0 there was never counted).
 pub fn hint_evidence(prefix: &str, r: &StatReport, ev: &mut BTreeMap<String, serde_json::Value>) {
+    let m = r.measured();
     let t = &r.totals;
     let h = &t.hint_faults;
-    for (k, v) in [
-        ("hint_faults", h.faults),
-        ("cow_shared_faults", h.cow_shared),
-        ("cow_shared_faults_thp", h.cow_shared_large),
-        ("cow_shared_migrated", h.cow_shared_migrated),
-        ("migrated_pages", h.migrated_pages),
-        ("pte_updates", t.scan.pte_updates),
-        ("migration_stalls", t.migrations.stalls),
-        ("migration_stall_ns", t.migrations.stall_ns),
+    for (feed, k, v) in [
+        (Feed::HintFaults, "hint_faults", h.faults),
+        (Feed::Cow, "cow_shared_faults", h.cow_shared),
+        (Feed::Cow, "cow_shared_faults_thp", h.cow_shared_large),
+        (
+            Feed::CowMigrated,
+            "cow_shared_migrated",
+            h.cow_shared_migrated,
+        ),
+        (Feed::HintFaults, "migrated_pages", h.migrated_pages),
+        (Feed::Pte, "pte_updates", t.scan.pte_updates),
+        (Feed::Stalls, "migration_stalls", t.migrations.stalls),
+        (Feed::Stalls, "migration_stall_ns", t.migrations.stall_ns),
     ] {
-        ev.insert(format!("{prefix}{k}"), json!(v));
+        if m.is(feed) {
+            ev.insert(format!("{prefix}{k}"), json!(v));
+        }
+    }
+    if !m.is(Feed::Stalls) {
+        return;
     }
     // Seed 000's symptom: tasks waiting on pages under migration, per task.
     let stalls: BTreeMap<String, u64> = r
@@ -182,6 +194,27 @@ mod tests {
             "behaves-as-patched"
         );
         assert_eq!(Verdict::NotExercised.to_string(), "not-exercised");
+    }
+
+    #[test]
+    fn evidence_leaves_out_what_was_not_measured() {
+        let mut r = crate::report::stat::tests::sample();
+        let mut ev = BTreeMap::new();
+        hint_evidence("", &r, &mut ev);
+        assert_eq!(ev["pte_updates"], 0, "no hooks listed: all measured");
+        r.hooks =
+            crate::report::measured::tests::all_but(&["change_prot_numa", "migration_entry_wait"]);
+        let mut ev = BTreeMap::new();
+        hint_evidence("x.", &r, &mut ev);
+        for gone in [
+            "x.pte_updates",
+            "x.migration_stalls",
+            "x.migration_stall_ns",
+            "x.migration_stalls_per_task",
+        ] {
+            assert!(!ev.contains_key(gone), "{gone}: {ev:?}");
+        }
+        assert!(ev.contains_key("x.hint_faults"), "{ev:?}");
     }
 
     #[test]
