@@ -47,7 +47,9 @@ pub struct CaptureInfo {
 pub struct Report {
     pub schema: &'static str,
     pub capture: CaptureInfo,
-    /// The `numatrace.stat/1` report of the captured window, as `stat` prints it.
+    /// The `numatrace.stat/1` report of the captured window, as `stat` prints it (what a hook
+    /// that did not attach feeds is left out).
+    #[serde(serialize_with = "crate::report::stat::serialize_measured")]
     pub stat: StatReport,
     pub verdicts: Vec<CheckResult>,
     pub findings: Vec<Finding>,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     context::wrap_words,
     findings::findings,
+    measured::Feed,
     mmtests::{OpsDiffRow, OpsRow, ops_diff, ops_diff_text},
     stat::StatReport,
     verdicts::{Verdict, offline_verdicts},
@@ -94,64 +95,92 @@ pub struct Side<'a> {
 /// rows, verdicts, findings and settings came in.
 pub const DIFF_SCHEMA: &str = "numatrace.diff/2";
 
-/// The metrics compared: name, whether a rate, and how to read it from a report.
-type Metric = (&'static str, bool, fn(&StatReport) -> Option<f64>);
+/// The metrics compared: name, the hooks that feed it (`None`: numatrace's own), whether a
+/// rate, and how to read it from a report.
+type Metric = (
+    &'static str,
+    Option<Feed>,
+    bool,
+    fn(&StatReport) -> Option<f64>,
+);
 
 const METRICS: &[Metric] = &[
-    ("scan calls/s", true, |r| Some(r.totals.scan.calls as f64)),
-    ("scan time ms/s", true, |r| {
+    ("scan calls/s", Some(Feed::Scan), true, |r| {
+        Some(r.totals.scan.calls as f64)
+    }),
+    ("scan time ms/s", Some(Feed::Scan), true, |r| {
         Some(r.totals.scan.time_ns as f64 / 1e6)
     }),
-    ("scan share of run time %", false, |r| {
-        r.totals.scan.share.map(|s| 100.0 * s)
-    }),
-    ("PTE updates/s", true, |r| {
+    (
+        "scan share of run time %",
+        Some(Feed::ScanShare),
+        false,
+        |r| r.totals.scan.share.map(|s| 100.0 * s),
+    ),
+    ("PTE updates/s", Some(Feed::Pte), true, |r| {
         Some(r.totals.scan.pte_updates as f64)
     }),
-    ("hint faults/s", true, |r| {
+    ("hint faults/s", Some(Feed::HintFaults), true, |r| {
         Some(r.totals.hint_faults.faults as f64)
     }),
-    ("hint faults local %", false, |r| {
+    ("hint faults local %", Some(Feed::HintFaults), false, |r| {
         let h = &r.totals.hint_faults;
         (h.faults > 0).then(|| 100.0 * h.local as f64 / h.faults as f64)
     }),
-    ("hint faults on THPs/s", true, |r| {
+    ("hint faults on THPs/s", Some(Feed::HintFaults), true, |r| {
         Some(r.totals.hint_faults.faults_thp as f64)
     }),
-    ("pages migrated/s", true, |r| {
+    ("pages migrated/s", Some(Feed::HintFaults), true, |r| {
         Some(r.totals.hint_faults.migrated_pages as f64)
     }),
-    ("pages failing migration/s", true, |r| {
-        Some(r.totals.migrations.pages_failed as f64)
-    }),
-    ("migrate_misplaced not migrated/s", true, |r| {
-        Some(r.totals.migrations.not_migrated as f64)
-    }),
-    ("migration latency mean µs", false, |r| {
-        r.totals.migrations.latency_ns_mean.map(|n| n / 1e3)
-    }),
-    ("migration latency p99 < µs", false, |r| {
-        quantile(&r.histograms.migrate_latency_ns, 0.99).map(|n| n as f64 / 1e3)
-    }),
-    ("migration stalls/s", true, |r| {
+    (
+        "pages failing migration/s",
+        Some(Feed::MigratePages),
+        true,
+        |r| Some(r.totals.migrations.pages_failed as f64),
+    ),
+    (
+        "migrate_misplaced not migrated/s",
+        Some(Feed::MigrateMisplaced),
+        true,
+        |r| Some(r.totals.migrations.not_migrated as f64),
+    ),
+    (
+        "migration latency mean µs",
+        Some(Feed::MigrateMisplaced),
+        false,
+        |r| r.totals.migrations.latency_ns_mean.map(|n| n / 1e3),
+    ),
+    (
+        "migration latency p99 < µs",
+        Some(Feed::MigrateMisplaced),
+        false,
+        |r| quantile(&r.histograms.migrate_latency_ns, 0.99).map(|n| n as f64 / 1e3),
+    ),
+    ("migration stalls/s", Some(Feed::Stalls), true, |r| {
         Some(r.totals.migrations.stalls as f64)
     }),
-    ("COW-shared hint faults/s", true, |r| {
+    ("COW-shared hint faults/s", Some(Feed::Cow), true, |r| {
         Some(r.totals.hint_faults.cow_shared as f64)
     }),
-    ("skipped VMAs/s", true, |r| {
+    ("skipped VMAs/s", Some(Feed::SkipVma), true, |r| {
         Some(r.totals.skipped_vmas_total as f64)
     }),
-    ("skipped VMAs pid_inactive/s", true, |r| {
-        Some(r.totals.skipped_vmas.get("pid_inactive") as f64)
-    }),
-    ("task moves/s", true, |r| {
+    (
+        "skipped VMAs pid_inactive/s",
+        Some(Feed::SkipVma),
+        true,
+        |r| Some(r.totals.skipped_vmas.get("pid_inactive") as f64),
+    ),
+    ("task moves/s", Some(Feed::Moves), true, |r| {
         Some(r.totals.placement.moves as f64)
     }),
-    ("task swaps/s", true, |r| {
+    ("task swaps/s", Some(Feed::Swaps), true, |r| {
         Some(r.totals.placement.swaps_out as f64)
     }),
-    ("events dropped", false, |r| Some(r.dropped.total as f64)),
+    ("events dropped", None, false, |r| {
+        Some(r.dropped.total as f64)
+    }),
 ];
 
 pub fn diff(before: &Side, after: &Side) -> Diff {
@@ -160,8 +189,13 @@ pub fn diff(before: &Side, after: &Side) -> Diff {
         |r: &StatReport, v: f64| (r.window.duration_s > 0.0).then(|| v / r.window.duration_s);
     let rows = METRICS
         .iter()
-        .filter_map(|(name, per_second, get)| {
-            let (mut b, mut a) = (get(before.stat), get(after.stat));
+        .filter_map(|(name, feed, per_second, get)| {
+            // Not measured in a window (its hook did not attach): `None`, never 0.
+            let read = |r: &StatReport| {
+                let measured = feed.is_none_or(|f| r.measured().is(f));
+                get(r).filter(|_| measured)
+            };
+            let (mut b, mut a) = (read(before.stat), read(after.stat));
             if b.is_none() && a.is_none() {
                 return None;
             }

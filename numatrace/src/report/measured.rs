@@ -276,6 +276,7 @@ const COUNTS: Table = &[
             "scan.runtime_in_scan_ns",
             "scan.node_stamp_advance_ns",
             "scan.stamp_violations",
+            "scan.requeued_calls",
             "scan.cap_calls",
             "scan.cap_violations",
             "scan.task_runtime_ns",
