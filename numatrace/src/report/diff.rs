@@ -302,6 +302,13 @@ fn settings_of(s: &SystemState) -> std::collections::BTreeMap<String, Item<Strin
     };
     map("tunable", &s.tunables);
     map("THP", &s.thp);
+    // khugepaged's counters are activity, not settings.
+    for counter in [
+        "THP khugepaged/full_scans",
+        "THP khugepaged/pages_collapsed",
+    ] {
+        out.remove(counter);
+    }
     match &s.config {
         Item::Present(c) => {
             for (k, v) in &c.options {
