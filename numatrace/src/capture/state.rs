@@ -122,6 +122,9 @@ impl TaskReads {
         note: String,
         now_unix_s: f64,
     ) -> State {
+        // The machine first: its vmstat is the mmtests rows' end of the window, read before
+        // the slow per-task reads.
+        let system = SystemState::read();
         self.refresh(tasks, now_unix_s);
         let gone = "the task exited before numatrace read it";
         let mut busiest = Vec::new();
@@ -168,7 +171,7 @@ impl TaskReads {
         State {
             phase: phase.to_owned(),
             unix_s: now_unix_s,
-            system: SystemState::read(),
+            system,
             busiest,
             processes,
             busiest_note: note,

@@ -230,10 +230,12 @@ counter_struct! {
         /// should advance 32× the runtime spent scanning).
         sum runtime_in_scan_ns: u64,
         sum node_stamp_advance_ns: u64,
-        /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0).
+        /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0),
+        /// from a task's second seen call on, other than `requeued_calls`.
         sum stamp_violations: u64,
         /// Calls queued while the task's previous call ran (longer than the scan period) and
-        /// entered with node_stamp as it left it: the kernel's course, not the underflow.
+        /// entered with node_stamp as it left it, after a call whose runtime had passed the
+        /// node_stamp it ran under: the kernel's course, not the underflow.
         sum requeued_calls: u64,
         /// Calls during which runtime advanced, and those after which node_stamp had advanced
         /// less than 32x that runtime (seed 003's cap; expected 0).

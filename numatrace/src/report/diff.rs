@@ -111,12 +111,9 @@ const METRICS: &[Metric] = &[
     ("scan time ms/s", Some(Feed::Scan), true, |r| {
         Some(r.totals.scan.time_ns as f64 / 1e6)
     }),
-    (
-        "scan share of run time %",
-        Some(Feed::ScanShare),
-        false,
-        |r| r.totals.scan.share.map(|s| 100.0 * s),
-    ),
+    ("scan share of run time %", Some(Feed::Scan), false, |r| {
+        r.totals.scan.share.map(|s| 100.0 * s)
+    }),
     ("PTE updates/s", Some(Feed::Pte), true, |r| {
         Some(r.totals.scan.pte_updates as f64)
     }),
@@ -377,8 +374,11 @@ fn head(name: &str, width: usize) -> String {
 }
 
 impl Diff {
+    /// Every row the same in both windows (a row measured in one window only has changed).
     pub fn unchanged(&self) -> bool {
-        self.rows.iter().all(|r| r.change.is_none_or(|c| c == 0.0))
+        self.rows
+            .iter()
+            .all(|r| r.before.is_some() == r.after.is_some() && r.change.is_none_or(|c| c == 0.0))
             && self.mmtests.iter().all(|r| r.base == r.patched)
     }
 
@@ -452,7 +452,7 @@ impl Diff {
         {
             let _ = writeln!(
                 s,
-                "(- : not measured in that window: its hook was not attached)"
+                "(- : not measured in that window: its hook did not attach, or nothing to divide)"
             );
         }
         if self.unchanged() {
