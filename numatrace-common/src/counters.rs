@@ -53,11 +53,25 @@ pub enum Counter {
     SeenSkipVmaBtf = 28,
     /// A CPU or page on a NUMA node beyond [`MAX_NODES`]: left out of the per-node arrays.
     NodeOutOfRange = 29,
+    /// `mm_migrate_pages` with reason MR_DEMOTION, system-wide (reclaim demotes on behalf of
+    /// no followed task): calls, pages demoted / not demoted, and the pages demoted by kswapd
+    /// and by khugepaged (the rest: direct or proactive reclaim).
+    DemoteCalls = 30,
+    DemotePages = 31,
+    DemoteFailed = 32,
+    DemoteKswapd = 33,
+    DemoteKhugepaged = 34,
+    /// `sched_skip_cpuset_numa` events (6.16+): scans skipped for a one-node cpuset.
+    SeenSkipCpuset = 35,
+    /// Pages the followed tasks' hint faults promoted (slow tier to top tier), and their hint
+    /// faults on pages of a slow-tier node.
+    PromotedPages = 36,
+    SlowTierFaults = 37,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 30] = [
+    pub const ALL: [Counter; 38] = [
         Self::RingbufFull,
         Self::TaskMapFull,
         Self::TasksCreated,
@@ -88,6 +102,14 @@ impl Counter {
         Self::SkipGapLost,
         Self::SeenSkipVmaBtf,
         Self::NodeOutOfRange,
+        Self::DemoteCalls,
+        Self::DemotePages,
+        Self::DemoteFailed,
+        Self::DemoteKswapd,
+        Self::DemoteKhugepaged,
+        Self::SeenSkipCpuset,
+        Self::PromotedPages,
+        Self::SlowTierFaults,
     ];
 
     /// Tallies of what the traced tasks did (not losses or bookkeeping): numatrace's own
@@ -105,9 +127,14 @@ impl Counter {
                 | Self::VmaMapFull
                 | Self::SkipGapLost
                 | Self::NodeOutOfRange
+                | Self::DemoteCalls
+                | Self::DemotePages
+                | Self::DemoteFailed
+                | Self::DemoteKswapd
+                | Self::DemoteKhugepaged
         )
     }
 }
 
 /// Length of [`MAP_COUNTERS`].
-pub const COUNTER_SLOTS: u32 = 32;
+pub const COUNTER_SLOTS: u32 = 40;

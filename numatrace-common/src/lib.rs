@@ -42,6 +42,7 @@ mod pod {
     unsafe impl aya::Pod for VmaStats {}
     unsafe impl aya::Pod for GapOffsets {}
     unsafe impl aya::Pod for VmaGap {}
+    unsafe impl aya::Pod for TierConfig {}
 }
 
 #[cfg(test)]
@@ -53,7 +54,8 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 50 * 8 + 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 54 * 8 + 8);
+        assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);
@@ -72,6 +74,29 @@ mod tests {
             assert_eq!(*c as usize, i);
         }
         assert!(Counter::ALL.len() <= COUNTER_SLOTS as usize);
+    }
+
+    #[test]
+    fn a_promotion_is_a_move_from_a_slow_tier_to_a_top_one() {
+        // Nodes 0-1 top tier, node 2 slow.
+        let mut t = TierConfig {
+            toptier_mask: 0b011,
+            known: 1,
+            mode_gated: 1,
+            mode: 2,
+            _pad: 0,
+        };
+        assert!(t.promotes(2, 0));
+        assert!(!t.promotes(0, 1), "top to top is a NUMA migration");
+        assert!(!t.promotes(0, 2), "top to slow is not a promotion");
+        assert!(!t.promotes(MAX_NODES as u64, 0), "unknown source");
+        assert!(t.slow(2) && !t.slow(0));
+        t.mode = 1;
+        assert!(!t.promotes(2, 0), "6.11+: only in tiering mode");
+        t.mode_gated = 0;
+        assert!(t.promotes(2, 0), "6.1-6.10: in any mode");
+        t.known = 0;
+        assert!(!t.promotes(2, 0) && !t.slow(2));
     }
 
     #[test]

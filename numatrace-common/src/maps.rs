@@ -89,3 +89,47 @@ pub struct VmaGap {
     pub first_over_ns: u64,
     pub last_ns: u64,
 }
+
+/// Memory tiering as userspace last read it: the one value of [`MAP_TIERING`], rewritten when
+/// the mode or the tiers change, so that a hint fault's migration is classed as a promotion
+/// exactly where the kernel counts `pgpromote_success`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierConfig {
+    /// Bit n: node n is in a top tier (the kernel's `node_is_toptier`).
+    pub toptier_mask: u64,
+    /// Non-zero: tiers are known (6.1+ memory tiers, or nodes with CPUs on 5.18-6.0); zero:
+    /// nothing is classed by tier.
+    pub known: u32,
+    /// Non-zero: the kernel counts a promotion only while `kernel.numa_balancing` has the
+    /// tiering bit (6.11+); before, every top-tier-bound migration from a slower tier counts.
+    pub mode_gated: u32,
+    /// `kernel.numa_balancing` as last read.
+    pub mode: u32,
+    pub _pad: u32,
+}
+
+/// `kernel.numa_balancing`'s memory-tiering bit (NUMA_BALANCING_MEMORY_TIERING).
+pub const NUMA_BALANCING_MEMORY_TIERING: u32 = 0x2;
+
+impl TierConfig {
+    /// Whether `node` is in a top tier (a node beyond the mask's 64 bits is taken as one, as
+    /// the kernel takes a node with no tier).
+    pub fn toptier(&self, node: u64) -> bool {
+        node >= 64 || self.toptier_mask & (1u64 << node) != 0
+    }
+
+    /// Whether a migration from `src` to `dst` counts as a promotion now.
+    pub fn promotes(&self, src: u64, dst: u64) -> bool {
+        self.known != 0
+            && (self.mode_gated == 0 || self.mode & NUMA_BALANCING_MEMORY_TIERING != 0)
+            && src < MAX_NODES as u64
+            && !self.toptier(src)
+            && self.toptier(dst)
+    }
+
+    /// Whether a page on `node` is in a slower tier than the top one.
+    pub fn slow(&self, node: u64) -> bool {
+        self.known != 0 && node < MAX_NODES as u64 && !self.toptier(node)
+    }
+}

@@ -130,6 +130,11 @@ pub const GLOBAL_GAP_OFFSETS: &str = "GAP_OFFSETS";
 /// Per-VMA pid_inactive skips and their scan-sequence gaps, key [`VmaKey`], value [`VmaGap`].
 pub const MAP_VMA_GAPS: &str = "VMA_GAPS";
 
+/// The one-value array holding [`TierConfig`].
+pub const MAP_TIERING: &str = "TIERING";
+/// Program on `sched:sched_skip_cpuset_numa` (6.16+).
+pub const PROG_SKIP_CPUSET: &str = "tp_sched_skip_cpuset_numa";
+
 /// Every program name above: the object must define each.
 pub const PROGRAMS: &[&str] = &[
     PROG_SKIP_VMA,
@@ -172,6 +177,7 @@ pub const PROGRAMS: &[&str] = &[
     PROG_FLOOR_KRETPROBE,
     PROG_FLOOR_FEXIT,
     PROG_FLOOR_BTF_TRACEPOINT,
+    PROG_SKIP_CPUSET,
 ];
 
 /// Every map name above.
@@ -189,6 +195,7 @@ pub const MAPS: &[&str] = &[
     MAP_MIGRATED_PAGES,
     MAP_VMA_STATS,
     MAP_VMA_GAPS,
+    MAP_TIERING,
 ];
 
 /// Every global name above.

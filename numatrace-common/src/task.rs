@@ -26,6 +26,10 @@ pub const SKIP_REASON_OTHER: usize = SKIP_REASON_SLOTS - 1;
 
 /// `enum migrate_reason`: MR_NUMA_MISPLACED, the only reason counted as a NUMA migration.
 pub const MR_NUMA_MISPLACED: u32 = 5;
+/// `enum migrate_reason`: MR_DEMOTION, reclaim moving pages to a slower memory tier (5.15+).
+pub const MR_DEMOTION: u32 = 8;
+/// `task_struct.flags`: the task is a kswapd thread.
+pub const PF_KSWAPD: u32 = 0x0002_0000;
 
 /// Per-task aggregates kept in [`MAP_TASK_STATS`]. Counters only grow.
 #[repr(C)]
@@ -125,6 +129,15 @@ pub struct TaskStats {
     /// entered with node_stamp as that call left it. The kernel's normal course, not seed
     /// 003's underflow: such a call is judged with the one before it (stamp and share).
     pub scan_requeued: u64,
+    /// Memory tiering: pages this task's hint faults promoted (migrated from a node outside
+    /// the top tier to one in it, counted as the kernel counts `pgpromote_success`), hint
+    /// faults on slow-tier pages whose migration was refused or failed (TNF_MIGRATE_FAIL), and
+    /// hint faults on pages of a node outside the top tier.
+    pub promoted_pages: u64,
+    pub promote_failed: u64,
+    pub slow_tier_faults: u64,
+    /// `sched_skip_cpuset_numa`: scans skipped because the task's cpuset allows one node.
+    pub skip_cpuset: u64,
     /// cgroup v2 id (`bpf_get_current_cgroup_id`) when the entry was created, refreshed at
     /// each scan and hint fault; 0: never seen running.
     pub cgroup_id: u64,

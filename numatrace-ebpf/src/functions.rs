@@ -6,14 +6,14 @@ use aya_ebpf::{
     EbpfContext, Global,
     helpers::bpf_ktime_get_ns,
     macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::{HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use numatrace_common::{
     Counter, EMIT_VMA_SCAN, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig,
     LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
     NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
-    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats,
+    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats, TierConfig,
     VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
@@ -47,6 +47,16 @@ static REGION_FAULTS: LruHashMap<RegionKey, u64> =
 #[map]
 static VMA_STATS: HashMap<VmaKey, VmaStats> =
     HashMap::with_max_entries(numatrace_common::MAX_VMAS, 0);
+
+/// Written by userspace whenever the tiering mode or the memory tiers change.
+#[map]
+static TIERING: Array<TierConfig> = Array::with_max_entries(1, 0);
+
+/// The tiers as userspace last wrote them (all unknown until it has).
+#[inline(always)]
+fn tiers() -> TierConfig {
+    TIERING.get(0).copied().unwrap_or_default()
+}
 
 #[map]
 static MIGRATE_LATENCY: Slots<{ LATENCY_BUCKETS as usize }> = PerCpuArray::with_max_entries(1, 0);
@@ -378,6 +388,30 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
     let pages = pages.max(0) as u64;
     let flags = flags as u32;
     let local = flags & TNF_FAULT_LOCAL != 0;
+    let migrated = flags & TNF_MIGRATED != 0;
+    // Where the page was when the fault was taken: a migrated one came from `src`.
+    let tier = tiers();
+    let from = if migrated {
+        src
+    } else {
+        mem_node.max(0) as u64
+    };
+    if tier.slow(from) {
+        unsafe { add(&raw mut (*t).slow_tier_faults, 1) };
+        count(Counter::SlowTierFaults);
+        // A slow-tier page the fault meant to move to the faulting CPU's (top-tier) node and
+        // could not: refused before the migration (6.12+ migrate_misplaced_folio_prepare: the
+        // top node short of free pages wakes kswapd to demote) or failed in it.
+        if flags & TNF_MIGRATE_FAIL != 0 {
+            unsafe { add(&raw mut (*t).promote_failed, 1) };
+        }
+    }
+    // As the kernel counts pgpromote_success: the pages of a successful migration from a
+    // node outside the top tier into it.
+    if migrated && tier.promotes(src, mem_node.max(0) as u64) {
+        unsafe { add(&raw mut (*t).promoted_pages, pages) };
+        count_n(Counter::PromotedPages, pages);
+    }
     unsafe {
         add(&raw mut (*t).hint_faults, 1);
         add(&raw mut (*t).hint_pages, pages);

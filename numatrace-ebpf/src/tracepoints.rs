@@ -8,14 +8,14 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     Counter, EMIT_MIGRATE_PAGES, EMIT_PLACEMENT, EMIT_SKIP_VMA, EventKind, FIELD_ABSENT,
-    ForkOffsets, MR_NUMA_MISPLACED, MigrateOffsets, MigratePagesEvent, MoveOffsets, PairOffsets,
-    PlacementEvent, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets,
-    TaskExitEvent,
+    ForkOffsets, MR_DEMOTION, MR_NUMA_MISPLACED, MigrateOffsets, MigratePagesEvent, MoveOffsets,
+    PF_KSWAPD, PairOffsets, PlacementEvent, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent,
+    SkipVmaOffsets, TaskExitEvent,
 };
 
 use crate::tasks::{
-    TASK_STATS, add, count, current, emit, follow_child, header, is_self, send, task_entry,
-    task_stats, touch, touch_noting, wanted,
+    TASK_STATS, add, count, count_n, current, emit, follow_child, header, is_self, send,
+    task_entry, task_stats, touch, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -188,6 +188,10 @@ pub fn tp_sched_stick_numa(ctx: TracePointContext) -> u32 {
 pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
     let o = MIGRATE_OFFSETS.load();
     let reason: i32 = field(&ctx, o.reason, -1);
+    if reason as u32 == MR_DEMOTION {
+        demotion(&ctx, &o);
+        return 0;
+    }
     if reason as u32 != MR_NUMA_MISPLACED {
         return 0;
     }
@@ -218,6 +222,45 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
     }
     if emit(EMIT_MIGRATE_PAGES) {
         send(ev);
+    }
+    0
+}
+
+/// A reclaim pass demoting pages to a slower tier: counted system-wide (kswapd and the
+/// reclaiming tasks are not followed), split by who reclaimed as the kernel splits
+/// `pgdemote_*`: kswapd (PF_KSWAPD), khugepaged (its comm), the rest direct or proactive.
+#[inline(always)]
+fn demotion(ctx: &TracePointContext, o: &MigrateOffsets) {
+    let ok: u64 = field(ctx, o.succeeded, 0u64);
+    count(Counter::DemoteCalls);
+    count_n(Counter::DemotePages, ok);
+    count_n(Counter::DemoteFailed, field(ctx, o.failed, 0u64));
+    let flags = crate::tasks::read_field::<u32>(
+        crate::tasks::current_task(),
+        crate::tasks::TASK_OFFSETS.load().flags,
+    )
+    .unwrap_or(0);
+    if flags & PF_KSWAPD != 0 {
+        count_n(Counter::DemoteKswapd, ok);
+    } else if aya_ebpf::helpers::bpf_get_current_comm()
+        .is_ok_and(|c| c.starts_with(b"khugepaged\0"))
+    {
+        count_n(Counter::DemoteKhugepaged, ok);
+    }
+}
+
+/// 6.16+: task_numa_work skipped a scan because the task's cpuset allows one node (fires in
+/// task_numa_work, so the scanning task is `current`).
+#[tracepoint]
+pub fn tp_sched_skip_cpuset_numa(_ctx: TracePointContext) -> u32 {
+    let cur = current();
+    if !wanted(cur.tgid) {
+        return 0;
+    }
+    count(Counter::SeenSkipCpuset);
+    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
+        add(unsafe { &raw mut (*t).skip_cpuset }, 1);
+        touch_noting(t);
     }
     0
 }

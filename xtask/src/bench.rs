@@ -193,7 +193,9 @@ fn run_guest(
         &initrd,
     )?;
     let (pkg, vmlinuz) = vm::kernel_image(k)?;
-    eprintln!("xtask: booting {pkg} in a 2-node TCG guest for the benchmarks");
+    eprintln!(
+        "xtask: booting {pkg} in a TCG guest (2 nodes and a slow CPU-less one) for the benchmarks"
+    );
     let log_path = out.join(format!("{}.log", k.label));
     let boot = || {
         vm::boot_for(

@@ -38,8 +38,8 @@ enum Step {
     /// systemd units, docs) and check it with lintian (installed as root when missing).
     Deb,
     /// The whole test suite: fmt, clippy (host and eBPF crates), unit and real-kernel tests on
-    /// this kernel, the package test, then the same real-kernel tests in 2-node QEMU guests
-    /// (vm-test).
+    /// this kernel, the package test, then the same real-kernel tests in QEMU guests (two nodes
+    /// and a slow CPU-less third; vm-test).
     Test {
         /// Skip fmt and clippy.
         #[arg(long)]
@@ -53,8 +53,8 @@ enum Step {
     PackageTest,
     /// Benchmarks (BENCHMARKS.md): per-program kernel cost against empty programs, workload
     /// overhead untraced / under each command / under bpftrace, and the daemon's CPU, memory
-    /// and start-up time with 100 to 10 000 live tasks, in a 2-node QEMU guest (plus per-program
-    /// costs on the host). Prints the tables; writes target/bench/results.{md,jsonl}. Root.
+    /// and start-up time with 100 to 10 000 live tasks, in a QEMU guest (that of vm-test), plus
+    /// per-program costs on the host. Prints the tables; writes target/bench/results.{md,jsonl}. Root.
     Bench {
         /// Kernel line of the guest.
         #[arg(long, default_value = "6.12")]
@@ -97,7 +97,8 @@ enum Step {
         #[arg(long)]
         no_icount: bool,
     },
-    /// Run the real-kernel tests in 2-node QEMU guests, one boot per kernel line: Debian's
+    /// Run the real-kernel tests in QEMU guests (two nodes and a slow CPU-less third), one boot
+    /// per kernel line: Debian's
     /// newest 5.10, 6.1, 6.12 and 7.x cloud kernels (from the mirror's package indexes) and
     /// Ubuntu's 6.8.0-31 (installs qemu-system-x86, busybox-static, cpio and curl with apt
     /// when missing; downloads the kernels once into the cache; needs root).
@@ -149,7 +150,10 @@ fn run(cli: Cli) -> Result<()> {
                 eprintln!("xtask: --no-vm: QEMU guests skipped");
                 Ok(())
             } else {
-                vm::run(&tools, &vm::Selection::default())
+                let start = std::time::Instant::now();
+                let r = vm::run(&tools, &vm::Selection::default());
+                eprintln!("xtask: QEMU guests took {} s", start.elapsed().as_secs());
+                r
             }
         }
         Step::VmTest {

@@ -16,42 +16,62 @@ use crate::{
 /// Seconds each fuzz target runs (`NUMATRACE_FUZZ_SECONDS` overrides; 0 skips fuzzing).
 const FUZZ_SECONDS: u64 = 12;
 
+/// Prints how long a step of the test command took: the suite must stay within CI's time
+/// budget, and this says where the time goes.
+fn timed<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let start = std::time::Instant::now();
+    let r = f();
+    eprintln!("xtask: {step} took {} s", start.elapsed().as_secs());
+    r
+}
+
 pub fn run(tools: &Tools, lint: bool) -> Result<()> {
+    if lint {
+        timed("lint", || self::lint(tools))?;
+    }
+    timed("unit and real-kernel tests", || host_tests(tools))?;
+    timed("package step", || package(tools))?;
+    timed("fuzzing", || fuzz(tools))
+}
+
+fn lint(tools: &Tools) -> Result<()> {
     let stable = &tools.pins.stable;
     let nightly = &tools.pins.nightly;
-    if lint {
-        eprintln!("xtask: cargo fmt --check");
-        check(tools.cargo(stable).args(["fmt", "--all", "--", "--check"]))?;
-        eprintln!("xtask: clippy (host crates)");
-        check(tools.cargo(stable).args([
-            "clippy",
-            "--release",
-            "--all-targets",
-            "--package",
-            "numatrace",
-            "--package",
-            "numatrace-common",
-            "--package",
-            "xtask",
-            "--",
-            "-D",
-            "warnings",
-        ]))?;
-        eprintln!("xtask: clippy (eBPF crate, bpfel-unknown-none)");
-        check(tools.cargo(nightly).args([
-            "clippy",
-            "--release",
-            "--package",
-            "numatrace-ebpf",
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--",
-            "-D",
-            "warnings",
-        ]))?;
-    }
+    eprintln!("xtask: cargo fmt --check");
+    check(tools.cargo(stable).args(["fmt", "--all", "--", "--check"]))?;
+    eprintln!("xtask: clippy (host crates)");
+    check(tools.cargo(stable).args([
+        "clippy",
+        "--release",
+        "--all-targets",
+        "--package",
+        "numatrace",
+        "--package",
+        "numatrace-common",
+        "--package",
+        "xtask",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    eprintln!("xtask: clippy (eBPF crate, bpfel-unknown-none)");
+    check(tools.cargo(nightly).args([
+        "clippy",
+        "--release",
+        "--package",
+        "numatrace-ebpf",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+fn host_tests(tools: &Tools) -> Result<()> {
+    let stable = &tools.pins.stable;
     // `top` is tested in a real terminal: tmux (and pgrep) from Debian; `serve`'s exposition
     // and deploy/'s scrape config by promtool, from Debian's prometheus package; the kernel's
     // BPF object lists by bpftool and mount namespaces by unshare (util-linux). As root.
@@ -76,9 +96,7 @@ pub fn run(tools: &Tools, lint: bool) -> Result<()> {
         "xtask",
         "--",
         "--test-threads=1",
-    ]))?;
-    package(tools)?;
-    fuzz(tools)
+    ]))
 }
 
 /// The "package" step (also `cargo xtask package-test`): builds the Debian package (lintian

@@ -52,7 +52,8 @@ enum Workload {
     /// nodes. With `--mode shared` the pages stay COW-shared (patched kernels neither fault nor
     /// migrate them); `--mode private` is the control where each child writes its copy first.
     Cow {
-        /// Number of children; child i runs on the first CPU of node (i+1) mod nodes.
+        /// Number of children; child i runs on the first CPU of the (i+1)th node with CPUs (mod
+        /// their number).
         #[arg(long, default_value_t = 2)]
         children: usize,
         /// MiB in the array.
@@ -136,7 +137,10 @@ enum Workload {
         state_file: PathBuf,
     },
     /// Touch memory on a CPU of one NUMA node, then read it from a CPU of another: NUMA
-    /// balancing should find the pages misplaced and migrate them (needs 2+ nodes).
+    /// balancing should find the pages misplaced and migrate them (needs 2+ nodes). A node
+    /// without CPUs (a slow memory tier) is first-touched under a bind memory policy from the
+    /// reading node's CPU, then read under the default policy: in memory-tiering mode the
+    /// kernel promotes the pages it finds hot.
     Migrate {
         /// MiB to touch.
         #[arg(long, default_value_t = 64)]
@@ -153,6 +157,9 @@ enum Workload {
         /// Back the memory with THPs (MADV_HUGEPAGE); default: 4K pages (MADV_NOHUGEPAGE).
         #[arg(long)]
         thp: bool,
+        /// Then keep the memory, untouched, this long (e.g. for reclaim to demote it).
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        hold: Duration,
     },
     /// Fault-heavy: many small threads, each first-touching its own buffer on one node and then
     /// writing it from a CPU of another, for as long as asked: every scan makes each of its
@@ -223,11 +230,13 @@ fn pin_to_cpu(cpu: usize) -> Result<()> {
     Ok(())
 }
 
-fn nodes() -> u32 {
-    (0..1024)
+/// The NUMA nodes that have CPUs (a slow memory tier's node has none), at least node 0.
+fn cpu_nodes() -> Vec<u32> {
+    let nodes: Vec<u32> = (0..1024)
         .take_while(|n| std::path::Path::new(&format!("/sys/devices/system/node/node{n}")).exists())
-        .count()
-        .max(1) as u32
+        .filter(|n| node_cpu(*n).is_ok())
+        .collect();
+    if nodes.is_empty() { vec![0] } else { nodes }
 }
 
 /// Reads one word of every 4K page of `buf`, over and over until `duration` after `start`;
@@ -286,8 +295,8 @@ fn cow(
     duration: Duration,
 ) -> Result<()> {
     let bytes = mem_mib << 20;
-    let nodes = nodes();
-    pin_to_cpu(node_cpu(0)?)?;
+    let nodes = cpu_nodes();
+    pin_to_cpu(node_cpu(nodes[0])?)?;
     // A private anonymous mapping initialised by the parent: after fork its pages are
     // COW-shared, as the seed's initialised data section is.
     let array = anon_mapping(bytes, thp)?;
@@ -307,7 +316,7 @@ fn cow(
                         page[0] = page[0].wrapping_add(1);
                     }
                 }
-                let node = (i as u32 + 1) % nodes;
+                let node = nodes[(i + 1) % nodes.len()];
                 let _ = node_cpu(node).and_then(pin_to_cpu);
                 let passes = read_pages(array, start, duration);
                 println!("cow child {i} on node {node}: {passes} passes");
@@ -437,11 +446,52 @@ fn thp_child(mem_mib: usize, duration: Duration, state: &std::path::Path) -> Res
     Ok(())
 }
 
+/// set_mempolicy(2) for the calling thread: `MPOL_BIND` to `node`, or `MPOL_DEFAULT`.
+fn bind_memory(node: Option<u32>) -> Result<()> {
+    const MPOL_DEFAULT: libc::c_long = 0;
+    const MPOL_BIND: libc::c_long = 2;
+    let mask: [libc::c_ulong; 16] = {
+        let mut m = [0; 16];
+        if let Some(n) = node {
+            let bits = libc::c_ulong::BITS;
+            m.get_mut((n / bits) as usize)
+                .with_context(|| format!("node {n} is beyond this program's node mask"))?;
+            m[(n / bits) as usize] |= 1 << (n % bits);
+        }
+        m
+    };
+    // MPOL_DEFAULT takes no mask at all (a mask, even of 0 bits, is EINVAL).
+    let (mode, nmask, maxnode) = match node {
+        Some(_) => (
+            MPOL_BIND,
+            mask.as_ptr(),
+            (mask.len() as u32 * libc::c_ulong::BITS) as libc::c_ulong,
+        ),
+        None => (MPOL_DEFAULT, std::ptr::null(), 0),
+    };
+    // SAFETY: the mask outlives the call and holds `maxnode` bits.
+    let r = unsafe { libc::syscall(libc::SYS_set_mempolicy, mode, nmask, maxnode) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error()).context("set_mempolicy");
+    }
+    Ok(())
+}
+
 fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) -> Result<()> {
-    pin_to_cpu(node_cpu(from)?)?;
+    // A node without CPUs (slow memory) gets its pages through a bind policy instead.
+    let memory_only = node_cpu(from).is_err();
+    if memory_only {
+        pin_to_cpu(node_cpu(to)?)?;
+        bind_memory(Some(from))?;
+    } else {
+        pin_to_cpu(node_cpu(from)?)?;
+    }
     let buf = anon_mapping(mem_mib << 20, thp)?;
     for page in buf.chunks_mut(1024) {
         page[0] = 1;
+    }
+    if memory_only {
+        bind_memory(None)?;
     }
     pin_to_cpu(node_cpu(to)?)?;
     let start = Instant::now();
@@ -664,7 +714,12 @@ fn main() -> Result<()> {
             to_node,
             duration,
             thp,
-        } => migrate(mem_mib, from_node, to_node, thp, duration),
+            hold,
+        } => {
+            migrate(mem_mib, from_node, to_node, thp, duration)?;
+            std::thread::sleep(hold);
+            Ok(())
+        }
         Workload::Churn {
             tasks,
             parallel,
@@ -726,11 +781,14 @@ fn churn(tasks: usize, parallel: usize, spin: Duration) -> Result<()> {
 }
 
 fn remote(threads: usize, mem_mib: usize, duration: Duration) -> Result<()> {
-    let n = nodes();
-    if n < 2 {
-        anyhow::bail!("remote needs 2 or more NUMA nodes (this machine has {n})");
+    let nodes = cpu_nodes();
+    if nodes.len() < 2 {
+        anyhow::bail!(
+            "remote needs 2 or more NUMA nodes with CPUs (this machine has {})",
+            nodes.len()
+        );
     }
-    let cpus: Vec<usize> = (0..n).map(node_cpu).collect::<Result<_>>()?;
+    let cpus: Vec<usize> = nodes.into_iter().map(node_cpu).collect::<Result<_>>()?;
     let bytes = mem_mib << 20;
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)

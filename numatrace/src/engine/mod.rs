@@ -19,18 +19,18 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, RingBuf},
+    maps::{Array, HashMap, MapData, RingBuf},
 };
 use numatrace_common::{
     Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_MIGRATE_MATRIX,
-    MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS, MAP_TRACKED_TGIDS,
-    MAP_VMA_GAPS, MAP_VMA_STATS,
+    MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS, MAP_TIERING,
+    MAP_TRACKED_TGIDS, MAP_VMA_GAPS, MAP_VMA_STATS, TierConfig,
 };
 use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
 use crate::{
     bpf::loader::{HookReport, LoadOptions, Session},
-    kernel::{facts::KernelFacts, nodes::system_nodes, vmstat::Vmstat},
+    kernel::{facts::KernelFacts, nodes::system_nodes, tiering::Tiering, vmstat::Vmstat},
     model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
     plan::Plan,
     sources::{cgroups::CgroupResolver, maps::Maps, procfs, progstats, ringbuf},
@@ -116,6 +116,10 @@ pub struct Engine {
     marked_gone: u64,
     /// Holds the kernel's BPF run-time statistics on (`enable_bpf_stats`).
     stats_fd: Option<OwnedFd>,
+    /// The tier classes the kernel side counts promotions by, and what they were made from.
+    tier_map: Array<MapData, TierConfig>,
+    tier_config: Option<TierConfig>,
+    tiering: Tiering,
 }
 
 /// Reads of one snapshot before it is taken as it is (see [`Engine::snapshot`]).
@@ -180,6 +184,7 @@ impl Engine {
             region_faults: take(&mut ebpf, MAP_REGION_FAULTS)?,
         };
         let tracked = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
+        let tier_map = take(&mut ebpf, MAP_TIERING)?;
         let shared = Arc::new(Mutex::new(Shared {
             ring,
             acc: Accum::default(),
@@ -208,7 +213,27 @@ impl Engine {
             done_marked: Default::default(),
             marked_gone: 0,
             stats_fd: None,
+            tier_map,
+            tier_config: None,
+            tiering: Tiering::default(),
         })
+        .map(|mut e| {
+            e.refresh_tiering();
+            e
+        })
+    }
+
+    /// Re-reads the tiering mode and tiers, and tells the kernel side when its classes
+    /// changed (a mode switched between two snapshots is seen at the next one).
+    fn refresh_tiering(&mut self) {
+        self.tiering = Tiering::read(self.facts.version);
+        let config = self.tiering.config(self.facts.version);
+        if self.tier_config != Some(config) {
+            match self.tier_map.set(0, &config, 0) {
+                Ok(()) => self.tier_config = Some(config),
+                Err(e) => tracing::warn!("memory tiers not passed to the kernel side: {e}"),
+            }
+        }
     }
 
     /// Follows process `tgid` (and what it forks from now on) when the engine filters.
@@ -244,6 +269,7 @@ impl Engine {
     }
 
     fn read_once(&mut self, detail: Detail) -> Result<(Snapshot, bool)> {
+        self.refresh_tiering();
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
         // Marked entries whose task has finished before this read: what it reads of them is
         // final, so they may be forgotten once settled.
@@ -342,6 +368,8 @@ impl Engine {
             undecodable,
             evicted,
             nodes: system_nodes(),
+            tiering: self.tiering.clone(),
+            tiering_start: None,
         };
         Ok((snap, consistent))
     }

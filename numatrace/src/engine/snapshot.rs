@@ -9,7 +9,7 @@ use numatrace_common::{Counter, MAX_NODES, NODE_FAULT_FIELDS, SKIP_REASON_SLOTS,
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    kernel::nodes::NodeInfo,
+    kernel::{nodes::NodeInfo, tiering::Tiering},
     model::{
         CgroupRecord, Counts, EventTally, Filter, NodeRecord, ProcessRecord, RegionCount,
         TaskRecord, VmaRecord,
@@ -75,6 +75,12 @@ pub struct Snapshot {
     /// live minus exited), cumulative.
     pub evicted: u64,
     pub nodes: Vec<NodeInfo>,
+    /// Memory tiering as read with this snapshot; for a delta, at its end, and
+    /// `tiering_start` at its start.
+    #[serde(default)]
+    pub tiering: Tiering,
+    #[serde(default)]
+    pub tiering_start: Option<Tiering>,
 }
 
 fn sub_arrays(a: &[u64], b: &[u64]) -> Vec<u64> {
@@ -191,6 +197,8 @@ impl Snapshot {
             undecodable: self.undecodable.saturating_sub(earlier.undecodable),
             evicted: self.evicted.saturating_sub(earlier.evicted),
             nodes: self.nodes.clone(),
+            tiering: self.tiering.clone(),
+            tiering_start: Some(earlier.tiering.clone()),
         }
     }
 

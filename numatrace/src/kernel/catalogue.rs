@@ -158,7 +158,15 @@ pub const HOOKS: &[HookSpec] = &[
         "migrate:mm_migrate_pages",
         None,
         PROG_MIGRATE,
-        "page migrations (reason numa_misplaced only)",
+        "page migrations: NUMA (numa_misplaced, incl. promotions) and demotions",
+    ),
+    tp(
+        "sched",
+        "sched_skip_cpuset_numa",
+        "sched:sched_skip_cpuset_numa",
+        Some(KernelVersion::new(6, 16, 0)),
+        PROG_SKIP_CPUSET,
+        "scans skipped because the task's cpuset allows one node",
     ),
     tp(
         "sched",

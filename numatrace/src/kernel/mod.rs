@@ -1,5 +1,6 @@
 //! Reading the running kernel: facts for the plan, tracefs, capabilities, /proc/vmstat, the
 //! machine-wide state a regression report quotes (`sysstate`), and
+//! memory tiering (`tiering`), and
 //! the catalogue of every hook the product uses with what each needs of a kernel.
 pub mod btf;
 pub mod caps;
@@ -9,6 +10,7 @@ pub mod mempolicy;
 pub mod nodes;
 pub mod preempt;
 pub mod sysstate;
+pub mod tiering;
 pub mod tracefs;
 pub mod tunables;
 pub mod version;

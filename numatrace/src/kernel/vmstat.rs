@@ -11,6 +11,15 @@ pub const NUMA_COUNTERS: &[&str] = &[
     "numa_pages_migrated",
     "pgmigrate_success",
     "pgmigrate_fail",
+    // Memory tiering (absent where the kernel lacks them: promotions 6.1+, demotions 5.15+,
+    // khugepaged 6.3+, proactive 6.17+, candidate_nrl 6.18+).
+    "pgpromote_success",
+    "pgpromote_candidate",
+    "pgpromote_candidate_nrl",
+    "pgdemote_kswapd",
+    "pgdemote_direct",
+    "pgdemote_khugepaged",
+    "pgdemote_proactive",
 ];
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

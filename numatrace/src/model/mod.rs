@@ -259,6 +259,9 @@ counter_struct! {
         /// PTEs made PROT_NONE (change_prot_numa) and its calls.
         sum pte_updates: u64,
         sum prot_numa_calls: u64,
+        /// Scans skipped because the task's cpuset allows one node (`sched_skip_cpuset_numa`,
+        /// 6.16+).
+        sum cpuset_skips: u64,
         /// CPU-clock samples of the task, those inside task_numa_work, and their ratio.
         sum samples: u64,
         sum scan_samples: u64,
@@ -292,6 +295,22 @@ counter_struct! {
 }
 
 counter_struct! {
+    /// Memory tiering (NUMA balancing mode 2 or 3, slow nodes in tiers of their own).
+    pub struct TierCounts {
+        /// Pages the hint faults promoted: migrated from a node outside the top tier into it,
+        /// counted where the kernel counts `pgpromote_success` (6.11+: only while the mode has
+        /// the tiering bit).
+        sum promoted_pages: u64,
+        /// Hint faults on slow-tier pages whose migration was refused (6.12+:
+        /// migrate_misplaced_folio_prepare, e.g. the top node short of free pages) or failed
+        /// (TNF_MIGRATE_FAIL).
+        sum promote_failed: u64,
+        /// Hint faults on pages of a node outside the top tier.
+        sum slow_tier_faults: u64,
+    }
+}
+
+counter_struct! {
     /// The counters of one task, process, cgroup or the whole window.
     pub struct Counts {
         /// Skipped VMAs by reason name (only reasons that occurred).
@@ -301,6 +320,7 @@ counter_struct! {
         nested migrations: Migrations,
         nested scan: Scan,
         nested hint_faults: HintFaults,
+        nested tiering: TierCounts,
     }
 }
 
@@ -357,6 +377,7 @@ impl Counts {
                 },
                 pte_updates: s.pte_updates,
                 prot_numa_calls: s.prot_numa_calls,
+                cpuset_skips: s.skip_cpuset,
                 samples: s.samples,
                 scan_samples: s.scan_samples,
                 sampled_share: None,
@@ -376,6 +397,11 @@ impl Counts {
                 cow_shared: s.cow_shared_faults,
                 cow_shared_migrated: s.cow_shared_migrations,
                 cow_shared_large: s.cow_shared_faults_large,
+            },
+            tiering: TierCounts {
+                promoted_pages: s.promoted_pages,
+                promote_failed: s.promote_failed,
+                slow_tier_faults: s.slow_tier_faults,
             },
         }
         .finished()

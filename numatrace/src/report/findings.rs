@@ -201,6 +201,20 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
             json!({"dropped": r.dropped.total}),
         ));
     }
+    // Memory tiering: the tiering block's own sentences, with its counts as evidence.
+    for sentence in &r.tiering.findings {
+        out.push(finding(
+            "tiering",
+            format!("Memory tiering: {sentence}."),
+            json!({
+                "promoted_pages": r.tiering.promoted_pages,
+                "demoted_pages": r.tiering.demotions.pages,
+                "kernel": r.tiering.kernel,
+                "mode": r.tiering.mode_end,
+                "promote_rate_limit_mbps": r.tiering.promote_rate_limit_mbps_end,
+            }),
+        ));
+    }
     out
 }
 

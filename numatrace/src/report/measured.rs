@@ -58,10 +58,15 @@ pub enum Feed {
     MigratedFrom,
     /// migration_entry_wait: `migrations.stalls`, `stall_ns`.
     Stalls,
+    /// Promotions: task_numa_fault counts the pages, migrate_misplaced tells where they came
+    /// from (and counts the failed attempts).
+    Promotions,
+    /// `sched_skip_cpuset_numa` (6.16+): `scan.cpuset_skips`.
+    SkipCpuset,
 }
 
 impl Feed {
-    pub const ALL: [Feed; 20] = [
+    pub const ALL: [Feed; 22] = [
         Self::SkipVma,
         Self::SkipGap,
         Self::Moves,
@@ -82,6 +87,8 @@ impl Feed {
         Self::MigrateMisplaced,
         Self::MigratedFrom,
         Self::Stalls,
+        Self::Promotions,
+        Self::SkipCpuset,
     ];
 
     /// The hooks (names of `kernel::catalogue::HOOKS`) it needs: one attached hook of every
@@ -108,6 +115,8 @@ impl Feed {
             Self::MigrateMisplaced => &[&[MISPLACED]],
             Self::MigratedFrom => &[&["task_numa_fault"], &[MISPLACED]],
             Self::Stalls => &[&["migration_entry_wait"]],
+            Self::Promotions => &[&["task_numa_fault"], &[MISPLACED]],
+            Self::SkipCpuset => &[&["sched:sched_skip_cpuset_numa"]],
         }
     }
 }
@@ -197,6 +206,7 @@ impl Measured {
             ("node_matrix", FLOW),
             ("kernel_seen", KERNEL_SEEN),
             ("histograms", HISTOGRAMS),
+            ("tiering", TIERING),
         ] {
             if let Some(x) = v.get_mut(key) {
                 self.prune_each(x, table);
@@ -315,6 +325,12 @@ const COUNTS: Table = &[
         &["hint_faults.cow_shared", "hint_faults.cow_shared_large"],
     ),
     (Feed::CowMigrated, &["hint_faults.cow_shared_migrated"]),
+    (Feed::SkipCpuset, &["scan.cpuset_skips"]),
+    (Feed::Promotions, &["tiering.promoted_pages"]),
+    (
+        Feed::HintFaults,
+        &["tiering.slow_tier_faults", "tiering.promote_failed"],
+    ),
 ];
 
 const NODE: Table = &[
@@ -364,6 +380,25 @@ const KERNEL_SEEN: Table = &[
     (Feed::Cow, &["cow_shared_faults"]),
     (Feed::CowMigrated, &["cow_shared_migrations"]),
     (Feed::Samples, &["samples", "scan_samples"]),
+    (
+        Feed::MigratePages,
+        &[
+            "demote_calls",
+            "demoted_pages",
+            "demote_failed",
+            "demoted_kswapd",
+            "demoted_khugepaged",
+        ],
+    ),
+    (Feed::SkipCpuset, &["skip_cpuset"]),
+    (Feed::Promotions, &["promoted_pages"]),
+    (Feed::HintFaults, &["slow_tier_faults"]),
+];
+
+const TIERING: Table = &[
+    (Feed::Promotions, &["promoted_pages"]),
+    (Feed::HintFaults, &["slow_tier_faults", "promote_failed"]),
+    (Feed::MigratePages, &["demotions"]),
 ];
 
 const HISTOGRAMS: Table = &[
@@ -512,7 +547,8 @@ pub(crate) mod tests {
                 "nodes": [{"node": 0, "migrations_in": 6}],
                 "dropped": {"total": 0},
                 "not_measured": {"hint_faults": "task_numa_fault not attached",
-                                 "migrated_from": "task_numa_fault not attached"}
+                                 "migrated_from": "task_numa_fault not attached",
+                                 "promotions": "task_numa_fault not attached"}
             })
         );
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();

@@ -67,6 +67,10 @@ pub mod family {
     pub const TASKS_TRACKED: &str = "numatrace_tasks_tracked";
     pub const NUMA_BALANCING: &str = "numatrace_numa_balancing";
     pub const HOOK_INFO: &str = "numatrace_hook_info";
+    pub const DEMOTED_PAGES: &str = "numatrace_demoted_pages_total";
+    pub const NODE_TIER: &str = "numatrace_node_tier";
+    pub const PROMOTE_RATE_LIMIT: &str = "numatrace_promote_rate_limit_bytes_per_second";
+    pub const HOT_THRESHOLD_SECONDS: &str = "numatrace_hot_threshold_seconds";
     pub const BUILD_INFO: &str = "numatrace_build_info";
 }
 
@@ -79,6 +83,7 @@ pub mod workload {
     pub const PTE_UPDATES: &str = "pte_updates_total";
     pub const HINT_FAULTS: &str = "hint_faults_total";
     pub const MIGRATED_PAGES: &str = "migrated_pages_total";
+    pub const PROMOTED_PAGES: &str = "promoted_pages_total";
     pub const SKIPPED_VMAS: &str = "skipped_vmas_total";
 }
 
@@ -93,7 +98,7 @@ pub mod scope {
 /// Families exported at each level of aggregation: in total (`numatrace_`), per cgroup
 /// (`numatrace_cgroup_`, label `cgroup`), per task (`numatrace_task_`, labels `comm`, `pid`) and
 /// for numatrace's own threads (`numatrace_self_`).
-pub const WORKLOAD: [(&str, &[&str], &str); 8] = [
+pub const WORKLOAD: [(&str, &[&str], &str); 9] = [
     (
         workload::SCAN_SECONDS,
         &[],
@@ -128,6 +133,12 @@ pub const WORKLOAD: [(&str, &[&str], &str); 8] = [
         "Pages migrated by NUMA hint faults (TNF_MIGRATED; the kernel's numa_pages_migrated).",
     ),
     (
+        workload::PROMOTED_PAGES,
+        &[],
+        "Pages NUMA hint faults promoted: migrated from a node outside the top memory tier \
+         into it (memory tiering; the kernel's pgpromote_success).",
+    ),
+    (
         workload::SKIPPED_VMAS,
         &["reason"],
         "VMAs the scanner skipped (sched_skip_vma_numa), by the kernel's reason.",
@@ -154,6 +165,34 @@ fn spec(name: &str, kind: Kind, labels: &[&'static str], help: &str) -> Spec {
 fn fixed() -> Vec<Spec> {
     use Kind::*;
     vec![
+        spec(
+            family::DEMOTED_PAGES,
+            Counter,
+            &["reclaimer"],
+            "Pages reclaim demoted to a slower memory tier, system-wide (mm_migrate_pages, \
+             reason demotion), by who reclaimed: kswapd, khugepaged, or direct_or_proactive \
+             (the kernel's pgdemote_*).",
+        ),
+        spec(
+            family::NODE_TIER,
+            Gauge,
+            &["node", "tier", "top"],
+            "1 for each node in a memory tier (memory_tierN; top=\"true\" for the tiers \
+             promotions go into).",
+        ),
+        spec(
+            family::PROMOTE_RATE_LIMIT,
+            Gauge,
+            &[],
+            "kernel.numa_balancing_promote_rate_limit_MBps, in bytes per second (6.1+).",
+        ),
+        spec(
+            family::HOT_THRESHOLD_SECONDS,
+            Gauge,
+            &[],
+            "debugfs sched/numa_balancing/hot_threshold_ms, in seconds: the reference the \
+             kernel adjusts each node's promotion threshold around (6.1+).",
+        ),
         spec(
             family::HINT_FAULT_PAGES,
             Counter,
@@ -351,7 +390,7 @@ fn fixed() -> Vec<Spec> {
             family::NUMA_BALANCING,
             Gauge,
             &[],
-            "kernel.numa_balancing when serve started (0 off, 1 normal, 2 memory tiering, 3 both).",
+            "kernel.numa_balancing as read at this scrape (0 off, 1 normal, 2 memory tiering, 3 both).",
         ),
         spec(
             family::HOOK_INFO,
@@ -371,7 +410,9 @@ fn fixed() -> Vec<Spec> {
 
 /// `/proc/vmstat` counters exported typed, as `numatrace_vmstat_<name>_total`.
 pub fn vmstat_exported(name: &str) -> bool {
-    name.starts_with("numa_") || name.starts_with("pgmigrate_")
+    ["numa_", "pgmigrate_", "pgpromote_", "pgdemote_"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }
 
 pub fn vmstat_family(name: &str) -> String {
@@ -418,8 +459,8 @@ fn listed() -> impl Iterator<Item = Spec> {
 const SCOPES_NOTE: &str = "every workload family also exists per cgroup, per task and for \
                            numatrace itself: numatrace_cgroup_*, numatrace_task_*, \
                            numatrace_self_*";
-const VMSTAT_HELP: &str =
-    "The kernel's own numa_* and pgmigrate_* counters from /proc/vmstat, to cross-check against.";
+const VMSTAT_HELP: &str = "The kernel's own numa_*, pgmigrate_*, pgpromote_* and pgdemote_* \
+                           counters from /proc/vmstat, to cross-check against.";
 
 /// The catalogue as a Markdown table: the generated part of docs/metrics.md.
 pub fn markdown() -> String {

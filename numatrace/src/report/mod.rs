@@ -1,6 +1,6 @@
 //! What the frontends print, as text for people and JSON for tools: the `probes` and `stat`
-//! reports, the verdicts on the seed patches, a window's findings, the diff of two windows and
-//! the Chrome trace of a capture, and which counts a window measured at all (`measured`). Pure
+//! reports, the verdicts on the seed patches, a window's findings, the diff of two windows, the
+//! memory-tiering block and the Chrome trace of a capture, and which counts a window measured at all (`measured`). Pure
 //! functions of their input: nothing here reads the kernel.
 pub mod chrome;
 pub mod context;
@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod mmtests;
 pub mod probes;
 pub mod stat;
+pub mod tiering;
 pub mod verdicts;
 
 /// Left-aligned table cells, widths from the content.

@@ -192,6 +192,7 @@ pub fn expected_tracepoint_programs() -> usize {
         "migrate/mm_migrate_pages",
         "sched/sched_process_fork",
         "sched/sched_process_exit",
+        "sched/sched_skip_cpuset_numa",
     ]
     .iter()
     .filter(|e| root.join("events").join(e).is_dir())
@@ -200,8 +201,9 @@ pub fn expected_tracepoint_programs() -> usize {
 
 /// Names (as the kernel keeps them: 15 characters) of loaded programs that are numatrace's.
 pub fn numatrace_programs_loaded() -> Vec<String> {
-    const OURS: [&str; 7] = [
+    const OURS: [&str; 8] = [
         numatrace_common::PROG_SKIP_VMA,
+        numatrace_common::PROG_SKIP_CPUSET,
         numatrace_common::PROG_MOVE,
         numatrace_common::PROG_SWAP,
         numatrace_common::PROG_STICK,

@@ -1,5 +1,5 @@
-//! A guest: its initramfs (busybox, the binaries, /init) and its boot in a 2-node QEMU TCG
-//! machine, whose serial console is returned.
+//! A guest: its initramfs (busybox, the binaries, /init) and its boot in a QEMU TCG machine
+//! with two nodes and a slower, CPU-less third one, whose serial console is returned.
 
 use std::{
     collections::BTreeMap,
@@ -183,6 +183,58 @@ pub struct Line {
     pub check_repeat: u32,
 }
 
+/// Two nodes with a CPU and 1 GiB each, and a third, CPU-less node of 512 MiB that the ACPI
+/// HMAT describes as slower (latency 4x, bandwidth 1/4 of local): kernels that place nodes in
+/// memory tiers by HMAT (6.7+) put it in a tier of its own below nodes 0-1, which memory
+/// tiering (`kernel.numa_balancing=2`) promotes from and demotion demotes to. Older kernels
+/// see a plain third node, which nothing uses unless told to.
+pub fn topology() -> Vec<String> {
+    let mut a: Vec<String> = [
+        "-machine",
+        "hmat=on",
+        "-object",
+        "memory-backend-ram,id=m0,size=1G",
+        "-object",
+        "memory-backend-ram,id=m1,size=1G",
+        "-object",
+        "memory-backend-ram,id=m2,size=512M",
+        "-numa",
+        "node,nodeid=0,cpus=0,memdev=m0",
+        "-numa",
+        "node,nodeid=1,cpus=1,memdev=m1",
+        "-numa",
+        "node,nodeid=2,memdev=m2,initiator=0",
+        "-numa",
+        "dist,src=0,dst=1,val=20",
+        "-numa",
+        "dist,src=0,dst=2,val=30",
+        "-numa",
+        "dist,src=1,dst=2,val=30",
+    ]
+    .map(String::from)
+    .to_vec();
+    for initiator in 0..2 {
+        for target in 0..3 {
+            let (latency, bandwidth) = match (initiator == target, target) {
+                (true, _) => (10, "8G"),
+                (false, 2) => (40, "2G"),
+                (false, _) => (20, "4G"),
+            };
+            a.push("-numa".into());
+            a.push(format!(
+                "hmat-lb,initiator={initiator},target={target},hierarchy=memory,\
+                 data-type=access-latency,latency={latency}"
+            ));
+            a.push("-numa".into());
+            a.push(format!(
+                "hmat-lb,initiator={initiator},target={target},hierarchy=memory,\
+                 data-type=access-bandwidth,bandwidth={bandwidth}"
+            ));
+        }
+    }
+    a
+}
+
 pub fn boot_for(
     vmlinuz: &Path,
     initrd: &Path,
@@ -216,14 +268,11 @@ pub fn boot_for(
             "-cpu",
             "max",
             "-m",
-            "2G",
+            "2560M",
             "-smp",
             "2",
         ])
-        .args(["-object", "memory-backend-ram,id=m0,size=1G"])
-        .args(["-object", "memory-backend-ram,id=m1,size=1G"])
-        .args(["-numa", "node,nodeid=0,cpus=0,memdev=m0"])
-        .args(["-numa", "node,nodeid=1,cpus=1,memdev=m1"])
+        .args(topology())
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")

@@ -170,6 +170,14 @@ impl<'s> Builder<'s> {
                 c.hint_faults.migrated_pages as f64,
             );
         }
+        if m.is(Feed::Promotions) {
+            put(
+                self,
+                workload::PROMOTED_PAGES,
+                &[],
+                c.tiering.promoted_pages as f64,
+            );
+        }
         if !m.is(Feed::SkipVma) {
             return;
         }
@@ -204,6 +212,49 @@ impl<'s> Builder<'s> {
                 f
             })
             .collect()
+    }
+}
+
+/// Demotions by reclaimer, each node's tier, the promotion knobs.
+fn tiering(b: &mut Builder, snap: &Snapshot, m: &Measured) {
+    use numatrace_common::Counter;
+    if m.is(Feed::MigratePages) {
+        let c = &snap.counters;
+        let (pages, kswapd, khugepaged) = (
+            c.get(Counter::DemotePages),
+            c.get(Counter::DemoteKswapd),
+            c.get(Counter::DemoteKhugepaged),
+        );
+        for (who, n) in [
+            ("kswapd", kswapd),
+            ("khugepaged", khugepaged),
+            (
+                "direct_or_proactive",
+                pages.saturating_sub(kswapd).saturating_sub(khugepaged),
+            ),
+        ] {
+            b.sample(family::DEMOTED_PAGES, &[who], n as f64);
+        }
+    }
+    let t = &snap.tiering;
+    for tier in &t.tiers {
+        for node in &tier.nodes {
+            b.sample(
+                family::NODE_TIER,
+                &[
+                    &node.to_string(),
+                    &tier.tier.to_string(),
+                    if tier.top { "true" } else { "false" },
+                ],
+                1.0,
+            );
+        }
+    }
+    if let Some(v) = t.promote_rate_limit_mbps {
+        b.sample(family::PROMOTE_RATE_LIMIT, &[], v as f64 * 1048576.0);
+    }
+    if let Some(v) = t.hot_threshold_ms {
+        b.sample(family::HOT_THRESHOLD_SECONDS, &[], v as f64 / 1000.0);
     }
 }
 
@@ -256,6 +307,7 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
     }
 
     nodes(&mut b, snap, m);
+    tiering(&mut b, snap, m);
 
     for (name, v) in &snap.vmstat_hi {
         let family = vmstat_family(name);
@@ -456,7 +508,8 @@ fn own(b: &mut Builder, i: &Inputs) {
         f64::from(u8::from(snap.consistent)),
     );
     b.sample(family::TASKS_TRACKED, &[], i.tasks_tracked as f64);
-    if let Some(mode) = i.numa_balancing {
+    // As read with this scrape's snapshot (an admin may switch memory tiering on meanwhile).
+    if let Some(mode) = i.snap.tiering.mode.or(i.numa_balancing) {
         b.sample(family::NUMA_BALANCING, &[], f64::from(mode));
     }
     for h in i.hooks {
@@ -620,6 +673,7 @@ mod tests {
         s.hint_faults_local = 60 * k;
         s.hint_pages = 100 * k;
         s.hint_migrated_pages = 30 * k;
+        s.promoted_pages = 10 * k;
         s.skip_vma[1] = k;
         s.migrate_attempts = 30 * k;
         s.migrate_succeeded = 30 * k;
@@ -655,7 +709,18 @@ mod tests {
             mem_total_bytes: Some(1 << 30),
             mem_free_bytes: Some(1 << 29),
         };
+        let mut counters = vec![0; numatrace_common::Counter::ALL.len()];
+        counters[numatrace_common::Counter::DemotePages as usize] = 64 * k;
+        counters[numatrace_common::Counter::DemoteKswapd as usize] = 48 * k;
+        let tiering = crate::kernel::tiering::Tiering {
+            mode: Some(3),
+            tiers: crate::kernel::tiering::two_tiers(&[0], &[1]),
+            promote_rate_limit_mbps: Some(256),
+            hot_threshold_ms: Some(1000),
+            ..Default::default()
+        };
         Snapshot {
+            tiering,
             mono_ns: k * 1_000_000_000,
             consistent: true,
             self_tgid: 999,
@@ -664,7 +729,7 @@ mod tests {
                 task(11, "web", "/user.slice", k),
                 task(12, "batch", "/user.slice", 2 * k),
             ],
-            counters: Counters(vec![0; numatrace_common::Counter::ALL.len()]),
+            counters: Counters(counters),
             migrate_latency: lat,
             migrate_matrix: matrix,
             migrated_pages: pages,
@@ -760,6 +825,17 @@ mod tests {
         );
         assert!(text.contains("numatrace_migration_latency_seconds_count 180\n"));
         assert!(text.contains("numatrace_vmstat_numa_pages_migrated_total 270\n"));
+        assert!(
+            text.contains("numatrace_task_promoted_pages_total{comm=\"batch\",pid=\"12\"} 60\n")
+        );
+        // Tiering: demotions by reclaimer, each node's tier, the knobs in base units.
+        assert!(text.contains("numatrace_demoted_pages_total{reclaimer=\"kswapd\"} 144\n"));
+        assert!(
+            text.contains("numatrace_demoted_pages_total{reclaimer=\"direct_or_proactive\"} 48\n")
+        );
+        assert!(text.contains("numatrace_node_tier{node=\"1\",tier=\"72\",top=\"false\"} 1\n"));
+        assert!(text.contains("numatrace_promote_rate_limit_bytes_per_second 268435456\n"));
+        assert!(text.contains("numatrace_hot_threshold_seconds 1\n"));
         assert!(
             !text.contains("nr_free_pages"),
             "only numa_* and pgmigrate_*"

@@ -52,6 +52,10 @@ pub fn text_frame(header: &[String], view: &FrameView, rows: usize, sort: Option
             view::flows_text(&view.flows)
         ));
     }
+    if let Some(line) = view::tiers_line(view) {
+        out.push_str(&line);
+        out.push('\n');
+    }
     out.push('\n');
     out
 }

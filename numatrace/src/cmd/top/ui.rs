@@ -37,10 +37,17 @@ pub fn draw(f: &mut Frame, app: &App, view: &FrameView, rows: &[Row], ctx: &Cont
         draw_detail(f, body, app, view, ctx);
     } else if app.view == View::Nodes {
         // The node-to-node migrations under the per-node table.
-        let [table, flows] =
-            Layout::vertical([Constraint::Min(3), Constraint::Length(2)]).areas(body);
+        // and, with memory tiers, each tier's promotions and demotions.
+        let tiers = super::view::tiers_line(view);
+        let [table, flows] = Layout::vertical([
+            Constraint::Min(3),
+            Constraint::Length(if tiers.is_some() { 3 } else { 2 }),
+        ])
+        .areas(body);
         draw_table(f, table, app, rows, view.interval_s == 0.0);
-        f.render_widget(Paragraph::new(super::view::flows_line(view)), flows);
+        let mut lines = vec![Line::from(super::view::flows_line(view))];
+        lines.extend(tiers.map(Line::from));
+        f.render_widget(Paragraph::new(lines), flows);
     } else {
         draw_table(f, body, app, rows, view.interval_s == 0.0);
     }

@@ -283,6 +283,15 @@ pub struct SystemRates {
     pub hint_faults_local_pct: Option<f64>,
     pub pages_migrated_per_s: f64,
     pub migrate_failed_per_s: f64,
+    /// Memory tiering: pgpromote_success and Σ pgdemote_* per second (`None`: the kernel
+    /// has no such counter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promoted_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demoted_per_s: Option<f64>,
+    /// `kernel.numa_balancing` as read with the interval's last snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
 }
 
 /// numatrace's own cost over the interval.
@@ -311,9 +320,86 @@ pub struct FrameView {
     pub cgroups: Vec<Row>,
     pub nodes: Vec<Row>,
     pub flows: Vec<NodeFlow>,
+    /// Memory tiers with the pages promoted into and demoted out of each over the interval
+    /// (empty: the kernel lists no tiers).
+    pub tiers: Vec<TierRow>,
     /// migrate_misplaced latency percentiles over the interval (log2 buckets: upper bounds).
     pub latency_p50_ns: Option<u64>,
     pub latency_p99_ns: Option<u64>,
+}
+
+/// One memory tier over the interval: promotions arrive on its nodes (their pgpromote_success),
+/// demotions leave them (their pgdemote_*, per node from 6.8).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierRow {
+    pub tier: u32,
+    pub nodes: Vec<u32>,
+    pub top: bool,
+    pub promoted_per_s: f64,
+    pub demoted_per_s: f64,
+}
+
+fn tier_rows(delta: &Snapshot, secs: f64) -> Vec<TierRow> {
+    let end = &delta.tiering;
+    let start = delta.tiering_start.as_ref();
+    // Per node: the counters' growth over the interval (0 where the start lacks the node).
+    let grew = |node: u32, pick: &dyn Fn(&str) -> bool| -> u64 {
+        let Some(now) = end.node_counters.get(&node) else {
+            return 0;
+        };
+        now.iter()
+            .filter(|(k, _)| pick(k))
+            .map(|(k, v)| {
+                let before = start
+                    .and_then(|s| s.node_counters.get(&node))
+                    .and_then(|c| c.get(k))
+                    .copied()
+                    .unwrap_or(*v);
+                v.saturating_sub(before)
+            })
+            .sum()
+    };
+    end.tiers
+        .iter()
+        .map(|t| {
+            let sum = |pick: &dyn Fn(&str) -> bool| t.nodes.iter().map(|n| grew(*n, pick)).sum();
+            TierRow {
+                tier: t.tier,
+                nodes: t.nodes.clone(),
+                top: t.top,
+                promoted_per_s: rate(sum(&|k| k == "pgpromote_success"), secs),
+                demoted_per_s: rate(sum(&|k| k.starts_with("pgdemote_")), secs),
+            }
+        })
+        .collect()
+}
+
+/// `tiers: tier4 nodes 0,1 (top) +12/s promoted, tier72 node 2 -3/s demoted`; `None` with
+/// fewer than two tiers (nothing to promote between).
+pub fn tiers_line(view: &FrameView) -> Option<String> {
+    if view.tiers.len() < 2 {
+        return None;
+    }
+    let cells: Vec<String> = view
+        .tiers
+        .iter()
+        .map(|t| {
+            format!(
+                "tier{} node{} {}{}: {} promoted in/s, {} demoted out/s",
+                t.tier,
+                if t.nodes.len() == 1 { "" } else { "s" },
+                t.nodes
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                if t.top { " (top)" } else { "" },
+                fmt_rate(t.promoted_per_s),
+                fmt_rate(t.demoted_per_s)
+            )
+        })
+        .collect();
+    Some(format!("tiers: {}", cells.join("; ")))
 }
 
 pub const NODE_COLUMNS: [&str; 9] = [
@@ -336,6 +422,20 @@ impl FrameView {
             hint_faults_local_pct: pct(v("numa_hint_faults_local"), v("numa_hint_faults")),
             pages_migrated_per_s: rate(v("numa_pages_migrated"), secs),
             migrate_failed_per_s: rate(v("pgmigrate_fail"), secs),
+            promoted_per_s: delta
+                .vmstat_hi
+                .get("pgpromote_success")
+                .map(|n| rate(*n, secs)),
+            demoted_per_s: {
+                let d: Vec<u64> = delta
+                    .vmstat_hi
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("pgdemote_"))
+                    .map(|(_, v)| *v)
+                    .collect();
+                (!d.is_empty()).then(|| rate(d.iter().sum(), secs))
+            },
+            mode: delta.tiering.mode,
         };
         let tasks = delta
             .task_rows(filter)
@@ -460,6 +560,7 @@ impl FrameView {
             cgroups,
             nodes,
             flows: delta.node_flows(),
+            tiers: tier_rows(delta, secs),
             latency_p50_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.5),
             latency_p99_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.99),
         }
@@ -474,16 +575,31 @@ impl FrameView {
             }
             _ => String::new(),
         };
+        let mode = s.mode.or(balancing);
+        // Memory tiering: the mode says so, and promotions and demotions have their rates.
+        let tiering = match (s.promoted_per_s, s.demoted_per_s) {
+            (None, None) => String::new(),
+            (p, d) => format!(
+                ", {} promote/s, {} demote/s",
+                p.map_or("-".into(), fmt_rate),
+                d.map_or("-".into(), fmt_rate)
+            ),
+        };
         vec![
             format!(
-                "numatrace top - kernel {}, balancing {}, {nodes} node{}, {:.1}s",
+                "numatrace top - kernel {}, balancing {}{}, {nodes} node{}, {:.1}s",
                 Escaped(kernel),
-                balancing.map_or("?".into(), |b| b.to_string()),
+                mode.map_or("?".into(), |b| b.to_string()),
+                if mode.is_some_and(|m| m & 2 != 0) {
+                    " (tiering)"
+                } else {
+                    ""
+                },
                 if nodes == 1 { "" } else { "s" },
                 self.interval_s
             ),
             format!(
-                "system: {} PTE/s, {} hint/s ({} local), {} migr/s, {} fail/s (any)",
+                "system: {} PTE/s, {} hint/s ({} local), {} migr/s, {} fail/s (any){tiering}",
                 fmt_rate(s.pte_updates_per_s),
                 fmt_rate(s.hint_faults_per_s),
                 s.hint_faults_local_pct
@@ -594,6 +710,69 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two snapshots 2 s apart in tiering mode: 4096 pages promoted into node 0, 512 demoted
+    /// out of it to node 2.
+    fn tiered_delta() -> Snapshot {
+        use crate::kernel::tiering::Tiering;
+        use std::collections::BTreeMap;
+        let tiering = |promoted: u64, demoted: u64| Tiering {
+            mode: Some(2),
+            tiers: crate::kernel::tiering::two_tiers(&[0, 1], &[2]),
+            node_counters: BTreeMap::from([(
+                0,
+                BTreeMap::from([
+                    ("pgpromote_success".to_owned(), promoted),
+                    ("pgdemote_kswapd".to_owned(), demoted),
+                ]),
+            )]),
+            ..Tiering::default()
+        };
+        let snap = |mono_ns, k: u64| Snapshot {
+            mono_ns,
+            vmstat_hi: BTreeMap::from([
+                ("pgpromote_success".to_owned(), 4096 * k),
+                ("pgdemote_kswapd".to_owned(), 512 * k),
+                ("pgdemote_direct".to_owned(), 0),
+            ]),
+            vmstat_lo: BTreeMap::from([
+                ("pgpromote_success".to_owned(), 4096 * k),
+                ("pgdemote_kswapd".to_owned(), 512 * k),
+                ("pgdemote_direct".to_owned(), 0),
+            ]),
+            tiering: tiering(4096 * k, 512 * k),
+            ..Snapshot::default()
+        };
+        snap(3_000_000_000, 2).delta(&snap(1_000_000_000, 1))
+    }
+
+    #[test]
+    fn the_header_and_the_tiers_line_show_tiering() {
+        let v = FrameView::build(&tiered_delta(), &[], &Filter::default(), OwnCost::default());
+        assert_eq!(v.system.promoted_per_s, Some(2048.0));
+        assert_eq!(v.system.demoted_per_s, Some(256.0));
+        let h = v.header("6.12", Some(1), 3);
+        assert!(h[0].contains("balancing 2 (tiering)"), "{}", h[0]);
+        assert!(h[1].ends_with(", 2048 promote/s, 256 demote/s"), "{}", h[1]);
+        assert_eq!(v.tiers.len(), 2);
+        assert_eq!(v.tiers[0].promoted_per_s, 2048.0);
+        assert_eq!(v.tiers[0].demoted_per_s, 256.0);
+        assert_eq!(v.tiers[1].promoted_per_s, 0.0);
+        let line = tiers_line(&v).unwrap();
+        assert!(
+            line.starts_with("tiers: tier4 nodes 0,1 (top): 2048 promoted in/s, 256 demoted out/s; tier72 node 2:"),
+            "{line}"
+        );
+        // No tiering counters (5.10): the header says nothing of it.
+        let plain = FrameView::build(
+            &Snapshot::default(),
+            &[],
+            &Filter::default(),
+            OwnCost::default(),
+        );
+        assert!(!plain.header("5.10", Some(1), 2)[1].contains("promote"));
+        assert!(tiers_line(&plain).is_none());
+    }
 
     #[test]
     fn sort_column_names_follow_the_columns() {

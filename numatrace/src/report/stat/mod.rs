@@ -150,6 +150,17 @@ kernel_seen! {
     cow_shared_migrations = CowSharedMigrations,
     samples = Samples,
     scan_samples = ScanSamples,
+    /// Demotions (mm_migrate_pages, reason demotion), system-wide: calls, pages demoted and
+    /// not, and the pages kswapd and khugepaged demoted (the rest: direct or proactive reclaim).
+    demote_calls = DemoteCalls,
+    demoted_pages = DemotePages,
+    demote_failed = DemoteFailed,
+    demoted_kswapd = DemoteKswapd,
+    demoted_khugepaged = DemoteKhugepaged,
+    skip_cpuset = SeenSkipCpuset,
+    /// Pages promoted by the followed tasks' hint faults, and their faults on slow-tier pages.
+    promoted_pages = PromotedPages,
+    slow_tier_faults = SlowTierFaults,
 }
 
 /// System-wide histograms of the function hooks.
@@ -221,6 +232,9 @@ pub struct StatReport {
     pub histograms: Histograms,
     /// NUMA-misplaced migrations by source and destination node (function hooks).
     pub node_matrix: Vec<NodeFlow>,
+    /// Memory tiering: mode, tiers, knobs, promotions and demotions, findings.
+    #[serde(default)]
+    pub tiering: crate::report::tiering::TieringReport,
     pub dropped: Dropped,
 }
 
@@ -256,6 +270,7 @@ impl StatReport {
             .map(|r| r.faults)
             .collect();
         histograms.set_region_faults(&regions);
+        let totals = delta.totals(filter);
         Self {
             schema: SCHEMA.to_owned(),
             numatrace_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -266,7 +281,8 @@ impl StatReport {
             processes: delta.processes(filter),
             cgroups: delta.cgroups(filter),
             nodes: delta.node_rows(filter),
-            totals: delta.totals(filter),
+            tiering: crate::report::tiering::TieringReport::of(delta, &totals),
+            totals,
             self_counts: delta.self_counts(),
             vmstat_delta: delta.vmstat_hi.clone(),
             vmstat_delta_min: delta.vmstat_lo.clone(),

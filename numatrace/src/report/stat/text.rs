@@ -138,6 +138,9 @@ impl StatReport {
         }
         self.push_cgroups(&m, &mut out);
         self.push_nodes(&m, &mut out);
+        if !self.tiering.is_quiet() {
+            out.push_str(&self.tiering.to_text());
+        }
         let s = &self.self_counts;
         out.push_str(&format!(
             "numatrace itself (not in the tables above; the kernel counts it): {} PTE updates, \

@@ -1,0 +1,352 @@
+//! The memory-tiering part of a window's report: the mode, the tiers and the promotion knobs at
+//! its start and end, what numatrace counted (promotions by the followed tasks, demotions
+//! system-wide) beside the kernel's own `pgpromote_*` / `pgdemote_*`, and findings in words.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use numatrace_common::Counter;
+
+use crate::{
+    engine::Snapshot,
+    kernel::tiering::{Tier, Tiering},
+    model::Counts,
+};
+
+/// Demotions numatrace counted (system-wide: reclaim demotes for no followed task).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Demotions {
+    pub calls: u64,
+    pub pages: u64,
+    pub failed: u64,
+    /// By who reclaimed, as the kernel splits `pgdemote_*`.
+    pub kswapd: u64,
+    pub khugepaged: u64,
+    /// Direct reclaim and proactive reclaim (`memory.reclaim`) together: the tracepoint does
+    /// not tell them apart (`pgdemote_direct` + `pgdemote_proactive`).
+    pub direct_or_proactive: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TieringReport {
+    /// `kernel.numa_balancing` at the window's start and end.
+    pub mode_start: Option<u32>,
+    pub mode_end: Option<u32>,
+    /// Memory tiers at the end, fastest first, and how the top tier is known.
+    pub tiers: Vec<Tier>,
+    pub source: String,
+    pub promote_rate_limit_mbps_start: Option<u64>,
+    pub promote_rate_limit_mbps_end: Option<u64>,
+    pub hot_threshold_ms_start: Option<u64>,
+    pub hot_threshold_ms_end: Option<u64>,
+    pub demotion_enabled: Option<bool>,
+    /// Promotions by the window's tasks (filtered like the totals).
+    pub promoted_pages: u64,
+    pub promote_failed: u64,
+    pub slow_tier_faults: u64,
+    pub demotions: Demotions,
+    /// The kernel's `pgpromote_*` / `pgdemote_*` over the window (system-wide, /proc/vmstat;
+    /// absent where the kernel lacks the counter).
+    pub kernel: BTreeMap<String, u64>,
+    /// The same per node (node vmstat): promotions on the node they arrive at, demotions on
+    /// the node they leave (pgdemote_* per node from 6.8).
+    pub per_node: BTreeMap<u32, BTreeMap<String, u64>>,
+    /// Plain-words findings.
+    pub findings: Vec<String>,
+}
+
+fn node_delta(
+    end: &BTreeMap<u32, BTreeMap<String, u64>>,
+    start: &BTreeMap<u32, BTreeMap<String, u64>>,
+) -> BTreeMap<u32, BTreeMap<String, u64>> {
+    end.iter()
+        .map(|(n, c)| {
+            let before = start.get(n);
+            let d = c
+                .iter()
+                .filter_map(|(k, v)| {
+                    let b = before.map_or(Some(0), |b| b.get(k).copied())?;
+                    Some((k.clone(), v.saturating_sub(b)))
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect::<BTreeMap<_, _>>();
+            (*n, d)
+        })
+        .filter(|(_, d)| !d.is_empty())
+        .collect()
+}
+
+impl TieringReport {
+    /// From a window (`delta`: the later snapshot minus the earlier) and its filtered totals.
+    pub fn of(delta: &Snapshot, totals: &Counts) -> Self {
+        let c = |k: Counter| delta.counters.get(k);
+        let (pages, kswapd, khugepaged) = (
+            c(Counter::DemotePages),
+            c(Counter::DemoteKswapd),
+            c(Counter::DemoteKhugepaged),
+        );
+        let end = &delta.tiering;
+        let start = delta.tiering_start.as_ref().unwrap_or(end);
+        let kernel: BTreeMap<String, u64> = delta
+            .vmstat_hi
+            .iter()
+            .filter(|(k, _)| k.starts_with("pgpromote_") || k.starts_with("pgdemote_"))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        let mut r = Self {
+            mode_start: start.mode,
+            mode_end: end.mode,
+            tiers: end.tiers.clone(),
+            source: end.source.clone(),
+            promote_rate_limit_mbps_start: start.promote_rate_limit_mbps,
+            promote_rate_limit_mbps_end: end.promote_rate_limit_mbps,
+            hot_threshold_ms_start: start.hot_threshold_ms,
+            hot_threshold_ms_end: end.hot_threshold_ms,
+            demotion_enabled: end.demotion_enabled,
+            promoted_pages: totals.tiering.promoted_pages,
+            promote_failed: totals.tiering.promote_failed,
+            slow_tier_faults: totals.tiering.slow_tier_faults,
+            demotions: Demotions {
+                calls: c(Counter::DemoteCalls),
+                pages,
+                failed: c(Counter::DemoteFailed),
+                kswapd,
+                khugepaged,
+                direct_or_proactive: pages.saturating_sub(kswapd).saturating_sub(khugepaged),
+            },
+            kernel,
+            per_node: node_delta(&end.node_counters, &start.node_counters),
+            findings: Vec::new(),
+        };
+        r.findings = r.find(end);
+        r
+    }
+
+    fn find(&self, end: &Tiering) -> Vec<String> {
+        let mut out = Vec::new();
+        let k = |name: &str| self.kernel.get(name).copied();
+        let tiering_on = end.tiering_mode();
+        if tiering_on && end.known && end.slow_nodes().is_empty() {
+            out.push(format!(
+                "memory tiering is on (kernel.numa_balancing={}) but every node is in the top \
+                 tier: nothing can be promoted (a slow node needs a tier of its own: placed by \
+                 HMAT at boot from ~6.10, or onlined through dax/kmem)",
+                end.mode.unwrap_or(0)
+            ));
+        }
+        if let (Some(cand), Some(ok)) = (k("pgpromote_candidate"), k("pgpromote_success")) {
+            // Candidates passed the hot threshold; those not promoted were held back by the
+            // rate limit or failed to migrate (candidate_nrl: promoted past the rate limit
+            // because the fast node had room, counted in success but not in candidate).
+            let promoted_as_candidates =
+                ok.saturating_sub(k("pgpromote_candidate_nrl").unwrap_or(0));
+            let held = cand.saturating_sub(promoted_as_candidates);
+            if cand > 0 && held * 5 >= cand {
+                out.push(format!(
+                    "{} % of promotion candidates ({held} of {cand} pages) were not promoted: \
+                     the rate limit ({} MB/s) held them back, or their migration was refused \
+                     or failed ({} such faults by the traced tasks)",
+                    held * 100 / cand,
+                    self.promote_rate_limit_mbps_end
+                        .map_or("?".into(), |v| v.to_string()),
+                    self.promote_failed
+                ));
+            }
+        }
+        if self.slow_tier_faults > 0 && self.promoted_pages == 0 && tiering_on {
+            out.push(format!(
+                "{} hint faults on slow-tier pages and no promotion: none of those pages was \
+                 hot enough (accessed again within the hot threshold, {} ms by default) or the \
+                 top tier had no room",
+                self.slow_tier_faults,
+                self.hot_threshold_ms_end
+                    .map_or("?".into(), |v| v.to_string())
+            ));
+        }
+        if self.slow_tier_faults > 0 && !tiering_on {
+            out.push(format!(
+                "{} hint faults on slow-tier pages with memory tiering off (mode {}): NUMA \
+                 balancing treats the slow node like any other",
+                self.slow_tier_faults,
+                end.mode.unwrap_or(0)
+            ));
+        }
+        if self.demotions.pages > 0 && self.promoted_pages > 0 {
+            out.push(format!(
+                "pages moved both ways: {} promoted, {} demoted (system-wide) — a working set \
+                 larger than the top tier bounces between tiers",
+                self.promoted_pages, self.demotions.pages
+            ));
+        }
+        if self.mode_start != self.mode_end {
+            out.push(format!(
+                "kernel.numa_balancing changed during the window ({} -> {})",
+                self.mode_start.map_or("?".into(), |v| v.to_string()),
+                self.mode_end.map_or("?".into(), |v| v.to_string())
+            ));
+        }
+        out
+    }
+
+    /// Whether there is anything tiering-related to print.
+    pub fn is_quiet(&self) -> bool {
+        self.tiers.len() < 2
+            && !self.mode_end.is_some_and(|m| m & 2 != 0)
+            && self.promoted_pages == 0
+            && self.demotions.pages == 0
+            && self.kernel.values().all(|v| *v == 0)
+    }
+
+    /// The text block (`stat`, `report`).
+    pub fn to_text(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or("?".to_owned(), |v| v.to_string());
+        let mut out = format!(
+            "tiering: kernel.numa_balancing={}{}; tiers: {}\n",
+            opt(self.mode_end.map(u64::from)),
+            if self.mode_start != self.mode_end {
+                format!(" (was {})", opt(self.mode_start.map(u64::from)))
+            } else {
+                String::new()
+            },
+            if self.tiers.is_empty() {
+                crate::text_escape::escape(&self.source).into_owned()
+            } else {
+                self.tiers
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "tier{} nodes {:?}{}",
+                            t.tier,
+                            t.nodes,
+                            if t.top { " (top)" } else { "" }
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        out.push_str(&format!(
+            "  promotions: {} pages by the traced tasks ({} refused or failed, {} hint faults \
+             on slow-tier pages); rate limit {} MB/s, hot threshold {} ms\n",
+            self.promoted_pages,
+            self.promote_failed,
+            self.slow_tier_faults,
+            opt(self.promote_rate_limit_mbps_end),
+            opt(self.hot_threshold_ms_end),
+        ));
+        let d = &self.demotions;
+        out.push_str(&format!(
+            "  demotions (system-wide): {} pages in {} reclaim passes, {} not demoted; kswapd {}, \
+             khugepaged {}, direct or proactive {}\n",
+            d.pages, d.calls, d.failed, d.kswapd, d.khugepaged, d.direct_or_proactive
+        ));
+        if !self.kernel.is_empty() {
+            out.push_str(&format!(
+                "  kernel: {}\n",
+                self.kernel
+                    .iter()
+                    .map(|(k, v)| format!("{} +{v}", crate::text_escape::escape(k)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        for f in &self.findings {
+            out.push_str(&format!("  finding: {f}\n"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TierCounts;
+
+    fn tiered(mode: u32) -> Tiering {
+        Tiering {
+            mode: Some(mode),
+            tiers: crate::kernel::tiering::two_tiers(&[0, 1], &[2]),
+            source: "memory_tiers".into(),
+            known: true,
+            top_nodes: vec![0, 1],
+            promote_rate_limit_mbps: Some(1),
+            hot_threshold_ms: Some(1000),
+            demotion_enabled: Some(true),
+            node_counters: BTreeMap::from([(
+                0,
+                BTreeMap::from([("pgpromote_success".to_owned(), 100)]),
+            )]),
+        }
+    }
+
+    #[test]
+    fn counts_kernel_counters_and_findings() {
+        let mut end = tiered(2);
+        end.node_counters
+            .get_mut(&0)
+            .unwrap()
+            .insert("pgpromote_success".into(), 1100);
+        let mut counters = vec![0; Counter::ALL.len()];
+        counters[Counter::DemotePages as usize] = 50;
+        counters[Counter::DemoteKswapd as usize] = 20;
+        counters[Counter::DemoteCalls as usize] = 2;
+        let delta = Snapshot {
+            counters: crate::sources::maps::Counters(counters),
+            vmstat_hi: BTreeMap::from([
+                ("pgpromote_success".to_owned(), 1000),
+                ("pgpromote_candidate".to_owned(), 5000),
+                ("numa_hint_faults".to_owned(), 9),
+            ]),
+            tiering: end,
+            tiering_start: Some(tiered(2)),
+            ..Snapshot::default()
+        };
+        let totals = Counts {
+            tiering: TierCounts {
+                promoted_pages: 1000,
+                promote_failed: 0,
+                slow_tier_faults: 6000,
+            },
+            ..Counts::default()
+        };
+        let r = TieringReport::of(&delta, &totals);
+        assert_eq!(r.kernel.len(), 2, "only tiering counters: {:?}", r.kernel);
+        assert_eq!(r.per_node[&0]["pgpromote_success"], 1000);
+        assert_eq!(r.demotions.direct_or_proactive, 30);
+        assert!(
+            r.findings
+                .iter()
+                .any(|f| f.starts_with("80 % of promotion candidates")),
+            "{:?}",
+            r.findings
+        );
+        assert!(r.findings.iter().any(|f| f.contains("both ways")));
+        let text = r.to_text();
+        assert!(text.contains("tier72 nodes [2]"), "{text}");
+        assert!(text.contains("promotions: 1000 pages"), "{text}");
+        assert!(!r.is_quiet());
+    }
+
+    #[test]
+    fn tiering_on_without_a_slow_tier_is_said() {
+        let mut t = tiered(3);
+        t.tiers = vec![Tier {
+            tier: 4,
+            nodes: vec![0, 1, 2],
+            top: true,
+        }];
+        let delta = Snapshot {
+            tiering: t,
+            ..Snapshot::default()
+        };
+        let r = TieringReport::of(&delta, &Counts::default());
+        assert!(
+            r.findings[0].contains("nothing can be promoted"),
+            "{:?}",
+            r.findings
+        );
+    }
+}

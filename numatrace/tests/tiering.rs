@@ -1,0 +1,343 @@
+//! Memory tiering in the QEMU guests, whose third node has no CPU and is slower by the ACPI HMAT
+//! (`xtask/src/vm/guest.rs`): on kernels that give it a tier of its own (6.7+ place nodes by
+//! HMAT), promotions numatrace counts equal the kernel's `pgpromote_success` in modes 2 and 3,
+//! demotions the `pgdemote_*` counters, and a cgroup's counts its `memory.stat`. On the other
+//! lines the tests say what the kernel lacks and check that nothing is counted either.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use common::{Sysctl, workload_bin};
+use numatrace::{
+    kernel::{tiering::Tiering, tunables::Tunables, version::KernelVersion},
+    sources::cgroups::cgroup2_mount,
+};
+use serde_json::Value;
+
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn kernel_version() -> KernelVersion {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    KernelVersion::parse(release.trim()).unwrap()
+}
+
+/// A guest with the slow CPU-less node 2, or why not.
+fn tiered_guest(test: &str) -> Option<Tiering> {
+    require_root_opt(test)?;
+    let has_cpu = fs::read_to_string("/sys/devices/system/node/node2/cpulist").ok()?;
+    if !has_cpu.trim().is_empty() {
+        common::skip(test, "node 2 has CPUs: not the tiered guest");
+        return None;
+    }
+    Some(Tiering::read(kernel_version()))
+}
+
+fn require_root_opt(test: &str) -> Option<()> {
+    if !common::is_root() {
+        common::skip(test, "needs root; CI runs it as root");
+        return None;
+    }
+    if !Path::new("/sys/devices/system/node/node2").exists() {
+        common::skip(
+            test,
+            "needs a CPU-less third NUMA node (the QEMU guests of `cargo xtask vm-test`)",
+        );
+        return None;
+    }
+    Some(())
+}
+
+/// `/proc/vmstat`'s tiering counters.
+fn vmstat() -> BTreeMap<String, u64> {
+    fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.trim().parse().ok()?))
+        })
+        .filter(|(k, _)| k.starts_with("pgpromote_") || k.starts_with("pgdemote_"))
+        .collect()
+}
+
+/// A cgroup with the memory controller, for `memory.stat` and `memory.reclaim`; removed (and
+/// the root's controllers put back) on drop.
+struct MemCgroup {
+    dir: PathBuf,
+    rel: String,
+    root_control: Option<(PathBuf, bool)>,
+}
+
+impl MemCgroup {
+    fn new(tag: &str) -> Option<Self> {
+        let mount = cgroup2_mount(&fs::read_to_string("/proc/self/mountinfo").ok()?)?;
+        let control = mount.join("cgroup.subtree_control");
+        let had = fs::read_to_string(&control)
+            .ok()?
+            .split_whitespace()
+            .any(|c| c == "memory");
+        if !had {
+            fs::write(&control, "+memory").ok()?;
+        }
+        let name = format!("numatrace-{tag}-{}", std::process::id());
+        let dir = mount.join(&name);
+        fs::create_dir_all(&dir).ok()?;
+        Some(Self {
+            dir,
+            rel: format!("/{name}"),
+            root_control: Some((control, had)),
+        })
+    }
+
+    fn stat(&self) -> BTreeMap<String, u64> {
+        fs::read_to_string(self.dir.join("memory.stat"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_owned(), v.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// `sh -c` running `args` of the workload inside this cgroup.
+    fn run(&self, args: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            &format!(
+                "echo $$ > {} && exec {} {args}",
+                self.dir.join("cgroup.procs").display(),
+                workload_bin()
+            ),
+        ]);
+        c
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.dir);
+        if let Some((control, false)) = &self.root_control {
+            let _ = fs::write(control, "-memory");
+        }
+    }
+}
+
+fn delta(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>, k: &str) -> Option<u64> {
+    Some(after.get(k)?.saturating_sub(*before.get(k)?))
+}
+
+/// Prints what the kernel made of the guest's slow node.
+fn describe(t: &Tiering) -> bool {
+    println!(
+        "tiers: {:?} (source {}), slow nodes {:?}, mode {:?}",
+        t.tiers,
+        t.source,
+        t.slow_nodes(),
+        t.mode
+    );
+    t.slow_nodes().contains(&2)
+}
+
+#[test]
+fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
+    const TEST: &str = "promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3";
+    let Some(tiers) = tiered_guest(TEST) else {
+        return;
+    };
+    let slow = describe(&tiers);
+    if !vmstat().contains_key("pgpromote_success") {
+        common::skip(
+            TEST,
+            "no pgpromote_success in /proc/vmstat: memory tiering mode needs 5.18+ (counted \
+             from 6.1 here)",
+        );
+        return;
+    }
+    let Some(cg) = MemCgroup::new("tier") else {
+        common::skip(TEST, "no cgroup v2 with the memory controller here");
+        return;
+    };
+    // Scan soon and often so that the 6-second reader's pages are found hot.
+    let (_tunables, notes) =
+        Tunables::set(&[("scan_delay_ms", "100"), ("scan_period_min_ms", "100")]);
+    println!("tunables: {notes:?}");
+    // Where node 2 is no lower tier nothing can be promoted: one mode shows that (0 = 0).
+    let modes: &[&str] = if slow { &["2", "3"] } else { &["2"] };
+    for mode in modes {
+        let _mode = Sysctl::set("kernel.numa_balancing", mode).unwrap();
+        let memcg_before = cg.stat();
+        let v = common::stat_window(&[], &["--cgroup", &cg.rel], || {
+            let out = cg
+                .run("migrate --mem-mib 64 --from-node 2 --to-node 0 --duration 6s")
+                .output()
+                .unwrap();
+            println!("{}", String::from_utf8_lossy(&out.stdout).trim());
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        });
+        let memcg = cg.stat();
+        let t = &v["tiering"];
+        println!("mode {mode}: tiering {t:#}");
+        let kernel = n(&t["kernel"]["pgpromote_success"]);
+        let kernel_lo = n(&v["vmstat_delta_min"]["pgpromote_success"]);
+        let ours = n(&t["promoted_pages"]);
+        // Only the workload reads slow-tier pages in the guest: the system-wide count is its.
+        assert_eq!(
+            ours, kernel,
+            "mode {mode}: numatrace promoted {ours} pages, pgpromote_success +{kernel} \
+             (at least +{kernel_lo})"
+        );
+        assert_eq!(ours, n(&v["totals"]["tiering"]["promoted_pages"]));
+        assert_eq!(n(&v["kernel_seen"]["promoted_pages"]), ours);
+        assert_eq!(t["mode_end"], mode.parse::<u64>().unwrap());
+        if slow {
+            assert!(
+                ours > 0,
+                "mode {mode}: node 2 is a slow tier and nothing was promoted"
+            );
+            assert!(n(&t["slow_tier_faults"]) > 0, "{t}");
+        } else {
+            println!(
+                "note: this kernel keeps node 2 in the top tier (it places memory present at \
+                 boot by HMAT from ~6.10; here dax/kmem would be needed): nothing to promote, \
+                 and numatrace counts nothing"
+            );
+        }
+        let cgroups = v["cgroups"].as_array().unwrap();
+        assert_eq!(cgroups.len(), 1, "{cgroups:?}");
+        match delta(&memcg, &memcg_before, "pgpromote_success") {
+            Some(d) => assert_eq!(
+                n(&cgroups[0]["tiering"]["promoted_pages"]),
+                d,
+                "mode {mode}: the cgroup's promotions against its memory.stat"
+            ),
+            None => println!("note: memory.stat has no pgpromote_success before 6.12"),
+        }
+        if let Some(d) = delta(&memcg, &memcg_before, "numa_pages_migrated") {
+            assert_eq!(
+                n(&cgroups[0]["hint_faults"]["migrated_pages"]),
+                d,
+                "mode {mode}: the cgroup's NUMA migrations against its memory.stat"
+            );
+        }
+    }
+}
+
+#[test]
+fn demotions_equal_the_kernels_pgdemote_counters() {
+    const TEST: &str = "demotions_equal_the_kernels_pgdemote_counters";
+    let Some(tiers) = tiered_guest(TEST) else {
+        return;
+    };
+    let slow = describe(&tiers);
+    if !vmstat().keys().any(|k| k.starts_with("pgdemote_")) {
+        common::skip(TEST, "no pgdemote_* in /proc/vmstat: demotion needs 5.15+");
+        return;
+    }
+    let Some(cg) = MemCgroup::new("demote") else {
+        common::skip(TEST, "no cgroup v2 with the memory controller here");
+        return;
+    };
+    if !cg.dir.join("memory.reclaim").exists() {
+        common::skip(TEST, "no memory.reclaim (5.19+) to drive reclaim with");
+        return;
+    }
+    let enabled = Path::new("/sys/kernel/mm/numa/demotion_enabled");
+    let old = fs::read_to_string(enabled).unwrap();
+    fs::write(enabled, "true").unwrap();
+    struct Restore<'a>(&'a Path, String);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            let _ = fs::write(self.0, self.1.trim());
+        }
+    }
+    let _restore = Restore(enabled, old);
+    let memcg_before = cg.stat();
+    let mut reclaimed = String::new();
+    let v = common::stat_window(&[], &[], || {
+        let mut w = cg
+            .run("migrate --mem-mib 64 --from-node 0 --to-node 0 --duration 0s --hold 6s")
+            .spawn()
+            .unwrap();
+        // Once the 64 MiB are in: proactive reclaim of half of it, which (no swap here)
+        // can only demote.
+        let current = cg.dir.join("memory.current");
+        let filled = common::wait_until(Duration::from_secs(30), || {
+            fs::read_to_string(&current)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|b| b >= 60 << 20)
+        });
+        assert!(filled, "the workload never filled its 64 MiB");
+        reclaimed = match fs::write(cg.dir.join("memory.reclaim"), "32M") {
+            Ok(()) => "all 32M".into(),
+            Err(e) => format!("not all 32M ({e})"),
+        };
+        assert!(w.wait().unwrap().success());
+    });
+    let memcg = cg.stat();
+    let t = &v["tiering"];
+    println!("memory.reclaim: {reclaimed}; tiering {t:#}");
+    let d = &t["demotions"];
+    let kernel: u64 = [
+        "pgdemote_kswapd",
+        "pgdemote_direct",
+        "pgdemote_khugepaged",
+        "pgdemote_proactive",
+    ]
+    .iter()
+    .map(|k| n(&t["kernel"][k]))
+    .sum();
+    assert_eq!(
+        n(&d["pages"]),
+        kernel,
+        "numatrace's demotions against the sum of pgdemote_*"
+    );
+    assert_eq!(n(&d["kswapd"]), n(&t["kernel"]["pgdemote_kswapd"]));
+    assert_eq!(n(&d["khugepaged"]), n(&t["kernel"]["pgdemote_khugepaged"]));
+    assert_eq!(
+        n(&d["direct_or_proactive"]),
+        n(&t["kernel"]["pgdemote_direct"]) + n(&t["kernel"]["pgdemote_proactive"])
+    );
+    if slow {
+        assert!(
+            n(&d["pages"]) > 0,
+            "node 2 is a lower tier and nothing was demoted"
+        );
+    } else {
+        println!("note: node 2 is not a lower tier of node 0 here: no demotion target");
+    }
+    // numatrace counts demotions system-wide (reclaim runs for no followed task); in the
+    // guest only this cgroup is reclaimed, so its memory.stat must say the same.
+    let memcg_demoted: Option<u64> = [
+        "pgdemote_kswapd",
+        "pgdemote_direct",
+        "pgdemote_khugepaged",
+        "pgdemote_proactive",
+    ]
+    .iter()
+    .map(|k| delta(&memcg, &memcg_before, k))
+    .reduce(|a, b| match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    })
+    .flatten();
+    match memcg_demoted {
+        Some(m) => assert_eq!(n(&d["pages"]), m, "against the cgroup's memory.stat"),
+        None => println!("note: memory.stat has no pgdemote_* before 6.12"),
+    }
+}
