@@ -92,9 +92,9 @@ mod tests {
         assert!(!t.promotes(MAX_NODES as u64, 0), "unknown source");
         assert!(t.slow(2) && !t.slow(0));
         t.mode = 1;
-        assert!(!t.promotes(2, 0), "6.11+: only in tiering mode");
+        assert!(!t.promotes(2, 0), "6.12+: only in tiering mode");
         t.mode_gated = 0;
-        assert!(t.promotes(2, 0), "6.1-6.10: in any mode");
+        assert!(t.promotes(2, 0), "5.18-6.11: in any mode");
         t.known = 0;
         assert!(!t.promotes(2, 0) && !t.slow(2));
     }

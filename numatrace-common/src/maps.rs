@@ -102,7 +102,7 @@ pub struct TierConfig {
     /// nothing is classed by tier.
     pub known: u32,
     /// Non-zero: the kernel counts a promotion only while `kernel.numa_balancing` has the
-    /// tiering bit (6.11+); before, every top-tier-bound migration from a slower tier counts.
+    /// tiering bit (6.12+); before, every top-tier-bound migration from a slower tier counts.
     pub mode_gated: u32,
     /// `kernel.numa_balancing` as last read.
     pub mode: u32,

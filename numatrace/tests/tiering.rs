@@ -1,6 +1,6 @@
 //! Memory tiering in the QEMU guests, whose third node has no CPU and is slower by the ACPI HMAT
-//! (`xtask/src/vm/guest.rs`): on kernels that give it a tier of its own (6.7+ place nodes by
-//! HMAT), promotions numatrace counts equal the kernel's `pgpromote_success` in modes 2 and 3,
+//! (`xtask/src/vm/guest.rs`): on kernels that give it a tier of its own (6.12 and 7.x here: the
+//! kernel places boot-time memory by HMAT from about 6.10), promotions numatrace counts equal the kernel's `pgpromote_success` in modes 2 and 3,
 //! demotions the `pgdemote_*` counters, and a cgroup's counts its `memory.stat`. On the other
 //! lines the tests say what the kernel lacks and check that nothing is counted either.
 

@@ -14,6 +14,7 @@ use crate::kernel::version::KernelVersion;
 /// One memory tier: `/sys/devices/virtual/memory_tiering/memory_tierN` (N grows with the
 /// abstract distance: smaller is faster).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Tier {
     pub tier: u32,
     pub nodes: Vec<u32>,
@@ -22,6 +23,8 @@ pub struct Tier {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Fields added later read as absent from older captures.
+#[serde(default)]
 pub struct Tiering {
     /// `kernel.numa_balancing`: 0 off, 1 NUMA balancing, 2 memory tiering, 3 both (`None`:
     /// unreadable).
@@ -35,9 +38,9 @@ pub struct Tiering {
     pub known: bool,
     /// Nodes of the top tier (with [`Tiering::known`]).
     pub top_nodes: Vec<u32>,
-    /// `kernel.numa_balancing_promote_rate_limit_MBps` (6.1+).
+    /// `kernel.numa_balancing_promote_rate_limit_MBps` (6.0+).
     pub promote_rate_limit_mbps: Option<u64>,
-    /// debugfs `sched/numa_balancing/hot_threshold_ms` (6.1+; the reference the kernel
+    /// debugfs `sched/numa_balancing/hot_threshold_ms` (6.0+; the reference the kernel
     /// adjusts its per-node threshold around, between 1/8 and 2x of it).
     pub hot_threshold_ms: Option<u64>,
     /// `/sys/kernel/mm/numa/demotion_enabled` (5.15+).
@@ -193,9 +196,12 @@ impl Tiering {
             .collect()
     }
 
-    /// What the kernel side classes migrations by. From 6.11 the kernel counts a promotion
-    /// only while the tiering bit is set (migrate_misplaced_folio); before, every migration
-    /// from a slower tier into the top one.
+    /// What the kernel side classes migrations by. The kernel counts a promotion only while
+    /// the tiering bit is set from 6.12 (commit ac59a1f0146f, "memory tiering: count
+    /// PGPROMOTE_SUCCESS when mem tiering is enabled."; read in the 6.12 tree), and every
+    /// migration from a slower tier into the top one before (read in 6.1 and 6.8). A version
+    /// test, where numatrace otherwise goes by what the kernel has: no symbol or field marks
+    /// the change.
     pub fn config(&self, version: KernelVersion) -> TierConfig {
         let mut mask = 0u64;
         for n in &self.top_nodes {
@@ -207,7 +213,7 @@ impl Tiering {
         TierConfig {
             toptier_mask: mask,
             known: u32::from(self.known),
-            mode_gated: u32::from(version >= KernelVersion::new(6, 11, 0)),
+            mode_gated: u32::from(version >= KernelVersion::new(6, 12, 0)),
             mode: self.mode.unwrap_or(0),
             _pad: 0,
         }
@@ -300,7 +306,7 @@ mod tests {
             (0b11, 1, 1, 2)
         );
         assert!(c.promotes(2, 0) && !c.promotes(0, 1));
-        assert_eq!(t.config(KernelVersion::new(6, 8, 0)).mode_gated, 0);
+        assert_eq!(t.config(KernelVersion::new(6, 11, 0)).mode_gated, 0);
     }
 
     #[test]

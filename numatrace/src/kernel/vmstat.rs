@@ -11,8 +11,8 @@ pub const NUMA_COUNTERS: &[&str] = &[
     "numa_pages_migrated",
     "pgmigrate_success",
     "pgmigrate_fail",
-    // Memory tiering (absent where the kernel lacks them: promotions 6.1+, demotions 5.15+,
-    // khugepaged 6.3+, proactive 6.17+, candidate_nrl 6.18+).
+    // Memory tiering (absent where the kernel lacks them: pgpromote_success 5.18+, candidate
+    // 6.0+, demotions 5.15+, khugepaged 6.3+, proactive 6.17+, candidate_nrl 6.18+).
     "pgpromote_success",
     "pgpromote_candidate",
     "pgpromote_candidate_nrl",

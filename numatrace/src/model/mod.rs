@@ -298,7 +298,7 @@ counter_struct! {
     /// Memory tiering (NUMA balancing mode 2 or 3, slow nodes in tiers of their own).
     pub struct TierCounts {
         /// Pages the hint faults promoted: migrated from a node outside the top tier into it,
-        /// counted where the kernel counts `pgpromote_success` (6.11+: only while the mode has
+        /// counted where the kernel counts `pgpromote_success` (6.12+: only while the mode has
         /// the tiering bit).
         sum promoted_pages: u64,
         /// Hint faults on slow-tier pages whose migration was refused (6.12+:

@@ -184,14 +184,14 @@ fn fixed() -> Vec<Spec> {
             family::PROMOTE_RATE_LIMIT,
             Gauge,
             &[],
-            "kernel.numa_balancing_promote_rate_limit_MBps, in bytes per second (6.1+).",
+            "kernel.numa_balancing_promote_rate_limit_MBps, in bytes per second (6.0+).",
         ),
         spec(
             family::HOT_THRESHOLD_SECONDS,
             Gauge,
             &[],
             "debugfs sched/numa_balancing/hot_threshold_ms, in seconds: the reference the \
-             kernel adjusts each node's promotion threshold around (6.1+).",
+             kernel adjusts each node's promotion threshold around (6.0+).",
         ),
         spec(
             family::HINT_FAULT_PAGES,

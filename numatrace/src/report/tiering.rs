@@ -12,6 +12,7 @@ use crate::{
     engine::Snapshot,
     kernel::tiering::{Tier, Tiering},
     model::Counts,
+    report::measured::{Feed, Measured},
 };
 
 /// Demotions numatrace counted (system-wide: reclaim demotes for no followed task).
@@ -56,6 +57,10 @@ pub struct TieringReport {
     pub per_node: BTreeMap<u32, BTreeMap<String, u64>>,
     /// Plain-words findings.
     pub findings: Vec<String>,
+    /// Why promotions, slow-tier faults or demotions were not measured (their hooks did not
+    /// attach), for the text; the JSON leaves those keys out instead.
+    #[serde(skip)]
+    pub not_measured: Measured,
 }
 
 fn node_delta(
@@ -68,7 +73,8 @@ fn node_delta(
             let d = c
                 .iter()
                 .filter_map(|(k, v)| {
-                    let b = before.map_or(Some(0), |b| b.get(k).copied())?;
+                    // A node or counter the start lacks: its growth is unknown (not since boot).
+                    let b = before?.get(k).copied()?;
                     Some((k.clone(), v.saturating_sub(b)))
                 })
                 .filter(|(_, v)| *v > 0)
@@ -81,7 +87,7 @@ fn node_delta(
 
 impl TieringReport {
     /// From a window (`delta`: the later snapshot minus the earlier) and its filtered totals.
-    pub fn of(delta: &Snapshot, totals: &Counts) -> Self {
+    pub fn of(delta: &Snapshot, totals: &Counts, measured: &Measured) -> Self {
         let c = |k: Counter| delta.counters.get(k);
         let (pages, kswapd, khugepaged) = (
             c(Counter::DemotePages),
@@ -120,6 +126,7 @@ impl TieringReport {
             kernel,
             per_node: node_delta(&end.node_counters, &start.node_counters),
             findings: Vec::new(),
+            not_measured: measured.clone(),
         };
         r.findings = r.find(end);
         r
@@ -129,6 +136,11 @@ impl TieringReport {
         let mut out = Vec::new();
         let k = |name: &str| self.kernel.get(name).copied();
         let tiering_on = end.tiering_mode();
+        let m = &self.not_measured;
+        // A count whose hook did not attach is no evidence, not even of zero.
+        let promotions = m.is(Feed::Promotions);
+        let faults = m.is(Feed::HintFaults);
+        let demotions = m.is(Feed::MigratePages);
         if tiering_on && end.known && end.slow_nodes().is_empty() {
             out.push(format!(
                 "memory tiering is on (kernel.numa_balancing={}) but every node is in the top \
@@ -144,19 +156,24 @@ impl TieringReport {
             let promoted_as_candidates =
                 ok.saturating_sub(k("pgpromote_candidate_nrl").unwrap_or(0));
             let held = cand.saturating_sub(promoted_as_candidates);
-            if cand > 0 && held * 5 >= cand {
+            // Counters from a capture can be anything: no overflow.
+            if cand > 0 && held.saturating_mul(5) >= cand {
                 out.push(format!(
                     "{} % of promotion candidates ({held} of {cand} pages) were not promoted: \
                      the rate limit ({} MB/s) held them back, or their migration was refused \
-                     or failed ({} such faults by the traced tasks)",
-                    held * 100 / cand,
+                     or failed{}",
+                    u128::from(held) * 100 / u128::from(cand),
                     self.promote_rate_limit_mbps_end
                         .map_or("?".into(), |v| v.to_string()),
-                    self.promote_failed
+                    if faults {
+                        format!(" ({} such faults by the traced tasks)", self.promote_failed)
+                    } else {
+                        String::new()
+                    }
                 ));
             }
         }
-        if self.slow_tier_faults > 0 && self.promoted_pages == 0 && tiering_on {
+        if promotions && self.slow_tier_faults > 0 && self.promoted_pages == 0 && tiering_on {
             out.push(format!(
                 "{} hint faults on slow-tier pages and no promotion: none of those pages was \
                  hot enough (accessed again within the hot threshold, {} ms by default) or the \
@@ -166,7 +183,7 @@ impl TieringReport {
                     .map_or("?".into(), |v| v.to_string())
             ));
         }
-        if self.slow_tier_faults > 0 && !tiering_on {
+        if faults && self.slow_tier_faults > 0 && !tiering_on {
             out.push(format!(
                 "{} hint faults on slow-tier pages with memory tiering off (mode {}): NUMA \
                  balancing treats the slow node like any other",
@@ -174,7 +191,7 @@ impl TieringReport {
                 end.mode.unwrap_or(0)
             ));
         }
-        if self.demotions.pages > 0 && self.promoted_pages > 0 {
+        if promotions && demotions && self.demotions.pages > 0 && self.promoted_pages > 0 {
             out.push(format!(
                 "pages moved both ways: {} promoted, {} demoted (system-wide) — a working set \
                  larger than the top tier bounces between tiers",
@@ -228,20 +245,28 @@ impl TieringReport {
                     .join(", ")
             }
         );
+        let m = &self.not_measured;
         out.push_str(&format!(
-            "  promotions: {} pages by the traced tasks ({} refused or failed, {} hint faults \
-             on slow-tier pages); rate limit {} MB/s, hot threshold {} ms\n",
-            self.promoted_pages,
-            self.promote_failed,
-            self.slow_tier_faults,
+            "  promotions: {} ({}); rate limit {} MB/s, hot threshold {} ms\n",
+            m.says(Feed::Promotions, || format!(
+                "{} pages by the traced tasks",
+                self.promoted_pages
+            )),
+            m.says(Feed::HintFaults, || format!(
+                "{} refused or failed, {} hint faults on slow-tier pages",
+                self.promote_failed, self.slow_tier_faults
+            )),
             opt(self.promote_rate_limit_mbps_end),
             opt(self.hot_threshold_ms_end),
         ));
         let d = &self.demotions;
         out.push_str(&format!(
-            "  demotions (system-wide): {} pages in {} reclaim passes, {} not demoted; kswapd {}, \
-             khugepaged {}, direct or proactive {}\n",
-            d.pages, d.calls, d.failed, d.kswapd, d.khugepaged, d.direct_or_proactive
+            "  demotions (system-wide): {}\n",
+            m.says(Feed::MigratePages, || format!(
+                "{} pages in {} reclaim passes, {} not demoted; kswapd {}, khugepaged {}, direct \
+                 or proactive {}",
+                d.pages, d.calls, d.failed, d.kswapd, d.khugepaged, d.direct_or_proactive
+            ))
         ));
         if !self.kernel.is_empty() {
             out.push_str(&format!(
@@ -312,7 +337,7 @@ mod tests {
             },
             ..Counts::default()
         };
-        let r = TieringReport::of(&delta, &totals);
+        let r = TieringReport::of(&delta, &totals, &Measured::default());
         assert_eq!(r.kernel.len(), 2, "only tiering counters: {:?}", r.kernel);
         assert_eq!(r.per_node[&0]["pgpromote_success"], 1000);
         assert_eq!(r.demotions.direct_or_proactive, 30);
@@ -342,7 +367,7 @@ mod tests {
             tiering: t,
             ..Snapshot::default()
         };
-        let r = TieringReport::of(&delta, &Counts::default());
+        let r = TieringReport::of(&delta, &Counts::default(), &Measured::default());
         assert!(
             r.findings[0].contains("nothing can be promoted"),
             "{:?}",

@@ -184,8 +184,9 @@ pub struct Line {
 }
 
 /// Two nodes with a CPU and 1 GiB each, and a third, CPU-less node of 512 MiB that the ACPI
-/// HMAT describes as slower (latency 4x, bandwidth 1/4 of local): kernels that place nodes in
-/// memory tiers by HMAT (6.7+) put it in a tier of its own below nodes 0-1, which memory
+/// HMAT describes as slower (latency 4x, bandwidth 1/4 of local): kernels that place boot-time
+/// nodes in memory tiers by HMAT (about 6.10+; 6.12 and 7.3 here, not 6.1 or 6.8) put it in a
+/// tier of its own below nodes 0-1, which memory
 /// tiering (`kernel.numa_balancing=2`) promotes from and demotion demotes to. Older kernels
 /// see a plain third node, which nothing uses unless told to.
 pub fn topology() -> Vec<String> {

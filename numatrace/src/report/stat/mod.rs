@@ -271,6 +271,11 @@ impl StatReport {
             .collect();
         histograms.set_region_faults(&regions);
         let totals = delta.totals(filter);
+        let tiering = crate::report::tiering::TieringReport::of(
+            delta,
+            &totals,
+            &Measured::from_hooks(&hooks),
+        );
         Self {
             schema: SCHEMA.to_owned(),
             numatrace_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -281,7 +286,7 @@ impl StatReport {
             processes: delta.processes(filter),
             cgroups: delta.cgroups(filter),
             nodes: delta.node_rows(filter),
-            tiering: crate::report::tiering::TieringReport::of(delta, &totals),
+            tiering,
             totals,
             self_counts: delta.self_counts(),
             vmstat_delta: delta.vmstat_hi.clone(),
