@@ -63,7 +63,9 @@ pub struct TieringReport {
     pub not_measured: Measured,
 }
 
-fn node_delta(
+/// Each node's counters' growth between two reads (`Tiering::node_counters`); a node or
+/// counter the start lacks has no known growth and is left out, as are zeros.
+pub(crate) fn node_delta(
     end: &BTreeMap<u32, BTreeMap<String, u64>>,
     start: &BTreeMap<u32, BTreeMap<String, u64>>,
 ) -> BTreeMap<u32, BTreeMap<String, u64>> {

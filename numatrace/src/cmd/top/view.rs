@@ -341,23 +341,13 @@ pub struct TierRow {
 
 fn tier_rows(delta: &Snapshot, secs: f64) -> Vec<TierRow> {
     let end = &delta.tiering;
-    let start = delta.tiering_start.as_ref();
-    // Per node: the counters' growth over the interval (0 where the start lacks the node).
+    let start = delta.tiering_start.as_ref().unwrap_or(end);
+    // Per node: the counters' growth over the interval (none where the start lacks the node).
+    let grew = crate::report::tiering::node_delta(&end.node_counters, &start.node_counters);
     let grew = |node: u32, pick: &dyn Fn(&str) -> bool| -> u64 {
-        let Some(now) = end.node_counters.get(&node) else {
-            return 0;
-        };
-        now.iter()
-            .filter(|(k, _)| pick(k))
-            .map(|(k, v)| {
-                let before = start
-                    .and_then(|s| s.node_counters.get(&node))
-                    .and_then(|c| c.get(k))
-                    .copied()
-                    .unwrap_or(*v);
-                v.saturating_sub(before)
-            })
-            .sum()
+        grew.get(&node)
+            .map(|c| c.iter().filter(|(k, _)| pick(k)).map(|(_, v)| *v).sum())
+            .unwrap_or(0)
     };
     end.tiers
         .iter()
