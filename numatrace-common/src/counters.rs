@@ -67,11 +67,15 @@ pub enum Counter {
     /// faults on pages of a slow-tier node.
     PromotedPages = 36,
     SlowTierFaults = 37,
+    /// Pages hint faults migrated into a top-tier node, where a slower tier exists, from a
+    /// node that could not be told (memory onlined after start, e.g. dax/kmem, or no node
+    /// ranges): possibly promotions, not counted as such.
+    PromoteSourceUnknown = 38,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 38] = [
+    pub const ALL: [Counter; 39] = [
         Self::RingbufFull,
         Self::TaskMapFull,
         Self::TasksCreated,
@@ -110,6 +114,7 @@ impl Counter {
         Self::SeenSkipCpuset,
         Self::PromotedPages,
         Self::SlowTierFaults,
+        Self::PromoteSourceUnknown,
     ];
 
     /// Tallies of what the traced tasks did (not losses or bookkeeping): numatrace's own
@@ -127,6 +132,7 @@ impl Counter {
                 | Self::VmaMapFull
                 | Self::SkipGapLost
                 | Self::NodeOutOfRange
+                | Self::PromoteSourceUnknown
                 | Self::DemoteCalls
                 | Self::DemotePages
                 | Self::DemoteFailed

@@ -55,7 +55,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
         assert_eq!(size_of::<TaskStats>(), 32 + 64 + 54 * 8 + 8);
-        assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4);
+        assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4 + 8 + 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);
@@ -84,15 +84,24 @@ mod tests {
             known: 1,
             mode_gated: 1,
             mode: 2,
+            threshold_off: 0,
+            node_data: 0,
+            has_slow: 1,
             _pad: 0,
         };
         assert!(t.promotes(2, 0));
+        assert!(t.may_promote_into(0) && !t.may_promote_into(2));
+        assert!(!t.reads_threshold(), "no address: nothing read");
+        t.threshold_off = 0x1a40;
+        t.node_data = 0xffff_ffff_8300_0000;
+        assert!(t.reads_threshold());
         assert!(!t.promotes(0, 1), "top to top is a NUMA migration");
         assert!(!t.promotes(0, 2), "top to slow is not a promotion");
         assert!(!t.promotes(MAX_NODES as u64, 0), "unknown source");
         assert!(t.slow(2) && !t.slow(0));
         t.mode = 1;
         assert!(!t.promotes(2, 0), "6.12+: only in tiering mode");
+        assert!(!t.reads_threshold(), "adjusted in tiering mode only");
         t.mode_gated = 0;
         assert!(t.promotes(2, 0), "5.18-6.11: in any mode");
         t.known = 0;

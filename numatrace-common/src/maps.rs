@@ -106,8 +106,20 @@ pub struct TierConfig {
     pub mode_gated: u32,
     /// `kernel.numa_balancing` as last read.
     pub mode: u32,
+    /// Byte offset of `nbp_threshold` in `struct pglist_data` (BTF, 6.1+); 0: the per-node
+    /// hot thresholds are not read.
+    pub threshold_off: u32,
+    /// Address of the kernel's `node_data[]` (kallsyms); 0: the thresholds are not read.
+    pub node_data: u64,
+    /// Non-zero: some node is outside the top tier (something can be promoted).
+    pub has_slow: u32,
     pub _pad: u32,
 }
+
+/// A value of [`MAP_HOT_THRESHOLD`] has this bit once read: the low 32 bits are then the
+/// node's `nbp_threshold` in ms at its latest slow-tier hint fault (0: not adjusted yet, the
+/// reference `hot_threshold_ms` applies).
+pub const HOT_THRESHOLD_SEEN: u64 = 1 << 32;
 
 /// `kernel.numa_balancing`'s memory-tiering bit (NUMA_BALANCING_MEMORY_TIERING).
 pub const NUMA_BALANCING_MEMORY_TIERING: u32 = 0x2;
@@ -126,6 +138,23 @@ impl TierConfig {
             && src < MAX_NODES as u64
             && !self.toptier(src)
             && self.toptier(dst)
+    }
+
+    /// Whether a migration into `dst` would count as a promotion if its source were slow:
+    /// where one from an unknown source is a promotion that could not be classed.
+    pub fn may_promote_into(&self, dst: u64) -> bool {
+        self.known != 0
+            && self.has_slow != 0
+            && (self.mode_gated == 0 || self.mode & NUMA_BALANCING_MEMORY_TIERING != 0)
+            && self.toptier(dst)
+    }
+
+    /// Whether a slow-tier hint fault reads the faulting node's hot threshold: in tiering mode
+    /// (the only mode the kernel adjusts it in), where its address and offset are known.
+    pub fn reads_threshold(&self) -> bool {
+        self.node_data != 0
+            && self.threshold_off != 0
+            && self.mode & NUMA_BALANCING_MEMORY_TIERING != 0
     }
 
     /// Whether a page on `node` is in a slower tier than the top one.

@@ -132,6 +132,9 @@ pub const MAP_VMA_GAPS: &str = "VMA_GAPS";
 
 /// The one-value array holding [`TierConfig`].
 pub const MAP_TIERING: &str = "TIERING";
+/// Per node (index), the hot threshold of memory-tiering promotions as last read
+/// ([`HOT_THRESHOLD_SEEN`] | ms; 0: never read).
+pub const MAP_HOT_THRESHOLD: &str = "HOT_THRESHOLD";
 /// Program on `sched:sched_skip_cpuset_numa` (6.16+).
 pub const PROG_SKIP_CPUSET: &str = "tp_sched_skip_cpuset_numa";
 
@@ -196,6 +199,7 @@ pub const MAPS: &[&str] = &[
     MAP_VMA_STATS,
     MAP_VMA_GAPS,
     MAP_TIERING,
+    MAP_HOT_THRESHOLD,
 ];
 
 /// Every global name above.

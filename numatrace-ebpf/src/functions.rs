@@ -11,10 +11,10 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     Counter, EMIT_VMA_SCAN, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig,
-    LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
-    NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
-    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats, TierConfig,
-    VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
+    HOT_THRESHOLD_SEEN, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT,
+    MIGRATED_PAGES_SLOTS, NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap,
+    PageOffsets, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets,
+    TaskStats, TierConfig, VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
 use crate::tasks::{
@@ -51,6 +51,10 @@ static VMA_STATS: HashMap<VmaKey, VmaStats> =
 /// Written by userspace whenever the tiering mode or the memory tiers change.
 #[map]
 static TIERING: Array<TierConfig> = Array::with_max_entries(1, 0);
+
+/// Per node, its promotion hot threshold as the latest slow-tier hint fault found it.
+#[map]
+static HOT_THRESHOLD: Array<u64> = Array::with_max_entries(MAX_NODES, 0);
 
 /// The tiers as userspace last wrote them (all unknown until it has).
 #[inline(always)]
@@ -372,6 +376,27 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 // ---- task_numa_fault -----------------------------------------------------------------------
 
+/// Keeps `NODE_DATA(nid)->nbp_threshold` of the faulting CPU's node: the node whose threshold
+/// this fault's promotion decision used (should_numa_migrate_memory adjusts it just before, on
+/// the destination node, which is the faulting CPU's). The kernel exports it nowhere else.
+#[inline(always)]
+fn read_hot_threshold(tier: &TierConfig) {
+    let nid = unsafe { aya_ebpf::helpers::bpf_get_numa_node_id() };
+    if nid < 0 || nid as u32 >= MAX_NODES {
+        return;
+    }
+    let slot = tier.node_data as *const u8;
+    let Some(pgdat) = read_field::<u64>(slot, nid as u32 * 8) else {
+        return;
+    };
+    let Some(th) = read_field::<u32>(pgdat as *const u8, tier.threshold_off) else {
+        return;
+    };
+    if let Some(v) = HOT_THRESHOLD.get_ptr_mut(nid as u32) {
+        unsafe { *v = HOT_THRESHOLD_SEEN | u64::from(th) };
+    }
+}
+
 #[inline(always)]
 fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
     let Some((t, _)) = followed_current() else {
@@ -405,12 +430,21 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
         if flags & TNF_MIGRATE_FAIL != 0 {
             unsafe { add(&raw mut (*t).promote_failed, 1) };
         }
+        if tier.reads_threshold() {
+            read_hot_threshold(&tier);
+        }
     }
     // As the kernel counts pgpromote_success: the pages of a successful migration from a
     // node outside the top tier into it.
     if migrated && tier.promotes(src, mem_node.max(0) as u64) {
         unsafe { add(&raw mut (*t).promoted_pages, pages) };
         count_n(Counter::PromotedPages, pages);
+    } else if migrated
+        && src >= u64::from(MAX_NODES)
+        && tier.may_promote_into(mem_node.max(0) as u64)
+    {
+        // Nothing lost silently: a possible promotion whose source could not be told.
+        count_n(Counter::PromoteSourceUnknown, pages);
     }
     unsafe {
         add(&raw mut (*t).hint_faults, 1);

@@ -421,6 +421,14 @@ fn kernel_has(metric: &str) -> bool {
         "numatrace_hot_threshold_seconds" => {
             fs::read_to_string("/sys/kernel/debug/sched/numa_balancing/hot_threshold_ms").is_ok()
         }
+        // Exported once a slow-tier hint fault in tiering mode has read a node's threshold:
+        // never in these tests' windows, which run in mode 1 (or 0).
+        "numatrace_node_hot_threshold_seconds" => {
+            fs::read_to_string("/proc/sys/kernel/numa_balancing")
+                .ok()
+                .and_then(|m| m.trim().parse::<u32>().ok())
+                .is_some_and(|m| m & 2 != 0)
+        }
         "numatrace_promote_rate_limit_bytes_per_second" => {
             exists("/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps")
         }

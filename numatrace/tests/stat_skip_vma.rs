@@ -193,3 +193,134 @@ fn skip_vma_counts_equal_an_independent_tracefs_count() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// `sched_skip_cpuset_numa` lines of thread group `tgid` in a tracefs trace (the event's own
+/// `tgid=` field).
+fn cpuset_skips_in(trace: &str, tgid: u32) -> u64 {
+    let want = format!(" tgid={tgid} ");
+    trace
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("sched_skip_cpuset_numa:"))
+        .filter(|l| l.contains(&want))
+        .count() as u64
+}
+
+#[test]
+fn cpuset_skip_counter_reads_the_workloads_lines() {
+    let t = "# tracer: nop\n ntw-thread-0-8 (      7) [000] ..... 1.0: sched_skip_cpuset_numa: comm=ntw-thread-0 pid=8 tgid=7 ngid=0 mem_nodes_allowed=0\n sh-3 (      3) [000] ..... 1.1: sched_skip_cpuset_numa: comm=sh pid=3 tgid=3 ngid=0 mem_nodes_allowed=0\n ntw-thread-0-8 (      7) [001] ..... 1.2: sched_skip_vma_numa: numa_scan_offset=0 vm_start=1 vm_end=2 reason=shared_ro\n";
+    assert_eq!(cpuset_skips_in(t, 7), 1);
+    assert_eq!(cpuset_skips_in(t, 3), 1);
+    assert_eq!(cpuset_skips_in(t, 70), 0);
+}
+
+/// 6.16+: a task whose cpuset allows one memory node is not scanned at all
+/// (`task_numa_work` returns after `sched_skip_cpuset_numa`); numatrace's count of those skips
+/// for a cgroup equals the tracepoint's own lines in an independent tracefs instance.
+#[test]
+fn cpuset_skips_equal_the_tracepoints_lines() {
+    const TEST: &str = "cpuset_skips_equal_the_tracepoints_lines";
+    if !common::is_root() {
+        common::skip(TEST, "needs root; CI runs it as root");
+        return;
+    }
+    if !tracefs_root()
+        .join("events/sched/sched_skip_cpuset_numa")
+        .is_dir()
+    {
+        common::skip(
+            TEST,
+            "no sched:sched_skip_cpuset_numa on this kernel (6.16+; the 7.x guest and newer \
+             hosts have it)",
+        );
+        return;
+    }
+    let Some(mount) = fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|m| numatrace::sources::cgroups::cgroup2_mount(&m))
+    else {
+        common::skip(TEST, "no cgroup v2 mount");
+        return;
+    };
+    let control = mount.join("cgroup.subtree_control");
+    let had = fs::read_to_string(&control)
+        .unwrap_or_default()
+        .split_whitespace()
+        .any(|c| c == "cpuset");
+    if !had && fs::write(&control, "+cpuset").is_err() {
+        common::skip(TEST, "the cpuset controller cannot be enabled here");
+        return;
+    }
+    struct Cg {
+        dir: std::path::PathBuf,
+        control: std::path::PathBuf,
+        had: bool,
+    }
+    impl Drop for Cg {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir(&self.dir);
+            if !self.had {
+                let _ = fs::write(&self.control, "-cpuset");
+            }
+        }
+    }
+    let name = format!("numatrace-cpuset-{}", std::process::id());
+    let cg = Cg {
+        dir: mount.join(&name),
+        control,
+        had,
+    };
+    fs::create_dir_all(&cg.dir).unwrap();
+    // One memory node: the first with memory.
+    let node = fs::read_to_string("/sys/devices/system/node/has_memory")
+        .ok()
+        .and_then(|s| numatrace::kernel::tiering::parse_list(&s).first().copied())
+        .unwrap_or(0);
+    fs::write(cg.dir.join("cpuset.mems"), node.to_string()).unwrap();
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let (_tunables, notes) = numatrace::kernel::tunables::Tunables::set(&[
+        ("scan_delay_ms", "100"),
+        ("scan_period_min_ms", "100"),
+    ]);
+    println!("tunables: {notes:?}");
+
+    let inst = TraceInstance::new("cpuset").expect("tracefs instance");
+    inst.write("buffer_size_kb", "4096").unwrap();
+    inst.write("options/record-tgid", "1").unwrap();
+    inst.write("events/sched/sched_skip_cpuset_numa/enable", "1")
+        .unwrap();
+    let mut tgid = 0;
+    let v = common::stat_window(&[], &["--cgroup", &format!("/{name}")], || {
+        let mut w = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "echo $$ > {} && exec {} threads --threads 1 --mem-mib 16 --duration 3s",
+                    cg.dir.join("cgroup.procs").display(),
+                    workload_bin()
+                ),
+            ])
+            .spawn()
+            .unwrap();
+        // sh execs the workload: the same process.
+        tgid = w.id();
+        assert!(w.wait().unwrap().success());
+    });
+    inst.write("tracing_on", "0").unwrap();
+    let trace = inst.read("trace").unwrap();
+    let reference = cpuset_skips_in(&trace, tgid);
+    let ours = v["totals"]["scan"]["cpuset_skips"].as_u64();
+    println!(
+        "cpuset.mems={node}: numatrace {ours:?} cpuset skips, tracefs {reference}; task_numa_work \
+         calls {}",
+        v["totals"]["scan"]["calls"]
+    );
+    assert!(
+        reference > 0,
+        "the workload in a one-node cpuset never reached task_numa_work"
+    );
+    assert_eq!(
+        ours,
+        Some(reference),
+        "numatrace's cpuset skips against the tracepoint's lines"
+    );
+}

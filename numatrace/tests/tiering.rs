@@ -341,3 +341,93 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
         None => println!("note: memory.stat has no pgdemote_* before 6.12"),
     }
 }
+
+/// The kernel adjusts each top-tier node's hot threshold once per `scan_period_max_ms` to hold
+/// promotion candidates to the rate limit (kernel/sched/fair.c,
+/// numa_promotion_adjust_threshold): in steps of 2/16 of the reference, between that and twice
+/// it. numatrace reads it where the kernel keeps it (`pglist_data.nbp_threshold`, exported
+/// nowhere else), so no counter can be compared; what must hold is the kernel's arithmetic,
+/// and that a rate limit far below the hot pages' rate lowers it.
+#[test]
+fn a_tight_rate_limit_lowers_the_hot_threshold_numatrace_reads() {
+    const TEST: &str = "a_tight_rate_limit_lowers_the_hot_threshold_numatrace_reads";
+    let Some(tiers) = tiered_guest(TEST) else {
+        return;
+    };
+    if !describe(&tiers) {
+        common::skip(
+            TEST,
+            "node 2 is no lower tier on this kernel: no promotion, no threshold to adjust",
+        );
+        return;
+    }
+    if !Path::new("/proc/sys/kernel/numa_balancing_promote_rate_limit_MBps").exists() {
+        common::skip(TEST, "no promotion rate limit (6.0+)");
+        return;
+    }
+    // An adjustment every 200 ms; 1 MB/s lets 51 candidate pages through per period, far
+    // fewer than 64 MiB read hot make.
+    let (_tunables, notes) = Tunables::set(&[
+        ("scan_delay_ms", "100"),
+        ("scan_period_min_ms", "100"),
+        ("scan_period_max_ms", "200"),
+    ]);
+    println!("tunables: {notes:?}");
+    let _mode = Sysctl::set("kernel.numa_balancing", "2").unwrap();
+    let _limit = Sysctl::set("kernel.numa_balancing_promote_rate_limit_MBps", "1").unwrap();
+    let v = common::stat_window(&[], &[], || {
+        common::workload_ok(&[
+            "migrate",
+            "--mem-mib",
+            "64",
+            "--from-node",
+            "2",
+            "--to-node",
+            "0",
+            "--duration",
+            "6s",
+        ]);
+    });
+    let t = &v["tiering"];
+    println!("tiering {t:#}");
+    assert_eq!(
+        n(&t["promoted_pages"]),
+        n(&t["kernel"]["pgpromote_success"]),
+        "promotions against pgpromote_success under the rate limit"
+    );
+    assert_eq!(
+        t["node_thresholds_read"], true,
+        "tiering mode on 6.1+ with BTF and kallsyms: the thresholds are read"
+    );
+    let (floor, ceiling) = (
+        n(&t["hot_threshold_floor_ms"]),
+        n(&t["hot_threshold_ceiling_ms"]),
+    );
+    assert!(
+        floor > 0 && ceiling == floor * 16,
+        "floor {floor}, ceiling {ceiling}"
+    );
+    // The reader runs on CPU 0: node 0's threshold judged its faults.
+    let th = t["node_hot_threshold_ms_end"]["0"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no threshold read for node 0: {t}"));
+    assert!(
+        (floor..=ceiling).contains(&th) && th % floor == 0,
+        "node 0's threshold {th} ms is no step of the kernel's ({floor}..={ceiling} by {floor})"
+    );
+    assert!(
+        th < ceiling / 2,
+        "candidates far above the rate limit and node 0's threshold {th} ms is not below the \
+         {} ms reference",
+        ceiling / 2
+    );
+    let (cand, ok) = (
+        n(&t["kernel"]["pgpromote_candidate"]),
+        n(&t["kernel"]["pgpromote_success"]),
+    );
+    assert!(
+        cand > ok,
+        "the rate limit held nothing back: {cand} candidates, {ok} promoted"
+    );
+    println!("findings: {:#}", t["findings"]);
+}

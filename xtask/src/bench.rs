@@ -60,19 +60,10 @@ fn bpftrace_files() -> Result<Vec<(PathBuf, PathBuf)>> {
     if !bin.exists() {
         bail!("/usr/bin/bpftrace missing");
     }
-    let ldd = output(Command::new("ldd").arg(&bin))?;
     let mut files = vec![(bin.clone(), bin.strip_prefix("/")?.to_owned())];
-    for line in ldd.lines() {
-        // `libx.so.1 => /lib/x/libx.so.1 (0x...)` or `/lib64/ld-linux-x86-64.so.2 (0x...)`.
-        let path = line
-            .split("=>")
-            .last()
-            .and_then(|r| r.split_whitespace().next())
-            .filter(|p| p.starts_with('/'));
-        if let Some(p) = path {
-            let p = PathBuf::from(p);
-            files.push((p.clone(), p.strip_prefix("/")?.to_owned()));
-        }
+    for p in vm::shared_libraries(&bin)? {
+        let inside = p.strip_prefix("/")?.to_owned();
+        files.push((p, inside));
     }
     Ok(files)
 }

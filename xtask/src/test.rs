@@ -40,20 +40,13 @@ fn lint(tools: &Tools) -> Result<()> {
     eprintln!("xtask: cargo fmt --check");
     check(tools.cargo(stable).args(["fmt", "--all", "--", "--check"]))?;
     eprintln!("xtask: clippy (host crates)");
-    check(tools.cargo(stable).args([
-        "clippy",
-        "--release",
-        "--all-targets",
-        "--package",
-        "numatrace",
-        "--package",
-        "numatrace-common",
-        "--package",
-        "xtask",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    check(
+        tools
+            .cargo(stable)
+            .args(["clippy", "--release", "--all-targets"])
+            .args(HOST_PACKAGES)
+            .args(["--", "-D", "warnings"]),
+    )?;
     eprintln!("xtask: clippy (eBPF crate, bpfel-unknown-none)");
     check(tools.cargo(nightly).args([
         "clippy",
@@ -85,19 +78,26 @@ fn host_tests(tools: &Tools) -> Result<()> {
     }
     // Real-kernel tests share kernel state (sysctls, tracefs, attached programs): one at a time.
     eprintln!("xtask: unit and real-kernel tests");
-    check(tools.cargo(stable).args([
-        "test",
-        "--release",
-        "--package",
-        "numatrace",
-        "--package",
-        "numatrace-common",
-        "--package",
-        "xtask",
-        "--",
-        "--test-threads=1",
-    ]))
+    check(
+        tools
+            .cargo(stable)
+            .args(["test", "--release"])
+            .args(HOST_PACKAGES)
+            .args(["--", "--test-threads=1"]),
+    )
 }
+
+/// The host crates, as lint and the host tests name them; the guests run the executables
+/// `cargo test --release` builds for exactly these (vm::build): another set could unify
+/// features differently and compile everything again.
+pub const HOST_PACKAGES: &[&str] = &[
+    "--package",
+    "numatrace",
+    "--package",
+    "numatrace-common",
+    "--package",
+    "xtask",
+];
 
 /// The "package" step (also `cargo xtask package-test`): builds the Debian package (lintian
 /// included), then installs it on this machine, uses what it installed and purges it. On the

@@ -22,15 +22,20 @@ use aya::{
     maps::{Array, HashMap, MapData, RingBuf},
 };
 use numatrace_common::{
-    Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_MIGRATE_LATENCY, MAP_MIGRATE_MATRIX,
-    MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS, MAP_TIERING,
-    MAP_TRACKED_TGIDS, MAP_VMA_GAPS, MAP_VMA_STATS, TierConfig,
+    Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_HOT_THRESHOLD, MAP_MIGRATE_LATENCY,
+    MAP_MIGRATE_MATRIX, MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS,
+    MAP_TIERING, MAP_TRACKED_TGIDS, MAP_VMA_GAPS, MAP_VMA_STATS, MAX_NODES, TierConfig,
 };
 use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
 use crate::{
     bpf::loader::{HookReport, LoadOptions, Session},
-    kernel::{facts::KernelFacts, nodes::system_nodes, tiering::Tiering, vmstat::Vmstat},
+    kernel::{
+        facts::KernelFacts,
+        nodes::system_nodes,
+        tiering::{self, Tiering},
+        vmstat::Vmstat,
+    },
     model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
     plan::Plan,
     sources::{cgroups::CgroupResolver, maps::Maps, procfs, progstats, ringbuf},
@@ -119,6 +124,8 @@ pub struct Engine {
     /// The tier classes the kernel side counts promotions by, and what they were made from.
     tier_map: Array<MapData, TierConfig>,
     tier_config: Option<TierConfig>,
+    /// Each node's promotion hot threshold as the kernel side last read it.
+    hot_thresholds: Array<MapData, u64>,
     tiering: Tiering,
 }
 
@@ -185,6 +192,7 @@ impl Engine {
         };
         let tracked = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
         let tier_map = take(&mut ebpf, MAP_TIERING)?;
+        let hot_thresholds = take(&mut ebpf, MAP_HOT_THRESHOLD)?;
         let shared = Arc::new(Mutex::new(Shared {
             ring,
             acc: Accum::default(),
@@ -215,6 +223,7 @@ impl Engine {
             stats_fd: None,
             tier_map,
             tier_config: None,
+            hot_thresholds,
             tiering: Tiering::default(),
         })
         .map(|mut e| {
@@ -227,7 +236,11 @@ impl Engine {
     /// changed (a mode switched between two snapshots is seen at the next one).
     fn refresh_tiering(&mut self) {
         self.tiering = Tiering::read(self.facts.version);
-        let config = self.tiering.config(self.facts.version);
+        let mut config = self.tiering.config(self.facts.version);
+        (config.node_data, config.threshold_off) = tiering::threshold_source(&self.facts);
+        self.tiering.node_thresholds_read = config.reads_threshold();
+        let raw = (0..MAX_NODES).filter_map(|n| Some((n, self.hot_thresholds.get(&n, 0).ok()?)));
+        self.tiering.set_node_thresholds(raw);
         if self.tier_config != Some(config) {
             match self.tier_map.set(0, &config, 0) {
                 Ok(()) => self.tier_config = Some(config),

@@ -50,6 +50,10 @@ pub struct KernelFacts {
     pub btf_signatures: BTreeMap<String, Vec<BtfParam>>,
     /// Address of the kernel variable `vmemmap_base` (randomized memory layouts).
     pub vmemmap_base_sym: Option<u64>,
+    /// Address of the kernel array `node_data[]` (each node's `pglist_data`), where the
+    /// programs read a node's promotion hot threshold.
+    #[serde(default)]
+    pub node_data_sym: Option<u64>,
     /// PFN ranges per node, for the source node of migrations.
     pub node_pfn_ranges: Vec<[u64; 3]>,
     /// PG_head's bit in page.flags, and sizeof(struct page).
@@ -152,7 +156,33 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("task_struct", "numa_preferred_nid"),
     ("task_struct", "flags"),
     ("task_struct", "start_time"),
+    ("pglist_data", "nbp_threshold"),
 ];
+
+/// Addresses of the kernel variables `names` from /proc/kallsyms (absent where kallsyms hides
+/// addresses, as it prints them as zero).
+fn data_symbols(names: &[&str]) -> BTreeMap<String, u64> {
+    let Ok(f) = fs::File::open("/proc/kallsyms") else {
+        return BTreeMap::new();
+    };
+    let mut found = BTreeMap::new();
+    for l in std::io::BufReader::new(f).lines().map_while(Result::ok) {
+        let mut it = l.split_whitespace();
+        let (Some(addr), Some(_ty), Some(name)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if names.contains(&name)
+            && let Ok(a) = u64::from_str_radix(addr, 16)
+            && a != 0
+        {
+            found.entry(name.to_owned()).or_insert(a);
+            if found.len() == names.len() {
+                break;
+            }
+        }
+    }
+    found
+}
 
 /// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists
 /// under each node (merged where contiguous).
@@ -294,19 +324,9 @@ impl KernelFacts {
             .as_ref()
             .and_then(|b| b.enum_value("numa_vmaskip_reason", "NUMAB_SKIP_PID_INACTIVE"))
             .and_then(|v| u32::try_from(v).ok());
-        let vmemmap_base_sym = fs::File::open("/proc/kallsyms").ok().and_then(|f| {
-            std::io::BufReader::new(f)
-                .lines()
-                .map_while(Result::ok)
-                .find_map(|l| {
-                    let mut it = l.split_whitespace();
-                    let (addr, _ty, name) = (it.next()?, it.next()?, it.next()?);
-                    (name == "vmemmap_base")
-                        .then(|| u64::from_str_radix(addr, 16).ok())
-                        .flatten()
-                        .filter(|&a| a != 0)
-                })
-        });
+        let data = data_symbols(&["vmemmap_base", "node_data"]);
+        let vmemmap_base_sym = data.get("vmemmap_base").copied();
+        let node_data_sym = data.get("node_data").copied();
         let node_pfn_ranges = node_pfn_ranges(Path::new("/sys/devices/system"));
 
         let tracefs = Tracefs::find_or_mount()?;
@@ -341,6 +361,7 @@ impl KernelFacts {
             btf_tracepoints,
             pid_inactive_reason,
             vmemmap_base_sym,
+            node_data_sym,
             node_pfn_ranges,
             kprobes,
             tracefs: Some(tracefs.root.display().to_string()),

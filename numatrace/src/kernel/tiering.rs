@@ -6,10 +6,10 @@
 
 use std::{collections::BTreeMap, fs, path::Path};
 
-use numatrace_common::{MAX_NODES, TierConfig};
+use numatrace_common::{HOT_THRESHOLD_SEEN, MAX_NODES, TierConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::kernel::version::KernelVersion;
+use crate::kernel::{facts::KernelFacts, version::KernelVersion};
 
 /// One memory tier: `/sys/devices/virtual/memory_tiering/memory_tierN` (N grows with the
 /// abstract distance: smaller is faster).
@@ -49,6 +49,36 @@ pub struct Tiering {
     /// 6.8): promotions counted on the node they arrive at, demotions on the node they leave.
     #[serde(default)]
     pub node_counters: BTreeMap<u32, BTreeMap<String, u64>>,
+    /// Per node, the hot threshold (ms) its latest slow-tier hint fault was judged against,
+    /// as the kernel side read it from the node's `pglist_data.nbp_threshold` (a threshold
+    /// not adjusted yet is the reference); empty while none was read.
+    pub node_hot_threshold_ms: BTreeMap<u32, u64>,
+    /// Whether the kernel side reads them: tiering mode, the kernel's `node_data` address
+    /// (kallsyms) and the field's offset (BTF, 6.1+) known.
+    pub node_thresholds_read: bool,
+}
+
+/// Steps of the kernel's threshold adjustment (NUMA_MIGRATION_ADJUST_STEPS, kernel/sched/fair.c):
+/// each adjustment moves the threshold by 2/16 of the reference, between that and twice the
+/// reference.
+const ADJUST_STEPS: u64 = 16;
+
+/// The reference threshold where debugfs cannot be read: the kernel's default
+/// (`sysctl_numa_balancing_hot_threshold = MSEC_PER_SEC`).
+pub const DEFAULT_HOT_THRESHOLD_MS: u64 = 1000;
+
+/// Where the kernel side finds each node's hot threshold: `node_data[]`'s address and
+/// `nbp_threshold`'s offset in `struct pglist_data`, or zeros (not read) when either is unknown.
+pub fn threshold_source(facts: &KernelFacts) -> (u64, u32) {
+    let off = facts
+        .btf_fields
+        .get("pglist_data.nbp_threshold")
+        .copied()
+        .flatten();
+    match (facts.node_data_sym, off) {
+        (Some(sym), Some(off)) if off != 0 && cfg!(target_arch = "x86_64") => (sym, off),
+        _ => (0, 0),
+    }
 }
 
 /// Parses a kernel list (`0-2,5`), as sysfs prints node and CPU lists.
@@ -171,7 +201,34 @@ impl Tiering {
             demotion_enabled: read_trim(&p("sys/kernel/mm/numa/demotion_enabled"))
                 .map(|v| matches!(v.as_str(), "true" | "1" | "Y" | "y")),
             node_counters,
+            node_hot_threshold_ms: BTreeMap::new(),
+            node_thresholds_read: false,
         }
+    }
+
+    /// The reference threshold the kernel adjusts around (debugfs, else its default).
+    pub fn reference_threshold_ms(&self) -> u64 {
+        self.hot_threshold_ms.unwrap_or(DEFAULT_HOT_THRESHOLD_MS)
+    }
+
+    /// The floor and the ceiling of an adjusted threshold: 2/16 and twice the reference.
+    pub fn threshold_bounds(&self) -> (u64, u64) {
+        let r = self.reference_threshold_ms();
+        (r * 2 / ADJUST_STEPS, r * 2)
+    }
+
+    /// Takes the kernel side's per-node values ([`numatrace_common::HOT_THRESHOLD_SEEN`] | ms),
+    /// a node never read left out, 0 (not adjusted yet) as the reference.
+    pub fn set_node_thresholds(&mut self, raw: impl IntoIterator<Item = (u32, u64)>) {
+        let reference = self.reference_threshold_ms();
+        self.node_hot_threshold_ms = raw
+            .into_iter()
+            .filter(|(_, v)| v & HOT_THRESHOLD_SEEN != 0)
+            .map(|(n, v)| match v & u64::from(u32::MAX) {
+                0 => (n, reference),
+                th => (n, th),
+            })
+            .collect();
     }
 
     /// Whether the memory-tiering bit is set in the mode.
@@ -215,6 +272,12 @@ impl Tiering {
             known: u32::from(self.known),
             mode_gated: u32::from(version >= KernelVersion::new(6, 12, 0)),
             mode: self.mode.unwrap_or(0),
+            threshold_off: 0,
+            node_data: 0,
+            // 5.18-6.0 list no tiers: a node without CPUs may be slow there.
+            has_slow: u32::from(
+                self.known && (!self.slow_nodes().is_empty() || self.source == "cpu_nodes"),
+            ),
             _pad: 0,
         }
     }
@@ -325,5 +388,52 @@ mod tests {
         let old = Tiering::read_at(r.join("none").as_path(), KernelVersion::new(5, 10, 0));
         assert!(!old.known && old.mode.is_none());
         assert_eq!(old.config(KernelVersion::new(5, 10, 0)).known, 0);
+    }
+
+    #[test]
+    fn node_thresholds_take_only_read_values_and_zero_as_the_reference() {
+        let mut t = Tiering {
+            hot_threshold_ms: Some(1000),
+            ..Tiering::default()
+        };
+        t.set_node_thresholds([
+            (0, HOT_THRESHOLD_SEEN | 125),
+            (1, 0),
+            (2, HOT_THRESHOLD_SEEN),
+        ]);
+        assert_eq!(
+            t.node_hot_threshold_ms,
+            BTreeMap::from([(0, 125), (2, 1000)])
+        );
+        assert_eq!(t.threshold_bounds(), (125, 2000));
+        t.hot_threshold_ms = None;
+        assert_eq!(
+            t.threshold_bounds(),
+            (125, 2000),
+            "the kernel's default reference"
+        );
+        t.hot_threshold_ms = Some(300);
+        assert_eq!(
+            t.threshold_bounds(),
+            (37, 600),
+            "integer steps, as the kernel's"
+        );
+    }
+
+    #[test]
+    fn thresholds_are_read_only_with_an_address_and_an_offset() {
+        let mut f = KernelFacts::default();
+        assert_eq!(threshold_source(&f), (0, 0));
+        f.node_data_sym = Some(0xffff_ffff_8300_0000);
+        assert_eq!(
+            threshold_source(&f),
+            (0, 0),
+            "no offset (before 6.1, or no BTF)"
+        );
+        f.btf_fields
+            .insert("pglist_data.nbp_threshold".into(), Some(0x1a40));
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(threshold_source(&f), (0xffff_ffff_8300_0000, 0x1a40));
+        }
     }
 }

@@ -71,6 +71,7 @@ pub mod family {
     pub const NODE_TIER: &str = "numatrace_node_tier";
     pub const PROMOTE_RATE_LIMIT: &str = "numatrace_promote_rate_limit_bytes_per_second";
     pub const HOT_THRESHOLD_SECONDS: &str = "numatrace_hot_threshold_seconds";
+    pub const NODE_HOT_THRESHOLD_SECONDS: &str = "numatrace_node_hot_threshold_seconds";
     pub const BUILD_INFO: &str = "numatrace_build_info";
 }
 
@@ -192,6 +193,16 @@ fn fixed() -> Vec<Spec> {
             &[],
             "debugfs sched/numa_balancing/hot_threshold_ms, in seconds: the reference the \
              kernel adjusts each node's promotion threshold around (6.0+).",
+        ),
+        spec(
+            family::NODE_HOT_THRESHOLD_SECONDS,
+            Gauge,
+            &["node"],
+            "Each node's promotion hot threshold in seconds as its latest slow-tier hint fault \
+             in tiering mode found it (the kernel's pglist_data.nbp_threshold, read by \
+             numatrace; 6.1+): a page accessed within it of its scan is a promotion candidate. \
+             The kernel moves it between 1/8 and twice the reference to hold promotions to the \
+             rate limit.",
         ),
         spec(
             family::HINT_FAULT_PAGES,

@@ -44,6 +44,15 @@ pub struct TieringReport {
     pub hot_threshold_ms_start: Option<u64>,
     pub hot_threshold_ms_end: Option<u64>,
     pub demotion_enabled: Option<bool>,
+    /// Each node's adjusted hot threshold (ms) as numatrace last read it at the window's start
+    /// and end (`Tiering::node_hot_threshold_ms`), and the bounds the kernel keeps it in.
+    pub node_hot_threshold_ms_start: BTreeMap<u32, u64>,
+    pub node_hot_threshold_ms_end: BTreeMap<u32, u64>,
+    pub hot_threshold_floor_ms: Option<u64>,
+    pub hot_threshold_ceiling_ms: Option<u64>,
+    /// Whether numatrace reads the per-node thresholds (tiering mode, 6.1+, kallsyms' and
+    /// BTF's help).
+    pub node_thresholds_read: bool,
     /// Promotions by the window's tasks (filtered like the totals).
     pub promoted_pages: u64,
     pub promote_failed: u64,
@@ -114,6 +123,11 @@ impl TieringReport {
             hot_threshold_ms_start: start.hot_threshold_ms,
             hot_threshold_ms_end: end.hot_threshold_ms,
             demotion_enabled: end.demotion_enabled,
+            node_hot_threshold_ms_start: start.node_hot_threshold_ms.clone(),
+            node_hot_threshold_ms_end: end.node_hot_threshold_ms.clone(),
+            hot_threshold_floor_ms: end.node_thresholds_read.then(|| end.threshold_bounds().0),
+            hot_threshold_ceiling_ms: end.node_thresholds_read.then(|| end.threshold_bounds().1),
+            node_thresholds_read: end.node_thresholds_read,
             promoted_pages: totals.tiering.promoted_pages,
             promote_failed: totals.tiering.promote_failed,
             slow_tier_faults: totals.tiering.slow_tier_faults,
@@ -173,6 +187,29 @@ impl TieringReport {
                         String::new()
                     }
                 ));
+            }
+        }
+        if let (Some(floor), Some(ceiling)) =
+            (self.hot_threshold_floor_ms, self.hot_threshold_ceiling_ms)
+        {
+            for (node, th) in &self.node_hot_threshold_ms_end {
+                if *th <= floor {
+                    out.push(format!(
+                        "the hot threshold of node {node} fell to its floor ({th} ms, 1/8 of \
+                         the {} ms reference): more slow-tier pages turned out hot than the \
+                         rate limit ({} MB/s) lets through, so only pages touched within {th} \
+                         ms of their scan are promoted into it",
+                        ceiling / 2,
+                        self.promote_rate_limit_mbps_end
+                            .map_or("?".into(), |v| v.to_string())
+                    ));
+                } else if *th >= ceiling {
+                    out.push(format!(
+                        "the hot threshold of node {node} rose to its ceiling ({th} ms, twice \
+                         the reference): fewer pages turned out hot than the rate limit allows, \
+                         so pages touched up to {th} ms after their scan count as hot"
+                    ));
+                }
             }
         }
         if promotions && self.slow_tier_faults > 0 && self.promoted_pages == 0 && tiering_on {
@@ -261,6 +298,33 @@ impl TieringReport {
             opt(self.promote_rate_limit_mbps_end),
             opt(self.hot_threshold_ms_end),
         ));
+        if self.node_thresholds_read || !self.node_hot_threshold_ms_end.is_empty() {
+            let bound = |th: u64| match (self.hot_threshold_floor_ms, self.hot_threshold_ceiling_ms)
+            {
+                (Some(f), _) if th <= f => " (floor)",
+                (_, Some(c)) if th >= c => " (ceiling)",
+                _ => "",
+            };
+            out.push_str(&format!(
+                "  hot threshold per node, at its latest slow-tier fault: {}\n",
+                if self.node_hot_threshold_ms_end.is_empty() {
+                    "none yet (no slow-tier hint fault in tiering mode)".to_owned()
+                } else {
+                    self.node_hot_threshold_ms_end
+                        .iter()
+                        .map(|(n, th)| {
+                            let was = self
+                                .node_hot_threshold_ms_start
+                                .get(n)
+                                .filter(|s| *s != th)
+                                .map_or(String::new(), |s| format!(", was {s}"));
+                            format!("node {n} {th} ms{}{was}", bound(*th))
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                }
+            ));
+        }
         let d = &self.demotions;
         out.push_str(&format!(
             "  demotions (system-wide): {}\n",
@@ -306,7 +370,53 @@ mod tests {
                 0,
                 BTreeMap::from([("pgpromote_success".to_owned(), 100)]),
             )]),
+            node_hot_threshold_ms: BTreeMap::from([(0, 1000), (1, 1000)]),
+            node_thresholds_read: true,
         }
+    }
+
+    #[test]
+    fn a_threshold_at_its_floor_or_ceiling_is_a_finding() {
+        let mut end = tiered(2);
+        end.node_hot_threshold_ms = BTreeMap::from([(0, 125), (1, 2000)]);
+        let delta = Snapshot {
+            tiering: end,
+            tiering_start: Some(tiered(2)),
+            ..Snapshot::default()
+        };
+        let r = TieringReport::of(&delta, &Counts::default(), &Measured::default());
+        assert_eq!(r.hot_threshold_floor_ms, Some(125));
+        let floor = r
+            .findings
+            .iter()
+            .find(|f| f.contains("node 0 fell to its floor"));
+        assert!(
+            floor.is_some_and(|f| f.contains("125 ms") && f.contains("1000 ms reference")),
+            "{:?}",
+            r.findings
+        );
+        assert!(
+            r.findings
+                .iter()
+                .any(|f| f.contains("node 1 rose to its ceiling (2000 ms"))
+        );
+        let text = r.to_text();
+        assert!(text.contains("node 0 125 ms (floor), was 1000"), "{text}");
+        assert!(text.contains("node 1 2000 ms (ceiling)"), "{text}");
+
+        // Not read (e.g. no kallsyms address): no bounds, no finding, no line.
+        let mut unread = tiered(2);
+        unread.node_hot_threshold_ms.clear();
+        unread.node_thresholds_read = false;
+        let delta = Snapshot {
+            tiering: unread.clone(),
+            tiering_start: Some(unread),
+            ..Snapshot::default()
+        };
+        let r = TieringReport::of(&delta, &Counts::default(), &Measured::default());
+        assert!(r.hot_threshold_floor_ms.is_none());
+        assert!(!r.to_text().contains("hot threshold per node"));
+        assert!(!r.findings.iter().any(|f| f.contains("threshold")));
     }
 
     #[test]

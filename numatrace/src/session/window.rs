@@ -251,6 +251,8 @@ pub async fn collect_with<O: Observer + ?Sized>(
         cgroup_filter,
         consistent: false,
     };
+    // The window's edges read the kernel's counters exact (node counters lag per CPU).
+    crate::kernel::vmstat::Vmstat::fold_per_cpu();
     let first = engine.snapshot(Detail::Full)?;
     observer.started(&mut engine, &first, &planned)?;
     let exit = match scope {
@@ -288,6 +290,7 @@ pub async fn collect_with<O: Observer + ?Sized>(
         }
     };
     // The window closes at this snapshot, before detaching (which is slow and busy).
+    crate::kernel::vmstat::Vmstat::fold_per_cpu();
     let last = engine.snapshot(Detail::Full)?;
     observer.finished(&mut engine)?;
     let (facts, hooks) = (engine.facts.clone(), engine.hooks.clone());

@@ -51,6 +51,20 @@ pub fn numatrace(args: &[&str]) -> Output {
         .expect("running numatrace")
 }
 
+/// Runs numatrace-workload with `args` to its end; fails the test with its stderr if it fails.
+pub fn workload_ok(args: &[&str]) -> String {
+    let out = Command::new(workload_bin())
+        .args(args)
+        .output()
+        .expect("running numatrace-workload");
+    assert!(
+        out.status.success(),
+        "numatrace-workload {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `numatrace probes --json`: in the QEMU guests, the report /init saved once (every load of
 /// the programs costs seconds under emulation; the report is the same for the same kernel).
 pub fn probes() -> serde_json::Value {

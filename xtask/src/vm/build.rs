@@ -1,6 +1,11 @@
-//! The guests' binaries: numatrace, numatrace-workload and the integration tests, static (musl).
+//! The guests' binaries: numatrace, numatrace-workload and the integration tests (the host's
+//! release build and its shared libraries), and `cargo xtask build --static` (musl).
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Result, bail};
 
@@ -65,41 +70,86 @@ fn ensure_musl_gcc() -> Result<()> {
     ensure_packages(&["musl-tools"])
 }
 
-/// Static integration-test executables, by test name.
-pub fn build_static_tests(tools: &Tools) -> Result<BTreeMap<String, PathBuf>> {
+/// What the test guests run: the host's own release build of numatrace, numatrace-workload and
+/// the integration tests (the very executables the host tests just ran, so nothing compiles a
+/// second time), and the shared libraries they load, packed at their own paths (the guests'
+/// initramfs has no C library of its own; the host's glibc runs on every guest kernel).
+pub struct GuestBinaries {
+    /// numatrace and numatrace-workload, by name.
+    pub bins: BTreeMap<String, PathBuf>,
+    /// Integration-test executables of the numatrace crate, by test name.
+    pub tests: BTreeMap<String, PathBuf>,
+    /// Every shared library any of them loads (with the dynamic loader): (path, path in the
+    /// guest's root).
+    pub libs: Vec<(PathBuf, PathBuf)>,
+}
+
+/// The host test step's build (`cargo xtask test` runs the same cargo arguments, so when it
+/// ran first this only reads cargo's record of it).
+pub fn build_guest_binaries(tools: &Tools) -> Result<GuestBinaries> {
     let out = output(
         tools
             .cargo(&tools.pins.stable)
-            .args([
-                "test",
-                "--release",
-                "--target",
-                MUSL,
-                "--package",
-                "numatrace",
-                "--tests",
-                "--no-run",
-                "--message-format=json",
-            ])
-            .env(MUSL_CC_VAR, "musl-gcc"),
+            .args(["test", "--release"])
+            .args(crate::test::HOST_PACKAGES)
+            .args(["--no-run", "--message-format=json"]),
     )?;
+    let tests_dir = workspace_root().join("numatrace/tests");
+    let mut bins = BTreeMap::new();
     let mut tests = BTreeMap::new();
     for line in out.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
+        let (Some(name), Some(exe), Some(src)) = (
+            v["target"]["name"].as_str(),
+            v["executable"].as_str(),
+            v["target"]["src_path"].as_str(),
+        ) else {
+            continue;
+        };
         let is_test = v["profile"]["test"].as_bool() == Some(true);
-        let kind = &v["target"]["kind"][0];
-        if is_test && kind == "test" {
-            if let (Some(name), Some(exe)) =
-                (v["target"]["name"].as_str(), v["executable"].as_str())
-            {
+        match v["target"]["kind"][0].as_str() {
+            Some("test") if is_test && Path::new(src).starts_with(&tests_dir) => {
                 tests.insert(name.to_owned(), PathBuf::from(exe));
+            }
+            Some("bin") if !is_test && ["numatrace", "numatrace-workload"].contains(&name) => {
+                bins.insert(name.to_owned(), PathBuf::from(exe));
+            }
+            _ => {}
+        }
+    }
+    if tests.is_empty() || bins.len() != 2 {
+        bail!(
+            "the release build listed {} numatrace binaries and {} integration tests",
+            bins.len(),
+            tests.len()
+        );
+    }
+    let mut libs = Vec::new();
+    for exe in bins.values().chain(tests.values()) {
+        for lib in shared_libraries(exe)? {
+            if !libs.iter().any(|(l, _)| *l == lib) {
+                let inside = lib.strip_prefix("/")?.to_owned();
+                libs.push((lib, inside));
             }
         }
     }
-    if tests.is_empty() {
-        bail!("no integration-test executables were built");
-    }
-    Ok(tests)
+    Ok(GuestBinaries { bins, tests, libs })
+}
+
+/// The shared libraries `exe` loads, the dynamic loader included, as `ldd` resolves them here.
+pub fn shared_libraries(exe: &Path) -> Result<Vec<PathBuf>> {
+    let ldd = output(Command::new("ldd").arg(exe))?;
+    Ok(ldd
+        .lines()
+        .filter_map(|line| {
+            // `libx.so.1 => /lib/x/libx.so.1 (0x...)` or `/lib64/ld-linux-x86-64.so.2 (0x...)`.
+            line.split("=>")
+                .last()
+                .and_then(|r| r.split_whitespace().next())
+                .filter(|p| p.starts_with('/'))
+                .map(PathBuf::from)
+        })
+        .collect())
 }

@@ -2,7 +2,6 @@
 //! with two nodes and a slower, CPU-less third one, whose serial console is returned.
 
 use std::{
-    collections::BTreeMap,
     fs,
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
@@ -12,6 +11,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
+use super::build::GuestBinaries;
 use crate::process::check;
 
 /// A guest that has not powered off by then has hung.
@@ -82,21 +82,19 @@ pub fn parse_filter(s: &str) -> Result<String, String> {
     }
 }
 
-pub fn pack_initramfs(
-    bins: &Path,
-    tests: &BTreeMap<String, PathBuf>,
-    filter: Option<&str>,
-    out: &Path,
-) -> Result<()> {
-    let mut files: Vec<(PathBuf, PathBuf)> = ["numatrace", "numatrace-workload"]
+pub fn pack_initramfs(built: &GuestBinaries, filter: Option<&str>, out: &Path) -> Result<()> {
+    let mut files: Vec<(PathBuf, PathBuf)> = built
+        .bins
         .iter()
-        .map(|b| (bins.join(b), Path::new("numatrace/bin").join(b)))
+        .map(|(name, exe)| (exe.clone(), Path::new("numatrace/bin").join(name)))
         .collect();
     files.extend(
-        tests
+        built
+            .tests
             .iter()
             .map(|(name, exe)| (exe.clone(), Path::new("numatrace/tests").join(name))),
     );
+    files.extend(built.libs.iter().cloned());
     pack_root(
         &files,
         &format!(

@@ -4,8 +4,8 @@
 //! 24.04's release kernel 6.8.0-31 (which predates seed 002) — where NUMA balancing really
 //! migrates pages and fentry and kprobes work.
 //!
-//! The guests run the same integration-test binaries as the host (static, musl) from an
-//! initramfs whose /init runs each binary and prints `vm-test: END <name> rc=<n>`; the host
+//! The guests run the integration-test executables the host tests ran (with the host's shared
+//! libraries) from an initramfs whose /init runs each binary and prints `vm-test: END <name> rc=<n>`; the host
 //! reads the serial console and prints a table. A guest that panics, hangs or stops early
 //! fails the run.
 //!
@@ -22,15 +22,15 @@ use std::{fs, time::Instant};
 
 use anyhow::{Result, bail};
 
-pub use self::{
-    build::build_static,
-    guest::{INIT_SETUP, Line, Tcg, boot_for, pack_root, parse_filter, tcg_text_patch_flake},
-    kernels::{GuestKernel, KERNELS, kernel_image},
-};
 use self::{
-    build::build_static_tests,
+    build::build_guest_binaries,
     guest::{boot, pack_initramfs},
     report::{compare_facts, guest_captures, host_report, parse_console, print_table},
+};
+pub use self::{
+    build::{build_static, shared_libraries},
+    guest::{INIT_SETUP, Line, Tcg, boot_for, pack_root, parse_filter, tcg_text_patch_flake},
+    kernels::{GuestKernel, KERNELS, kernel_image},
 };
 use crate::setup::{Tools, ensure_packages, workspace_root};
 
@@ -113,19 +113,20 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
         return Ok(());
     }
     ensure_packages(&["qemu-system-x86", "busybox-static", "cpio", "curl"])?;
-    let bins = build_static(tools)?;
-    let mut tests = build_static_tests(tools)?;
-    tests.retain(|name, _| !HOST_ONLY.iter().any(|(h, _)| h == name));
+    let mut built = build_guest_binaries(tools)?;
+    built
+        .tests
+        .retain(|name, _| !HOST_ONLY.iter().any(|(h, _)| h == name));
     if !only.is_empty() {
-        tests.retain(|name, _| only.contains(name));
-        if tests.is_empty() {
+        built.tests.retain(|name, _| only.contains(name));
+        if built.tests.is_empty() {
             bail!("--only matches no test binary");
         }
     }
     let out = workspace_root().join("target/vm-test");
     fs::create_dir_all(&out)?;
     let initrd = out.join("initramfs.cpio.gz");
-    pack_initramfs(&bins, &tests, filter, &initrd)?;
+    pack_initramfs(&built, filter, &initrd)?;
 
     let mut rows = Vec::new();
     let mut ok = true;
@@ -167,7 +168,7 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
             r = parse_console(&log);
         }
         let guest_secs = booted.elapsed().as_secs();
-        for name in tests.keys() {
+        for name in built.tests.keys() {
             if let Some((_, why)) = k.skip.iter().find(|(t, _)| t == name) {
                 rows.push((k.label, name.clone(), format!("not run here: {why}")));
                 continue;
@@ -201,7 +202,7 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
                 ));
                 continue;
             }
-            let verdict = host_report(&bins.join("numatrace"), &file).unwrap_or_else(|e| {
+            let verdict = host_report(&built.bins["numatrace"], &file).unwrap_or_else(|e| {
                 ok = false;
                 format!("FAIL: {e:#} ({})", file.display())
             });

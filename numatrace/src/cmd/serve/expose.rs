@@ -256,6 +256,14 @@ fn tiering(b: &mut Builder, snap: &Snapshot, m: &Measured) {
     if let Some(v) = t.hot_threshold_ms {
         b.sample(family::HOT_THRESHOLD_SECONDS, &[], v as f64 / 1000.0);
     }
+    // Bounded: one series per node (at most MAX_NODES).
+    for (node, ms) in &t.node_hot_threshold_ms {
+        b.sample(
+            family::NODE_HOT_THRESHOLD_SECONDS,
+            &[&node.to_string()],
+            *ms as f64 / 1000.0,
+        );
+    }
 }
 
 fn node_label(n: Option<u32>) -> String {
@@ -717,6 +725,8 @@ mod tests {
             tiers: crate::kernel::tiering::two_tiers(&[0], &[1]),
             promote_rate_limit_mbps: Some(256),
             hot_threshold_ms: Some(1000),
+            node_hot_threshold_ms: [(0, 125)].into(),
+            node_thresholds_read: true,
             ..Default::default()
         };
         Snapshot {
@@ -836,6 +846,7 @@ mod tests {
         assert!(text.contains("numatrace_node_tier{node=\"1\",tier=\"72\",top=\"false\"} 1\n"));
         assert!(text.contains("numatrace_promote_rate_limit_bytes_per_second 268435456\n"));
         assert!(text.contains("numatrace_hot_threshold_seconds 1\n"));
+        assert!(text.contains("numatrace_node_hot_threshold_seconds{node=\"0\"} 0.125\n"));
         assert!(
             !text.contains("nr_free_pages"),
             "only numa_* and pgmigrate_*"

@@ -337,6 +337,8 @@ pub struct TierRow {
     pub top: bool,
     pub promoted_per_s: f64,
     pub demoted_per_s: f64,
+    /// Hot thresholds (ms) of the tier's nodes that numatrace has read, by node.
+    pub hot_threshold_ms: Vec<(u32, u64)>,
 }
 
 fn tier_rows(delta: &Snapshot, secs: f64) -> Vec<TierRow> {
@@ -359,6 +361,11 @@ fn tier_rows(delta: &Snapshot, secs: f64) -> Vec<TierRow> {
                 top: t.top,
                 promoted_per_s: rate(sum(&|k| k == "pgpromote_success"), secs),
                 demoted_per_s: rate(sum(&|k| k.starts_with("pgdemote_")), secs),
+                hot_threshold_ms: t
+                    .nodes
+                    .iter()
+                    .filter_map(|n| Some((*n, *end.node_hot_threshold_ms.get(n)?)))
+                    .collect(),
             }
         })
         .collect()
@@ -375,7 +382,7 @@ pub fn tiers_line(view: &FrameView) -> Option<String> {
         .iter()
         .map(|t| {
             format!(
-                "tier{} node{} {}{}: {} promoted in/s, {} demoted out/s",
+                "tier{} node{} {}{}: {} promoted in/s, {} demoted out/s{}",
                 t.tier,
                 if t.nodes.len() == 1 { "" } else { "s" },
                 t.nodes
@@ -385,7 +392,11 @@ pub fn tiers_line(view: &FrameView) -> Option<String> {
                     .join(","),
                 if t.top { " (top)" } else { "" },
                 fmt_rate(t.promoted_per_s),
-                fmt_rate(t.demoted_per_s)
+                fmt_rate(t.demoted_per_s),
+                t.hot_threshold_ms
+                    .iter()
+                    .map(|(n, ms)| format!(", hot threshold {ms} ms (node {n})"))
+                    .collect::<String>()
             )
         })
         .collect();
@@ -716,6 +727,7 @@ mod tests {
                     ("pgdemote_kswapd".to_owned(), demoted),
                 ]),
             )]),
+            node_hot_threshold_ms: BTreeMap::from([(0, 125)]),
             ..Tiering::default()
         };
         let snap = |mono_ns, k: u64| Snapshot {
@@ -750,7 +762,10 @@ mod tests {
         assert_eq!(v.tiers[1].promoted_per_s, 0.0);
         let line = tiers_line(&v).unwrap();
         assert!(
-            line.starts_with("tiers: tier4 nodes 0,1 (top): 2048 promoted in/s, 256 demoted out/s; tier72 node 2:"),
+            line.starts_with(
+                "tiers: tier4 nodes 0,1 (top): 2048 promoted in/s, 256 demoted out/s, hot \
+                 threshold 125 ms (node 0); tier72 node 2:"
+            ),
             "{line}"
         );
         // No tiering counters (5.10): the header says nothing of it.

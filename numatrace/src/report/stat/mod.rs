@@ -56,6 +56,10 @@ pub struct Dropped {
     /// they would have counted are missing everywhere, per task and in `kernel_seen`.
     #[serde(default)]
     pub program_misses: u64,
+    /// Pages hint faults migrated into the top tier from a node numatrace could not tell
+    /// (memory onlined after it started, e.g. dax/kmem): possible promotions not counted.
+    #[serde(default)]
+    pub promote_source_unknown: u64,
     pub total: u64,
 }
 
@@ -78,6 +82,7 @@ impl Dropped {
                 .program_misses
                 .values()
                 .fold(0u64, |a, b| a.saturating_add(*b)),
+            promote_source_unknown: c(Counter::PromoteSourceUnknown),
             total: 0,
         };
         // Saturating: from a capture, any of them may be anything.
@@ -89,7 +94,7 @@ impl Dropped {
     }
 
     /// Every count that makes up `total`, with the words the text report gives it.
-    pub fn parts(&self) -> [(&'static str, u64); 11] {
+    pub fn parts(&self) -> [(&'static str, u64); 12] {
         [
             ("ring buffer full", self.ringbuf_full),
             ("task map full", self.task_map_full),
@@ -102,6 +107,10 @@ impl Dropped {
             ("gap reads", self.skip_gap_lost),
             ("nodes beyond 16", self.node_out_of_range),
             ("skipped program runs", self.program_misses),
+            (
+                "promotions from an unknown node",
+                self.promote_source_unknown,
+            ),
         ]
     }
 }
