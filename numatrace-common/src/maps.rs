@@ -106,7 +106,7 @@ pub struct TierConfig {
     pub mode_gated: u32,
     /// `kernel.numa_balancing` as last read.
     pub mode: u32,
-    /// Byte offset of `nbp_threshold` in `struct pglist_data` (BTF, 6.1+); 0: the per-node
+    /// Byte offset of `nbp_threshold` in `struct pglist_data` (BTF, 6.0+); 0: the per-node
     /// hot thresholds are not read.
     pub threshold_off: u32,
     /// Address of the kernel's `node_data[]` (kallsyms); 0: the thresholds are not read.

@@ -376,12 +376,11 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 // ---- task_numa_fault -----------------------------------------------------------------------
 
-/// Keeps `NODE_DATA(nid)->nbp_threshold` of the faulting CPU's node: the node whose threshold
-/// this fault's promotion decision used (should_numa_migrate_memory adjusts it just before, on
-/// the destination node, which is the faulting CPU's). The kernel exports it nowhere else.
+/// Keeps `NODE_DATA(nid)->nbp_threshold`: the threshold of the node a promotion decision is
+/// made for (should_numa_migrate_memory adjusts it just before, on the faulting CPU's node).
+/// The kernel exports it nowhere else.
 #[inline(always)]
-fn read_hot_threshold(tier: &TierConfig) {
-    let nid = unsafe { aya_ebpf::helpers::bpf_get_numa_node_id() };
+fn read_hot_threshold(tier: &TierConfig, nid: i64) {
     if nid < 0 || nid as u32 >= MAX_NODES {
         return;
     }
@@ -405,10 +404,14 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
     // The fault is over: forget whether it was on a COW-shared page, and take where its
     // migrated page came from.
     let r = inflight_of(t);
-    let src = match slot_take(unsafe { &raw mut (*r).fault_src }) {
+    let fault_src = slot_take(unsafe { &raw mut (*r).fault_src });
+    let src = match fault_src {
         0 => u64::from(MAX_NODES),
         n => n - 1,
     };
+    // The migration's record is there but its page's node could not be told (not a record
+    // that was missed: that is counted where it is lost).
+    let src_unresolved = fault_src == u64::from(MAX_NODES) + 1;
     unsafe { (*r).cow_shared = 0 };
     let pages = pages.max(0) as u64;
     let flags = flags as u32;
@@ -431,7 +434,15 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
             unsafe { add(&raw mut (*t).promote_failed, 1) };
         }
         if tier.reads_threshold() {
-            read_hot_threshold(&tier);
+            // The node the kernel judged the fault by: the faulting CPU's when it decided
+            // (mpol_misplaced's thisnid), which a migrated page went to; otherwise the CPU's
+            // now (the task may have moved since, rarely).
+            let nid = if migrated {
+                i64::from(mem_node)
+            } else {
+                unsafe { aya_ebpf::helpers::bpf_get_numa_node_id() }
+            };
+            read_hot_threshold(&tier, nid);
         }
     }
     // As the kernel counts pgpromote_success: the pages of a successful migration from a
@@ -439,10 +450,7 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
     if migrated && tier.promotes(src, mem_node.max(0) as u64) {
         unsafe { add(&raw mut (*t).promoted_pages, pages) };
         count_n(Counter::PromotedPages, pages);
-    } else if migrated
-        && src >= u64::from(MAX_NODES)
-        && tier.may_promote_into(mem_node.max(0) as u64)
-    {
+    } else if migrated && src_unresolved && tier.may_promote_into(mem_node.max(0) as u64) {
         // Nothing lost silently: a possible promotion whose source could not be told.
         count_n(Counter::PromoteSourceUnknown, pages);
     }

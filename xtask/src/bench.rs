@@ -61,9 +61,9 @@ fn bpftrace_files() -> Result<Vec<(PathBuf, PathBuf)>> {
         bail!("/usr/bin/bpftrace missing");
     }
     let mut files = vec![(bin.clone(), bin.strip_prefix("/")?.to_owned())];
-    for p in vm::shared_libraries(&bin)? {
-        let inside = p.strip_prefix("/")?.to_owned();
-        files.push((p, inside));
+    for (file, at) in vm::shared_libraries(&bin)? {
+        let inside = at.strip_prefix("/")?.to_owned();
+        files.push((file, inside));
     }
     Ok(files)
 }

@@ -54,7 +54,7 @@ pub struct Tiering {
     /// not adjusted yet is the reference); empty while none was read.
     pub node_hot_threshold_ms: BTreeMap<u32, u64>,
     /// Whether the kernel side reads them: tiering mode, the kernel's `node_data` address
-    /// (kallsyms) and the field's offset (BTF, 6.1+) known.
+    /// (kallsyms) and the field's offset (BTF, 6.0+) known.
     pub node_thresholds_read: bool,
 }
 
@@ -62,10 +62,6 @@ pub struct Tiering {
 /// each adjustment moves the threshold by 2/16 of the reference, between that and twice the
 /// reference.
 const ADJUST_STEPS: u64 = 16;
-
-/// The reference threshold where debugfs cannot be read: the kernel's default
-/// (`sysctl_numa_balancing_hot_threshold = MSEC_PER_SEC`).
-pub const DEFAULT_HOT_THRESHOLD_MS: u64 = 1000;
 
 /// Where the kernel side finds each node's hot threshold: `node_data[]`'s address and
 /// `nbp_threshold`'s offset in `struct pglist_data`, or zeros (not read) when either is unknown.
@@ -206,27 +202,25 @@ impl Tiering {
         }
     }
 
-    /// The reference threshold the kernel adjusts around (debugfs, else its default).
-    pub fn reference_threshold_ms(&self) -> u64 {
-        self.hot_threshold_ms.unwrap_or(DEFAULT_HOT_THRESHOLD_MS)
-    }
-
-    /// The floor and the ceiling of an adjusted threshold: 2/16 and twice the reference.
-    pub fn threshold_bounds(&self) -> (u64, u64) {
-        let r = self.reference_threshold_ms();
-        (r * 2 / ADJUST_STEPS, r * 2)
+    /// The floor and the ceiling of an adjusted threshold: 2/16 and twice the reference
+    /// (`None` where debugfs cannot be read: the reference is not known).
+    pub fn threshold_bounds(&self) -> Option<(u64, u64)> {
+        let r = self.hot_threshold_ms?;
+        Some((r.saturating_mul(2) / ADJUST_STEPS, r.saturating_mul(2)))
     }
 
     /// Takes the kernel side's per-node values ([`numatrace_common::HOT_THRESHOLD_SEEN`] | ms),
-    /// a node never read left out, 0 (not adjusted yet) as the reference.
+    /// a node never read left out. 0 is a threshold not adjusted yet, or reset while the node
+    /// had room (pgdat_free_space_enough): the reference applies to the node's next decision,
+    /// so it reads as the reference (left out where that is not known).
     pub fn set_node_thresholds(&mut self, raw: impl IntoIterator<Item = (u32, u64)>) {
-        let reference = self.reference_threshold_ms();
+        let reference = self.hot_threshold_ms;
         self.node_hot_threshold_ms = raw
             .into_iter()
             .filter(|(_, v)| v & HOT_THRESHOLD_SEEN != 0)
-            .map(|(n, v)| match v & u64::from(u32::MAX) {
-                0 => (n, reference),
-                th => (n, th),
+            .filter_map(|(n, v)| match v & u64::from(u32::MAX) {
+                0 => Some((n, reference?)),
+                th => Some((n, th)),
             })
             .collect();
     }
@@ -405,19 +399,18 @@ mod tests {
             t.node_hot_threshold_ms,
             BTreeMap::from([(0, 125), (2, 1000)])
         );
-        assert_eq!(t.threshold_bounds(), (125, 2000));
-        t.hot_threshold_ms = None;
-        assert_eq!(
-            t.threshold_bounds(),
-            (125, 2000),
-            "the kernel's default reference"
-        );
+        assert_eq!(t.threshold_bounds(), Some((125, 2000)));
         t.hot_threshold_ms = Some(300);
         assert_eq!(
             t.threshold_bounds(),
-            (37, 600),
+            Some((37, 600)),
             "integer steps, as the kernel's"
         );
+        // debugfs locked: no bounds, and a node not adjusted yet has no known threshold.
+        t.hot_threshold_ms = None;
+        assert_eq!(t.threshold_bounds(), None);
+        t.set_node_thresholds([(0, HOT_THRESHOLD_SEEN | 125), (2, HOT_THRESHOLD_SEEN)]);
+        assert_eq!(t.node_hot_threshold_ms, BTreeMap::from([(0, 125)]));
     }
 
     #[test]

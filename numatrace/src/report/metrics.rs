@@ -200,7 +200,7 @@ fn fixed() -> Vec<Spec> {
             &["node"],
             "Each node's promotion hot threshold in seconds as its latest slow-tier hint fault \
              in tiering mode found it (the kernel's pglist_data.nbp_threshold, read by \
-             numatrace; 6.1+): a page accessed within it of its scan is a promotion candidate. \
+             numatrace; 6.0+): a page accessed within it of its scan is a promotion candidate. \
              The kernel moves it between 1/8 and twice the reference to hold promotions to the \
              rate limit.",
         ),

@@ -50,7 +50,7 @@ pub struct TieringReport {
     pub node_hot_threshold_ms_end: BTreeMap<u32, u64>,
     pub hot_threshold_floor_ms: Option<u64>,
     pub hot_threshold_ceiling_ms: Option<u64>,
-    /// Whether numatrace reads the per-node thresholds (tiering mode, 6.1+, kallsyms' and
+    /// Whether numatrace reads the per-node thresholds (tiering mode, 6.0+, kallsyms' and
     /// BTF's help).
     pub node_thresholds_read: bool,
     /// Promotions by the window's tasks (filtered like the totals).
@@ -125,8 +125,14 @@ impl TieringReport {
             demotion_enabled: end.demotion_enabled,
             node_hot_threshold_ms_start: start.node_hot_threshold_ms.clone(),
             node_hot_threshold_ms_end: end.node_hot_threshold_ms.clone(),
-            hot_threshold_floor_ms: end.node_thresholds_read.then(|| end.threshold_bounds().0),
-            hot_threshold_ceiling_ms: end.node_thresholds_read.then(|| end.threshold_bounds().1),
+            hot_threshold_floor_ms: end
+                .threshold_bounds()
+                .filter(|_| end.node_thresholds_read)
+                .map(|b| b.0),
+            hot_threshold_ceiling_ms: end
+                .threshold_bounds()
+                .filter(|_| end.node_thresholds_read)
+                .map(|b| b.1),
             node_thresholds_read: end.node_thresholds_read,
             promoted_pages: totals.tiering.promoted_pages,
             promote_failed: totals.tiering.promote_failed,
@@ -210,6 +216,25 @@ impl TieringReport {
                          so pages touched up to {th} ms after their scan count as hot"
                     ));
                 }
+            }
+        }
+        // Promoted past the threshold and the rate limit: the node had free room (the kernel
+        // then resets its threshold; 6.18+ counts these as pgpromote_candidate_nrl, before
+        // they are in pgpromote_success alone).
+        // (Only where the kernel counts candidates at all: 6.0+.)
+        let counts_candidates = self.kernel.contains_key("pgpromote_candidate");
+        for (node, c) in self.per_node.iter().filter(|_| counts_candidates) {
+            let g = |k: &str| c.get(k).copied().unwrap_or(0);
+            let past_candidates = g("pgpromote_success").saturating_sub(
+                g("pgpromote_candidate").saturating_add(g("pgpromote_candidate_nrl")),
+            );
+            let bypassed = g("pgpromote_candidate_nrl").max(past_candidates);
+            if bypassed > 0 {
+                out.push(format!(
+                    "node {node} had free room: at least {bypassed} pages were promoted into it \
+                     past the hot threshold and the rate limit (the kernel resets the node's \
+                     threshold then)"
+                ));
             }
         }
         if promotions && self.slow_tier_faults > 0 && self.promoted_pages == 0 && tiering_on {
@@ -376,6 +401,38 @@ mod tests {
     }
 
     #[test]
+    fn promotions_past_the_candidates_say_the_node_had_room() {
+        let mut end = tiered(2);
+        end.node_counters.get_mut(&0).unwrap().extend([
+            ("pgpromote_success".to_owned(), 700),
+            ("pgpromote_candidate".to_owned(), 100),
+        ]);
+        let mut start = tiered(2);
+        start
+            .node_counters
+            .get_mut(&0)
+            .unwrap()
+            .insert("pgpromote_candidate".into(), 0);
+        let delta = Snapshot {
+            vmstat_hi: BTreeMap::from([
+                ("pgpromote_success".to_owned(), 600),
+                ("pgpromote_candidate".to_owned(), 100),
+            ]),
+            tiering: end,
+            tiering_start: Some(start),
+            ..Snapshot::default()
+        };
+        let r = TieringReport::of(&delta, &Counts::default(), &Measured::default());
+        assert!(
+            r.findings
+                .iter()
+                .any(|f| f.starts_with("node 0 had free room: at least 500 pages")),
+            "{:?}",
+            r.findings
+        );
+    }
+
+    #[test]
     fn a_threshold_at_its_floor_or_ceiling_is_a_finding() {
         let mut end = tiered(2);
         end.node_hot_threshold_ms = BTreeMap::from([(0, 125), (1, 2000)]);
@@ -402,6 +459,11 @@ mod tests {
         );
         let text = r.to_text();
         assert!(text.contains("node 0 125 ms (floor), was 1000"), "{text}");
+        assert!(
+            !r.findings.iter().any(|f| f.contains("free room")),
+            "{:?}",
+            r.findings
+        );
         assert!(text.contains("node 1 2000 ms (ceiling)"), "{text}");
 
         // Not read (e.g. no kallsyms address): no bounds, no finding, no line.
