@@ -146,6 +146,22 @@ impl Measured {
         )
     }
 
+    /// From a window's hooks and the memory tiering its snapshots hold: a capture written
+    /// before numatrace counted promotions reads its tiering back empty (a live read always
+    /// names where the tiers come from), and its promotions and cpuset skips are then not
+    /// measured rather than 0.
+    pub fn of_window(hooks: &[HookReport], tiering_source: &str) -> Self {
+        let mut m = Self::from_hooks(hooks);
+        if !hooks.is_empty() && tiering_source.is_empty() {
+            for f in [Feed::Promotions, Feed::SkipCpuset] {
+                m.0.entry(f).or_insert_with(|| {
+                    "the capture predates numatrace's memory-tiering counts".to_owned()
+                });
+            }
+        }
+        m
+    }
+
     pub fn is(&self, f: Feed) -> bool {
         !self.0.contains_key(&f)
     }

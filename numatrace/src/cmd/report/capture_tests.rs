@@ -23,6 +23,24 @@ fn a_real_capture_from_a_guest_still_reads() {
     assert_eq!((h.faults, h.migrated_pages), (8192, 8192));
     assert_eq!(r.stat.node_matrix.len(), 1);
     assert_eq!(r.stat.vmstat_delta["numa_pages_migrated"], 8192);
+    // Written before numatrace counted promotions: not measured, rather than 0.
+    let m = r.stat.measured();
+    use crate::report::measured::Feed;
+    assert!(!m.is(Feed::Promotions) && m.is(Feed::HintFaults), "{m:?}");
+    let json = r.stat.to_json().unwrap();
+    assert!(
+        json["tiering"].get("promoted_pages").is_none(),
+        "{:#}",
+        json["tiering"]
+    );
+    assert!(
+        json["not_measured"]["promotions"]
+            .as_str()
+            .is_some_and(|w| w.contains("predates")),
+        "{:#}",
+        json["not_measured"]
+    );
+    assert!(r.stat.tiering.to_text().contains("not measured"));
     let mut spans = 0;
     let mut migrations = 0;
     let mut r = format::Reader::new(REAL).unwrap();

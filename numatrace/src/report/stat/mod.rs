@@ -283,7 +283,7 @@ impl StatReport {
         let tiering = crate::report::tiering::TieringReport::of(
             delta,
             &totals,
-            &Measured::from_hooks(&hooks),
+            &Measured::of_window(&hooks, &delta.tiering.source),
         );
         Self {
             schema: SCHEMA.to_owned(),
@@ -317,7 +317,7 @@ impl StatReport {
 
     /// Which counts this report measured: those whose hooks attached.
     pub fn measured(&self) -> Measured {
-        Measured::from_hooks(&self.hooks)
+        Measured::of_window(&self.hooks, &self.tiering.source)
     }
 
     /// `numatrace.stat/1` as tools get it: the counts whose hooks did not attach left out, and
