@@ -95,14 +95,27 @@ pub fn catalogue_functions() -> impl Iterator<Item = &'static str> {
         .copied()
 }
 
-/// Text symbols (`t`/`T`) among `wanted` with their range [address, next text symbol), read
-/// from a kallsyms-formatted stream.
+/// What one read of a kallsyms-formatted stream gives.
+#[derive(Debug, Default)]
+pub struct Kallsyms {
+    /// Text symbols (`t`/`T`) among the wanted functions, with their range [address, next text
+    /// symbol).
+    pub text: BTreeMap<String, [u64; 2]>,
+    /// Addresses of the wanted kernel variables (any type; absent where kallsyms hides
+    /// addresses, as it prints them as zero).
+    pub data: BTreeMap<String, u64>,
+}
+
+/// Reads a kallsyms-formatted stream once for the functions `wanted` and the variables
+/// `variables`.
 pub fn kallsyms_from_reader(
     r: impl BufRead,
     wanted: &BTreeSet<&str>,
-) -> std::io::Result<BTreeMap<String, [u64; 2]>> {
+    variables: &[&str],
+) -> std::io::Result<Kallsyms> {
     let mut starts = BTreeMap::new();
     let mut text_addrs = Vec::new();
+    let mut data = BTreeMap::new();
     for line in r.lines() {
         let line = line?;
         let mut it = line.split_whitespace();
@@ -110,17 +123,20 @@ pub fn kallsyms_from_reader(
             (Some(a), Some(t), Some(n)) => (a, t, n),
             _ => continue,
         };
+        let addr = u64::from_str_radix(addr, 16).unwrap_or(0);
+        if variables.contains(&name) && addr != 0 {
+            data.entry(name.to_owned()).or_insert(addr);
+        }
         if ty != "t" && ty != "T" {
             continue;
         }
-        let addr = u64::from_str_radix(addr, 16).unwrap_or(0);
         text_addrs.push(addr);
         if wanted.contains(name) {
             starts.insert(name.to_owned(), addr);
         }
     }
     text_addrs.sort_unstable();
-    Ok(starts
+    let text = starts
         .into_iter()
         .map(|(name, start)| {
             let end = if start == 0 {
@@ -131,7 +147,8 @@ pub fn kallsyms_from_reader(
             };
             (name, [start, end])
         })
-        .collect())
+        .collect();
+    Ok(Kallsyms { text, data })
 }
 
 /// Kernel struct fields the function hooks need: (struct, member path).
@@ -158,31 +175,6 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("task_struct", "start_time"),
     ("pglist_data", "nbp_threshold"),
 ];
-
-/// Addresses of the kernel variables `names` from /proc/kallsyms (absent where kallsyms hides
-/// addresses, as it prints them as zero).
-fn data_symbols(names: &[&str]) -> BTreeMap<String, u64> {
-    let Ok(f) = fs::File::open("/proc/kallsyms") else {
-        return BTreeMap::new();
-    };
-    let mut found = BTreeMap::new();
-    for l in std::io::BufReader::new(f).lines().map_while(Result::ok) {
-        let mut it = l.split_whitespace();
-        let (Some(addr), Some(_ty), Some(name)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if names.contains(&name)
-            && let Ok(a) = u64::from_str_radix(addr, 16)
-            && a != 0
-        {
-            found.entry(name.to_owned()).or_insert(a);
-            if found.len() == names.len() {
-                break;
-            }
-        }
-    }
-    found
-}
 
 /// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists
 /// under each node (merged where contiguous).
@@ -278,15 +270,25 @@ impl KernelFacts {
                 .collect()
         });
 
+        // One pass over /proc/kallsyms (large): the catalogue's functions and the variables the
+        // programs read (vmemmap_base for a page's node, node_data for the hot thresholds).
         let symbols = match fs::File::open("/proc/kallsyms") {
-            Ok(f) => kallsyms_from_reader(std::io::BufReader::new(f), &wanted).unwrap_or_default(),
+            Ok(f) => kallsyms_from_reader(
+                std::io::BufReader::new(f),
+                &wanted,
+                &["vmemmap_base", "node_data"],
+            )
+            .unwrap_or_default(),
             Err(e) => {
                 tracing::warn!("cannot read /proc/kallsyms: {e}");
-                BTreeMap::new()
+                Kallsyms::default()
             }
         };
-        let kallsyms = symbols.keys().cloned().collect();
+        let vmemmap_base_sym = symbols.data.get("vmemmap_base").copied();
+        let node_data_sym = symbols.data.get("node_data").copied();
+        let kallsyms = symbols.text.keys().cloned().collect();
         let scan_ranges = symbols
+            .text
             .into_iter()
             .filter(|(n, _)| n == "task_numa_work" || n == "change_prot_numa")
             .collect();
@@ -324,9 +326,6 @@ impl KernelFacts {
             .as_ref()
             .and_then(|b| b.enum_value("numa_vmaskip_reason", "NUMAB_SKIP_PID_INACTIVE"))
             .and_then(|v| u32::try_from(v).ok());
-        let data = data_symbols(&["vmemmap_base", "node_data"]);
-        let vmemmap_base_sym = data.get("vmemmap_base").copied();
-        let node_data_sym = data.get("node_data").copied();
         let node_pfn_ranges = node_pfn_ranges(Path::new("/sys/devices/system"));
 
         let tracefs = Tracefs::find_or_mount()?;
@@ -425,7 +424,10 @@ mod tests {
         let wanted: BTreeSet<&str> = ["task_numa_work", "task_numa_fault", "change_prot_numa"]
             .into_iter()
             .collect();
-        let got = kallsyms_from_reader(text.as_bytes(), &wanted).unwrap();
+        let got =
+            kallsyms_from_reader(text.as_bytes(), &wanted, &["task_numa_fault_data"]).unwrap();
+        assert_eq!(got.data["task_numa_fault_data"], 0xffffffff82000000);
+        let got = got.text;
         assert_eq!(
             got.keys().collect::<Vec<_>>(),
             ["change_prot_numa", "task_numa_fault", "task_numa_work"]
@@ -440,7 +442,9 @@ mod tests {
             [0xffffffffc0000000, 0xffffffffc0000000]
         );
         let hidden = "0000000000000000 t task_numa_work\n0000000000000000 T task_numa_fault\n";
-        let got = kallsyms_from_reader(hidden.as_bytes(), &wanted).unwrap();
+        let got = kallsyms_from_reader(hidden.as_bytes(), &wanted, &["task_numa_work"]).unwrap();
+        assert!(got.data.is_empty(), "a hidden address is no address");
+        let got = got.text;
         assert_eq!(
             got["task_numa_work"],
             [0, 0],

@@ -113,6 +113,7 @@ impl TieringReport {
             .filter(|(k, _)| k.starts_with("pgpromote_") || k.starts_with("pgdemote_"))
             .map(|(k, v)| (k.clone(), *v))
             .collect();
+        let bounds = end.threshold_bounds().filter(|_| end.node_thresholds_read);
         let mut r = Self {
             mode_start: start.mode,
             mode_end: end.mode,
@@ -125,14 +126,8 @@ impl TieringReport {
             demotion_enabled: end.demotion_enabled,
             node_hot_threshold_ms_start: start.node_hot_threshold_ms.clone(),
             node_hot_threshold_ms_end: end.node_hot_threshold_ms.clone(),
-            hot_threshold_floor_ms: end
-                .threshold_bounds()
-                .filter(|_| end.node_thresholds_read)
-                .map(|b| b.0),
-            hot_threshold_ceiling_ms: end
-                .threshold_bounds()
-                .filter(|_| end.node_thresholds_read)
-                .map(|b| b.1),
+            hot_threshold_floor_ms: bounds.map(|b| b.0),
+            hot_threshold_ceiling_ms: bounds.map(|b| b.1),
             node_thresholds_read: end.node_thresholds_read,
             promoted_pages: totals.tiering.promoted_pages,
             promote_failed: totals.tiering.promote_failed,
