@@ -71,11 +71,19 @@ pub enum Counter {
     /// node that could not be told (memory onlined after start, e.g. dax/kmem, or no node
     /// ranges): possibly promotions, not counted as such.
     PromoteSourceUnknown = 38,
+    /// The promotion decisions on the followed tasks' slow-tier hint faults, in pages (see
+    /// `TaskStats::promote_candidates`), and the faults whose latency was measured, Σ latency.
+    PromoteCandidates = 39,
+    PromoteRateLimited = 40,
+    PromoteNotHot = 41,
+    PromoteFreeRoom = 42,
+    SlowLatencyFaults = 43,
+    SlowLatencyMs = 44,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 39] = [
+    pub const ALL: [Counter; 45] = [
         Self::RingbufFull,
         Self::TaskMapFull,
         Self::TasksCreated,
@@ -115,6 +123,12 @@ impl Counter {
         Self::PromotedPages,
         Self::SlowTierFaults,
         Self::PromoteSourceUnknown,
+        Self::PromoteCandidates,
+        Self::PromoteRateLimited,
+        Self::PromoteNotHot,
+        Self::PromoteFreeRoom,
+        Self::SlowLatencyFaults,
+        Self::SlowLatencyMs,
     ];
 
     /// Tallies of what the traced tasks did (not losses or bookkeeping): numatrace's own
@@ -143,4 +157,4 @@ impl Counter {
 }
 
 /// Length of [`MAP_COUNTERS`].
-pub const COUNTER_SLOTS: u32 = 40;
+pub const COUNTER_SLOTS: u32 = 48;

@@ -52,10 +52,30 @@ mod tests {
     use core::mem::size_of;
 
     #[test]
+    fn access_latency_is_the_kernels_masked_difference() {
+        // Debian amd64: NR_CPUS 8192, a 21-bit field; the page held the time of the scan.
+        let mask = (1 << 21) - 1;
+        assert_eq!(
+            access_latency_ms(5_000_700, 5_000_000 & mask, mask),
+            Some(700)
+        );
+        // The stored time wrapped past the field's width: still the short latency.
+        assert_eq!(access_latency_ms(1 << 21, mask, mask), Some(1));
+        // An 8-bit field keeps 16 ms buckets (PAGE_ACCESS_TIME_BUCKETS 4).
+        assert_eq!(access_latency_ms(10, 4, 0xff), Some(96));
+        assert_eq!(access_latency_ms(1, 0, 0x1234), None, "not a mask");
+        assert_eq!(
+            access_latency_ms(1, 0, 0xf),
+            None,
+            "narrower than LAST__PID_SHIFT"
+        );
+    }
+
+    #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 54 * 8 + 8);
-        assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4 + 8 + 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 60 * 8 + 8);
+        assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4 + 8 + 8 + 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);
@@ -88,8 +108,10 @@ mod tests {
             node_data: 0,
             has_slow: 1,
             _pad: 0,
+            hot_threshold_sym: 0,
         };
         assert!(t.promotes(2, 0));
+        assert!(t.judges_by_access_time(2) && !t.judges_by_access_time(0));
         assert!(t.may_promote_into(0) && !t.may_promote_into(2));
         assert!(!t.reads_threshold(), "no address: nothing read");
         t.threshold_off = 0x1a40;

@@ -62,6 +62,39 @@ pub struct Inflight {
     pub cow_shared: u64,
     /// The VMA of the current change_prot_numa call (kprobe to kretprobe); 0: none.
     pub prot_vma: u64,
+    /// The current hint fault's promotion decision (set when should_numa_migrate_memory
+    /// returns, taken by task_numa_fault, which knows the pages and the access-time mask):
+    /// `PROMOTE_*` flags, the hot threshold (ms) it was judged by in the high 32 bits.
+    pub promote_decision: u64,
+    /// The access-time exchange inside that decision: the time written (low 32 bits) and the
+    /// time the page held (high 32 bits), both in the kernel's access-time units.
+    pub promote_times: u64,
+}
+
+/// [`Inflight::promote_decision`] flags: a decision was taken; the page's access time was
+/// exchanged in it (its latency was judged); it said promote; the threshold is known.
+pub const PROMOTE_DECIDED: u64 = 1;
+pub const PROMOTE_EXCHANGED: u64 = 2;
+pub const PROMOTE_YES: u64 = 4;
+pub const PROMOTE_THRESHOLD_KNOWN: u64 = 8;
+
+/// A slow-tier hint fault's latency in ms, as numa_hint_fault_latency computes it, from the
+/// exchange's new and old values and LAST_CPUPID_MASK (task_numa_fault's `last_cpupid` on
+/// such a fault: the kernel passes `-1 & LAST_CPUPID_MASK`); `None` if `mask` is not one.
+pub fn access_latency_ms(new: u32, old: u32, mask: u32) -> Option<u32> {
+    // A mask of W low bits; the kernel keeps the time in buckets of 2^(12 - W) ms when the
+    // field is narrower than 12 bits (PAGE_ACCESS_TIME_BUCKETS).
+    if mask < 0xff || mask & mask.wrapping_add(1) != 0 {
+        return None;
+    }
+    let buckets = match mask {
+        0xff => 4,
+        0x1ff => 3,
+        0x3ff => 2,
+        0x7ff => 1,
+        _ => 0,
+    };
+    Some((new.wrapping_sub(old) & mask) << buckets)
 }
 
 impl Inflight {
@@ -114,6 +147,9 @@ pub struct TierConfig {
     /// Non-zero: some node is outside the top tier (something can be promoted).
     pub has_slow: u32,
     pub _pad: u32,
+    /// Address of `sysctl_numa_balancing_hot_threshold` (kallsyms): the threshold a node
+    /// whose `nbp_threshold` is 0 is judged by; 0: unknown.
+    pub hot_threshold_sym: u64,
 }
 
 /// A value of [`MAP_HOT_THRESHOLD`] has this bit once read: the low 32 bits are then the
@@ -155,6 +191,12 @@ impl TierConfig {
         self.node_data != 0
             && self.threshold_off != 0
             && self.mode & NUMA_BALANCING_MEMORY_TIERING != 0
+    }
+
+    /// Whether should_numa_migrate_memory judges a page of `node` by its access time (the
+    /// kernel's folio_use_access_time): tiering mode, the node outside the top tier.
+    pub fn judges_by_access_time(&self, node: u64) -> bool {
+        self.mode & NUMA_BALANCING_MEMORY_TIERING != 0 && self.slow(node)
     }
 
     /// Whether a page on `node` is in a slower tier than the top one.

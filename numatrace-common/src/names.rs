@@ -66,6 +66,19 @@ pub const PROG_KPROBE_MIGRATION_ENTRY_WAIT: &str = "kprobe_migration_entry_wait"
 pub const PROG_KRETPROBE_MIGRATION_ENTRY_WAIT: &str = "kretprobe_migration_entry_wait";
 pub const PROG_FENTRY_MPOL_MISPLACED: &str = "fentry_mpol_misplaced";
 pub const PROG_KPROBE_MPOL_MISPLACED: &str = "kprobe_mpol_misplaced";
+/// Per-CPU: the promotion decision in progress (kernel side only; named so that the loader's
+/// check covers it).
+pub const MAP_PROMOTE_DECISION: &str = "PROMOTE_DECISION";
+/// The kernel's promotion decision on a slow-tier hint fault (should_numa_migrate_memory),
+/// and the access-time exchange inside it that gives the fault's latency
+/// (folio_xchg_last_cpupid, page_cpupid_xchg_last before 6.7).
+pub const PROG_FENTRY_SHOULD_MIGRATE: &str = "fentry_should_numa_migrate";
+pub const PROG_FEXIT_SHOULD_MIGRATE: &str = "fexit_should_numa_migrate";
+pub const PROG_KPROBE_SHOULD_MIGRATE: &str = "kprobe_should_numa_migrate";
+pub const PROG_KRETPROBE_SHOULD_MIGRATE: &str = "kretprobe_should_numa_migrate";
+pub const PROG_FEXIT_XCHG_LAST_CPUPID: &str = "fexit_xchg_last_cpupid";
+pub const PROG_KPROBE_XCHG_LAST_CPUPID: &str = "kprobe_xchg_last_cpupid";
+pub const PROG_KRETPROBE_XCHG_LAST_CPUPID: &str = "kretprobe_xchg_last_cpupid";
 /// CPU-clock sampling (the scan-share fallback where no function hook attaches).
 pub const PROG_SAMPLE: &str = "perf_sample_scan";
 
@@ -181,6 +194,13 @@ pub const PROGRAMS: &[&str] = &[
     PROG_FLOOR_FEXIT,
     PROG_FLOOR_BTF_TRACEPOINT,
     PROG_SKIP_CPUSET,
+    PROG_FENTRY_SHOULD_MIGRATE,
+    PROG_FEXIT_SHOULD_MIGRATE,
+    PROG_KPROBE_SHOULD_MIGRATE,
+    PROG_KRETPROBE_SHOULD_MIGRATE,
+    PROG_FEXIT_XCHG_LAST_CPUPID,
+    PROG_KPROBE_XCHG_LAST_CPUPID,
+    PROG_KRETPROBE_XCHG_LAST_CPUPID,
 ];
 
 /// Every map name above.
@@ -200,6 +220,7 @@ pub const MAPS: &[&str] = &[
     MAP_VMA_GAPS,
     MAP_TIERING,
     MAP_HOT_THRESHOLD,
+    MAP_PROMOTE_DECISION,
 ];
 
 /// Every global name above.

@@ -17,9 +17,13 @@ use numatrace_common::{
     TaskStats, TierConfig, VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
-use crate::tasks::{
-    Slots, TASK_OFFSETS, add, count, count_n, current, current_task, emit, header, inflight_of,
-    is_self, read_field, send, send_span, slot, task_entry, touch, touch_noting, wanted,
+use crate::{
+    args::{kprobe_args, pick, tracing_arg, tracing_arg_scalar},
+    tasks::{
+        Slots, TASK_OFFSETS, add, count, count_n, current, current_task, emit, followed_current,
+        header, inflight_of, is_self, read_field, send, send_span, slot, touch, touch_noting,
+    },
+    tiering::{take_decision, tiers},
 };
 
 #[unsafe(no_mangle)]
@@ -48,19 +52,9 @@ static REGION_FAULTS: LruHashMap<RegionKey, u64> =
 static VMA_STATS: HashMap<VmaKey, VmaStats> =
     HashMap::with_max_entries(numatrace_common::MAX_VMAS, 0);
 
-/// Written by userspace whenever the tiering mode or the memory tiers change.
-#[map]
-static TIERING: Array<TierConfig> = Array::with_max_entries(1, 0);
-
 /// Per node, its promotion hot threshold as the latest slow-tier hint fault found it.
 #[map]
 static HOT_THRESHOLD: Array<u64> = Array::with_max_entries(MAX_NODES, 0);
-
-/// The tiers as userspace last wrote them (all unknown until it has).
-#[inline(always)]
-fn tiers() -> TierConfig {
-    TIERING.get(0).copied().unwrap_or_default()
-}
 
 #[map]
 static MIGRATE_LATENCY: Slots<{ LATENCY_BUCKETS as usize }> = PerCpuArray::with_max_entries(1, 0);
@@ -90,16 +84,6 @@ fn hist_add<const N: usize>(map: &Slots<N>, bucket: u32) {
     if let Some(p) = slot(map, b) {
         add(p, 1);
     }
-}
-
-/// `current`'s followed entry, if it is followed.
-#[inline(always)]
-fn followed_current() -> Option<(*mut TaskStats, u32)> {
-    let cur = current();
-    if !wanted(cur.tgid) {
-        return None;
-    }
-    task_entry(cur.pid, cur.tgid, true).map(|t| (t, cur.pid))
 }
 
 #[inline(always)]
@@ -397,7 +381,7 @@ fn read_hot_threshold(tier: &TierConfig, nid: i64) {
 }
 
 #[inline(always)]
-fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
+fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     let Some((t, _)) = followed_current() else {
         return;
     };
@@ -414,6 +398,7 @@ fn on_task_numa_fault(mem_node: i32, pages: i32, flags: i32) {
     let src_unresolved = fault_src == u64::from(MAX_NODES) + 1;
     unsafe { (*r).cow_shared = 0 };
     let pages = pages.max(0) as u64;
+    take_decision(t, pages, last_cpupid as u32);
     let flags = flags as u32;
     let local = flags & TNF_FAULT_LOCAL != 0;
     let migrated = flags & TNF_MIGRATED != 0;
@@ -526,7 +511,12 @@ fn migrated_pages_add(src: u64, dst: i32, pages: u64) {
 #[fentry(function = "task_numa_fault")]
 pub fn fentry_task_numa_fault(ctx: FEntryContext) -> u32 {
     // (int last_cpupid, int mem_node, int pages, int flags)
-    on_task_numa_fault(ctx.arg::<i32>(1), ctx.arg::<i32>(2), ctx.arg::<i32>(3));
+    on_task_numa_fault(
+        ctx.arg::<i32>(0),
+        ctx.arg::<i32>(1),
+        ctx.arg::<i32>(2),
+        ctx.arg::<i32>(3),
+    );
     0
 }
 
@@ -535,41 +525,13 @@ pub fn kprobe_task_numa_fault(ctx: ProbeContext) -> u32 {
     let c = FUNC_CONFIG.load();
     let args = kprobe_args(&ctx);
     on_task_numa_fault(
+        // last_cpupid comes first in every version.
+        args[0] as i32,
         pick(&args, c.fault_node_arg) as i32,
         pick(&args, c.fault_pages_arg) as i32,
         pick(&args, c.fault_flags_arg) as i32,
     );
     0
-}
-
-/// The six argument registers of a kprobe, each read at a constant offset (a read at a
-/// variable offset of the context is refused by the verifier).
-#[inline(always)]
-fn kprobe_args(ctx: &ProbeContext) -> [u64; 6] {
-    let regs = ctx.as_ptr().cast::<aya_ebpf::bindings::pt_regs>();
-    let rd = |p: *const u64| unsafe { core::ptr::read_volatile(p) };
-    unsafe {
-        [
-            rd(&raw const (*regs).rdi),
-            rd(&raw const (*regs).rsi),
-            rd(&raw const (*regs).rdx),
-            rd(&raw const (*regs).rcx),
-            rd(&raw const (*regs).r8),
-            rd(&raw const (*regs).r9),
-        ]
-    }
-}
-
-/// Argument `i` (a position the loader found by name in BTF) among plain numbers.
-#[inline(always)]
-fn pick(args: &[u64; 6], i: u32) -> u64 {
-    let mut v = 0;
-    for (k, a) in args.iter().enumerate() {
-        if k as u32 == i {
-            v = *a;
-        }
-    }
-    v
 }
 
 // ---- do_numa_page / do_huge_pmd_numa_page --------------------------------------------------
@@ -756,22 +718,6 @@ fn on_migrate_exit(ret: i64) {
         }
         touch(t);
     }
-}
-
-/// Reads slot `N` of a tracing program's argument array. Volatile and at a constant offset:
-/// choosing between two slots must not become one variable-offset context access, which the
-/// verifier rejects.
-#[inline(always)]
-pub(crate) fn tracing_arg<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
-    unsafe { core::ptr::read_volatile(ctx.cast::<u64>().add(N)) }
-}
-
-/// Slot `N` as a plain number: fentry arguments are typed kernel pointers, on which the
-/// verifier forbids arithmetic with unknown values (the page -> PFN computation needs it).
-/// Copying through bpf_probe_read_kernel yields an untyped scalar.
-#[inline(always)]
-pub(crate) fn tracing_arg_scalar<const N: usize>(ctx: *mut core::ffi::c_void) -> u64 {
-    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(ctx.cast::<u64>().add(N)) }.unwrap_or(0)
 }
 
 // One fentry/fexit pair per signature (the verifier refuses a read past the last argument,

@@ -10,7 +10,7 @@ use aya_ebpf::{
 use numatrace_common::{Counter, GapOffsets, MAX_VMAS, VmaGap, VmaKey};
 
 use crate::{
-    functions::tracing_arg_scalar,
+    args::tracing_arg_scalar,
     tasks::{count, current, current_task, is_self, read_field, wanted},
 };
 

@@ -6,11 +6,13 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod args;
 mod floor;
 mod functions;
 mod gaps;
 mod sampling;
 mod tasks;
+mod tiering;
 
 /// aya-log debug message, emitted only when userspace asked for them (`--bpf-log`).
 /// Used on cold paths only: formatting and the log ring buffer cost more than the event itself.

@@ -354,3 +354,13 @@ pub fn read_field<T: Copy>(base: *const u8, off: u32) -> Option<T> {
     }
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(base.add(off as usize).cast::<T>()) }.ok()
 }
+
+/// `current`'s followed entry, if it is followed.
+#[inline(always)]
+pub fn followed_current() -> Option<(*mut TaskStats, u32)> {
+    let cur = current();
+    if !wanted(cur.tgid) {
+        return None;
+    }
+    task_entry(cur.pid, cur.tgid, true).map(|t| (t, cur.pid))
+}

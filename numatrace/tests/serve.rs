@@ -453,6 +453,14 @@ fn hooks_of(metric: &str) -> &'static [&'static str] {
         &["mpol_misplaced", MISPLACED]
     } else if has("promoted_pages") {
         &["task_numa_fault", MISPLACED]
+    } else if has("promote_decision") {
+        &["should_numa_migrate_memory", "task_numa_fault"]
+    } else if has("slow_tier_fault") {
+        &[
+            "should_numa_migrate_memory",
+            "task_numa_fault",
+            "folio_xchg_last_cpupid|page_cpupid_xchg_last",
+        ]
     } else if has("cow_shared") {
         &["mpol_misplaced"]
     } else if has("pid_inactive") {

@@ -210,6 +210,7 @@ fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
                 "mode {mode}: node 2 is a slow tier and nothing was promoted"
             );
             assert!(n(&t["slow_tier_faults"]) > 0, "{t}");
+            decisions_equal_the_kernels_candidates(&v, mode);
         } else {
             println!(
                 "note: this kernel keeps node 2 in the top tier (it places memory present at \
@@ -436,5 +437,61 @@ fn the_hot_threshold_numatrace_reads_falls_under_a_tight_rate_limit() {
         cand > ok,
         "the rate limit held nothing back: {cand} candidates, {ok} promoted"
     );
+    decisions_equal_the_kernels_candidates(&v, "2, 1 MB/s");
+    let held = n(&t["promote_rate_limited"]);
+    assert!(
+        held > 0 && n(&t["promote_candidates"]) - held >= ok,
+        "held back {held} of {} candidate pages, {ok} promoted: {t}",
+        n(&t["promote_candidates"])
+    );
     println!("findings: {:#}", t["findings"]);
+}
+
+/// The traced tasks' promotion decisions (numatrace classes each slow-tier hint fault by its
+/// latency, from the access-time exchange, against the threshold the kernel judged it by)
+/// against the kernel's counts: the pages found hot are `pgpromote_candidate` exactly (the
+/// kernel counts a candidate exactly when the latency is under the threshold), those let
+/// through for free room `pgpromote_candidate_nrl` (6.18+). Only the workload touches the slow
+/// node in the guest.
+fn decisions_equal_the_kernels_candidates(v: &serde_json::Value, mode: &str) {
+    let t = &v["tiering"];
+    let Some(kernel) = t["kernel"]["pgpromote_candidate"].as_u64() else {
+        println!("note: no pgpromote_candidate (before 6.0): the decisions are not cross-checked");
+        return;
+    };
+    assert_eq!(
+        n(&t["promote_candidates"]),
+        kernel,
+        "mode {mode}: pages numatrace found hot against pgpromote_candidate: {t}"
+    );
+    assert_eq!(
+        n(&v["kernel_seen"]["promote_candidates"]),
+        n(&t["promote_candidates"])
+    );
+    match t["kernel"]["pgpromote_candidate_nrl"].as_u64() {
+        Some(nrl) => assert_eq!(
+            n(&t["promote_free_room"]),
+            nrl,
+            "mode {mode}: pages promoted for free room against pgpromote_candidate_nrl"
+        ),
+        None => println!(
+            "note: no pgpromote_candidate_nrl before 6.18: free-room promotions ({}) not \
+             cross-checked",
+            n(&t["promote_free_room"])
+        ),
+    }
+    // Every decision that compared a latency took one: hot and not-hot pages had theirs.
+    let timed = n(&t["latency_faults"]);
+    assert!(
+        timed > 0 && t["latency_ms_mean"].as_f64().is_some(),
+        "mode {mode}: no slow-tier hint-fault latency measured: {t}"
+    );
+    println!(
+        "mode {mode}: {} candidate pages = pgpromote_candidate, {} held back, {} not hot, \
+         latency mean {} ms over {timed} faults",
+        n(&t["promote_candidates"]),
+        n(&t["promote_rate_limited"]),
+        n(&t["promote_not_hot"]),
+        t["latency_ms_mean"]
+    );
 }

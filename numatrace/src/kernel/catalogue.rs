@@ -265,6 +265,33 @@ pub const HOOKS: &[HookSpec] = &[
         "faulted page and VMA: COW-shared pages",
     ),
     func(
+        "should_numa_migrate_memory",
+        &["should_numa_migrate_memory"],
+        // (p, page, src_nid, dst_cpu) up to 6.6, (p, folio, src_nid, dst_cpu) from 6.7.
+        &["src_nid"],
+        &[FentryVariant {
+            params: &["p", "page|folio", "src_nid", "dst_cpu"],
+            programs: &[PROG_FENTRY_SHOULD_MIGRATE, PROG_FEXIT_SHOULD_MIGRATE],
+        }],
+        &[PROG_KPROBE_SHOULD_MIGRATE, PROG_KRETPROBE_SHOULD_MIGRATE],
+        "promotion decisions: hot, rate-limited, not hot, free room",
+    ),
+    func(
+        "folio_xchg_last_cpupid|page_cpupid_xchg_last",
+        // Out of line where last_cpupid lives in page flags (Debian's kernels: NR_CPUS 8192).
+        &["folio_xchg_last_cpupid", "page_cpupid_xchg_last"],
+        &["cpupid"],
+        &[FentryVariant {
+            params: &["page|folio", "cpupid"],
+            programs: &[PROG_FEXIT_XCHG_LAST_CPUPID],
+        }],
+        &[
+            PROG_KPROBE_XCHG_LAST_CPUPID,
+            PROG_KRETPROBE_XCHG_LAST_CPUPID,
+        ],
+        "slow-tier hint-fault latency (access time exchanged in a decision)",
+    ),
+    func(
         "migrate_misplaced_folio|_page",
         &["migrate_misplaced_folio", "migrate_misplaced_page"],
         &["page|folio", "node"],

@@ -54,6 +54,10 @@ pub struct KernelFacts {
     /// programs read a node's promotion hot threshold.
     #[serde(default)]
     pub node_data_sym: Option<u64>,
+    /// Address of `sysctl_numa_balancing_hot_threshold` (6.0+): the threshold a promotion
+    /// decision is judged by while its node's own is unset.
+    #[serde(default)]
+    pub hot_threshold_sym: Option<u64>,
     /// PFN ranges per node, for the source node of migrations.
     pub node_pfn_ranges: Vec<[u64; 3]>,
     /// PG_head's bit in page.flags, and sizeof(struct page).
@@ -276,7 +280,11 @@ impl KernelFacts {
             Ok(f) => kallsyms_from_reader(
                 std::io::BufReader::new(f),
                 &wanted,
-                &["vmemmap_base", "node_data"],
+                &[
+                    "vmemmap_base",
+                    "node_data",
+                    "sysctl_numa_balancing_hot_threshold",
+                ],
             )
             .unwrap_or_default(),
             Err(e) => {
@@ -286,6 +294,10 @@ impl KernelFacts {
         };
         let vmemmap_base_sym = symbols.data.get("vmemmap_base").copied();
         let node_data_sym = symbols.data.get("node_data").copied();
+        let hot_threshold_sym = symbols
+            .data
+            .get("sysctl_numa_balancing_hot_threshold")
+            .copied();
         let kallsyms = symbols.text.keys().cloned().collect();
         let scan_ranges = symbols
             .text
@@ -361,6 +373,7 @@ impl KernelFacts {
             pid_inactive_reason,
             vmemmap_base_sym,
             node_data_sym,
+            hot_threshold_sym,
             node_pfn_ranges,
             kprobes,
             tracefs: Some(tracefs.root.display().to_string()),

@@ -273,6 +273,7 @@ impl Tiering {
                 self.known && (!self.slow_nodes().is_empty() || self.source == "cpu_nodes"),
             ),
             _pad: 0,
+            hot_threshold_sym: 0,
         }
     }
 }

@@ -12,6 +12,8 @@ use serde_json::Value;
 use crate::bpf::loader::HookReport;
 
 const MISPLACED: &str = "migrate_misplaced_folio|_page";
+const SHOULD: &str = "should_numa_migrate_memory";
+const XCHG: &str = "folio_xchg_last_cpupid|page_cpupid_xchg_last";
 
 /// A family of counts, named after what it counts; [`Feed::hooks`] says what feeds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -63,10 +65,15 @@ pub enum Feed {
     Promotions,
     /// `sched_skip_cpuset_numa` (6.16+): `scan.cpuset_skips`.
     SkipCpuset,
+    /// The kernel's promotion decisions (should_numa_migrate_memory), counted in pages at the
+    /// fault's task_numa_fault: candidates, rate-limited, not hot, free room.
+    PromoteDecisions,
+    /// Slow-tier hint-fault latency: the access-time exchange inside a decision.
+    SlowLatency,
 }
 
 impl Feed {
-    pub const ALL: [Feed; 22] = [
+    pub const ALL: [Feed; 24] = [
         Self::SkipVma,
         Self::SkipGap,
         Self::Moves,
@@ -89,6 +96,8 @@ impl Feed {
         Self::Stalls,
         Self::Promotions,
         Self::SkipCpuset,
+        Self::PromoteDecisions,
+        Self::SlowLatency,
     ];
 
     /// The hooks (names of `kernel::catalogue::HOOKS`) it needs: one attached hook of every
@@ -117,6 +126,8 @@ impl Feed {
             Self::Stalls => &[&["migration_entry_wait"]],
             Self::Promotions => &[&["task_numa_fault"], &[MISPLACED]],
             Self::SkipCpuset => &[&["sched:sched_skip_cpuset_numa"]],
+            Self::PromoteDecisions => &[&[SHOULD], &["task_numa_fault"]],
+            Self::SlowLatency => &[&[SHOULD], &["task_numa_fault"], &[XCHG]],
         }
     }
 }
@@ -347,6 +358,23 @@ const COUNTS: Table = &[
         Feed::HintFaults,
         &["tiering.slow_tier_faults", "tiering.promote_failed"],
     ),
+    (
+        Feed::PromoteDecisions,
+        &[
+            "tiering.promote_candidates",
+            "tiering.promote_rate_limited",
+            "tiering.promote_not_hot",
+            "tiering.promote_free_room",
+        ],
+    ),
+    (
+        Feed::SlowLatency,
+        &[
+            "tiering.latency_faults",
+            "tiering.latency_ms_total",
+            "tiering.latency_ms_mean",
+        ],
+    ),
 ];
 
 const NODE: Table = &[
@@ -409,11 +437,34 @@ const KERNEL_SEEN: Table = &[
     (Feed::SkipCpuset, &["skip_cpuset"]),
     (Feed::Promotions, &["promoted_pages"]),
     (Feed::HintFaults, &["slow_tier_faults"]),
+    (
+        Feed::PromoteDecisions,
+        &[
+            "promote_candidates",
+            "promote_rate_limited",
+            "promote_not_hot",
+            "promote_free_room",
+        ],
+    ),
+    (
+        Feed::SlowLatency,
+        &["slow_latency_faults", "slow_latency_ms"],
+    ),
 ];
 
 const TIERING: Table = &[
     (Feed::Promotions, &["promoted_pages"]),
     (Feed::HintFaults, &["slow_tier_faults", "promote_failed"]),
+    (
+        Feed::PromoteDecisions,
+        &[
+            "promote_candidates",
+            "promote_rate_limited",
+            "promote_not_hot",
+            "promote_free_room",
+        ],
+    ),
+    (Feed::SlowLatency, &["latency_faults", "latency_ms_mean"]),
     (Feed::MigratePages, &["demotions"]),
 ];
 
@@ -564,7 +615,9 @@ pub(crate) mod tests {
                 "dropped": {"total": 0},
                 "not_measured": {"hint_faults": "task_numa_fault not attached",
                                  "migrated_from": "task_numa_fault not attached",
-                                 "promotions": "task_numa_fault not attached"}
+                                 "promotions": "task_numa_fault not attached",
+                                 "promote_decisions": "task_numa_fault not attached",
+                                 "slow_latency": "task_numa_fault not attached"}
             })
         );
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();

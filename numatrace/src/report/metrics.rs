@@ -85,6 +85,9 @@ pub mod workload {
     pub const HINT_FAULTS: &str = "hint_faults_total";
     pub const MIGRATED_PAGES: &str = "migrated_pages_total";
     pub const PROMOTED_PAGES: &str = "promoted_pages_total";
+    pub const PROMOTE_DECISIONS: &str = "promote_decision_pages_total";
+    pub const SLOW_LATENCY_SECONDS: &str = "slow_tier_fault_latency_seconds_total";
+    pub const SLOW_LATENCY_FAULTS: &str = "slow_tier_faults_timed_total";
     pub const SKIPPED_VMAS: &str = "skipped_vmas_total";
 }
 
@@ -99,7 +102,7 @@ pub mod scope {
 /// Families exported at each level of aggregation: in total (`numatrace_`), per cgroup
 /// (`numatrace_cgroup_`, label `cgroup`), per task (`numatrace_task_`, labels `comm`, `pid`) and
 /// for numatrace's own threads (`numatrace_self_`).
-pub const WORKLOAD: [(&str, &[&str], &str); 9] = [
+pub const WORKLOAD: [(&str, &[&str], &str); 12] = [
     (
         workload::SCAN_SECONDS,
         &[],
@@ -138,6 +141,26 @@ pub const WORKLOAD: [(&str, &[&str], &str); 9] = [
         &[],
         "Pages NUMA hint faults promoted: migrated from a node outside the top memory tier \
          into it (memory tiering; the kernel's pgpromote_success).",
+    ),
+    (
+        workload::PROMOTE_DECISIONS,
+        &["decision"],
+        "Pages of slow-tier NUMA hint faults by the kernel's promotion decision \
+         (should_numa_migrate_memory, tiering mode): hot (latency under the node's hot \
+         threshold, promoted), rate_limited (as hot, held back by the promotion rate limit; \
+         hot + rate_limited is the kernel's pgpromote_candidate), not_hot, free_room (promoted \
+         past both: the node had room; pgpromote_candidate_nrl).",
+    ),
+    (
+        workload::SLOW_LATENCY_SECONDS,
+        &[],
+        "Sum of the hint-fault latency of slow-tier faults: time from the scanner's stamp of \
+         the page to the fault, what the kernel compares with the hot threshold (seconds).",
+    ),
+    (
+        workload::SLOW_LATENCY_FAULTS,
+        &[],
+        "Slow-tier hint faults whose latency was measured (divide the latency sum by it).",
     ),
     (
         workload::SKIPPED_VMAS,

@@ -57,6 +57,17 @@ pub struct TieringReport {
     pub promoted_pages: u64,
     pub promote_failed: u64,
     pub slow_tier_faults: u64,
+    /// The kernel's promotion decisions on the traced tasks' slow-tier hint faults, in pages
+    /// (`TierCounts`): candidates (= the kernel's `pgpromote_candidate` when every task is
+    /// traced), of which held back by the rate limit; not hot; free room.
+    pub promote_candidates: u64,
+    pub promote_rate_limited: u64,
+    pub promote_not_hot: u64,
+    pub promote_free_room: u64,
+    /// Slow-tier hint faults whose latency was measured, and their mean latency (ms from the
+    /// scanner's stamp to the fault: what the kernel compares with the hot threshold).
+    pub latency_faults: u64,
+    pub latency_ms_mean: Option<f64>,
     pub demotions: Demotions,
     /// The kernel's `pgpromote_*` / `pgdemote_*` over the window (system-wide, /proc/vmstat;
     /// absent where the kernel lacks the counter).
@@ -132,6 +143,12 @@ impl TieringReport {
             promoted_pages: totals.tiering.promoted_pages,
             promote_failed: totals.tiering.promote_failed,
             slow_tier_faults: totals.tiering.slow_tier_faults,
+            promote_candidates: totals.tiering.promote_candidates,
+            promote_rate_limited: totals.tiering.promote_rate_limited,
+            promote_not_hot: totals.tiering.promote_not_hot,
+            promote_free_room: totals.tiering.promote_free_room,
+            latency_faults: totals.tiering.latency_faults,
+            latency_ms_mean: totals.tiering.latency_ms_mean,
             demotions: Demotions {
                 calls: c(Counter::DemoteCalls),
                 pages,
@@ -232,6 +249,7 @@ impl TieringReport {
                 ));
             }
         }
+        out.extend(self.decision_findings());
         if promotions && self.slow_tier_faults > 0 && self.promoted_pages == 0 && tiering_on {
             out.push(format!(
                 "{} hint faults on slow-tier pages and no promotion: none of those pages was \
@@ -262,6 +280,41 @@ impl TieringReport {
                 "kernel.numa_balancing changed during the window ({} -> {})",
                 self.mode_start.map_or("?".into(), |v| v.to_string()),
                 self.mode_end.map_or("?".into(), |v| v.to_string())
+            ));
+        }
+        out
+    }
+
+    /// What the traced tasks' own promotion decisions say (numatrace's counts, per task where
+    /// the kernel's are system-wide).
+    fn decision_findings(&self) -> Vec<String> {
+        let m = &self.not_measured;
+        let mut out = Vec::new();
+        if !m.is(Feed::PromoteDecisions) {
+            return out;
+        }
+        let judged = self.promote_candidates.saturating_add(self.promote_not_hot);
+        if judged > 0 && self.promote_not_hot.saturating_mul(2) >= judged {
+            out.push(format!(
+                "{} % of the slow-tier pages the traced tasks faulted on were not hot enough \
+                 ({} of {judged} pages: touched more than the node's hot threshold after their \
+                 scan{})",
+                u128::from(self.promote_not_hot) * 100 / u128::from(judged),
+                self.promote_not_hot,
+                m.value(Feed::SlowLatency, ())
+                    .and(self.latency_ms_mean)
+                    .map_or(String::new(), |ms| format!(
+                        "; mean hint-fault latency {ms:.0} ms"
+                    ))
+            ));
+        }
+        let c = self.promote_candidates;
+        if c > 0 && self.promote_rate_limited.saturating_mul(5) >= c {
+            out.push(format!(
+                "the rate limit held back {} % of the traced tasks' promotion candidates ({} of \
+                 {c} pages)",
+                u128::from(self.promote_rate_limited) * 100 / u128::from(c),
+                self.promote_rate_limited
             ));
         }
         out
@@ -318,6 +371,23 @@ impl TieringReport {
             opt(self.promote_rate_limit_mbps_end),
             opt(self.hot_threshold_ms_end),
         ));
+        if self.slow_tier_faults > 0 || !m.is(Feed::PromoteDecisions) {
+            out.push_str(&format!(
+                "  decisions: {}; latency: {}\n",
+                m.says(Feed::PromoteDecisions, || format!(
+                    "{} candidate pages ({} held back by the rate limit), {} not hot, {} \
+                     promoted past both (free room)",
+                    self.promote_candidates,
+                    self.promote_rate_limited,
+                    self.promote_not_hot,
+                    self.promote_free_room
+                )),
+                m.says(Feed::SlowLatency, || match self.latency_ms_mean {
+                    Some(ms) => format!("mean {ms:.0} ms over {} faults", self.latency_faults),
+                    None => "no fault measured".into(),
+                }),
+            ));
+        }
         if self.node_thresholds_read || !self.node_hot_threshold_ms_end.is_empty() {
             let bound = |th: u64| match (self.hot_threshold_floor_ms, self.hot_threshold_ceiling_ms)
             {
@@ -503,6 +573,7 @@ mod tests {
                 promoted_pages: 1000,
                 promote_failed: 0,
                 slow_tier_faults: 6000,
+                ..TierCounts::default()
             },
             ..Counts::default()
         };
@@ -522,6 +593,53 @@ mod tests {
         assert!(text.contains("tier72 nodes [2]"), "{text}");
         assert!(text.contains("promotions: 1000 pages"), "{text}");
         assert!(!r.is_quiet());
+    }
+
+    #[test]
+    fn the_traced_tasks_decisions_are_said_in_words() {
+        let delta = Snapshot {
+            tiering: tiered(2),
+            tiering_start: Some(tiered(2)),
+            ..Snapshot::default()
+        };
+        let totals = Counts {
+            tiering: TierCounts {
+                slow_tier_faults: 100,
+                promote_candidates: 40,
+                promote_rate_limited: 30,
+                promote_not_hot: 60,
+                latency_faults: 100,
+                latency_ms_total: 150_000,
+                ..TierCounts::default()
+            },
+            ..Counts::default()
+        }
+        .finished();
+        let r = TieringReport::of(&delta, &totals, &Measured::default());
+        let said = |s: &str| r.findings.iter().any(|f| f.contains(s));
+        assert!(
+            said("60 % of the slow-tier pages") && said("mean hint-fault latency 1500 ms"),
+            "{:?}",
+            r.findings
+        );
+        assert!(
+            said(
+                "the rate limit held back 75 % of the traced tasks' promotion candidates (30 of 40"
+            ),
+            "{:?}",
+            r.findings
+        );
+        let text = r.to_text();
+        assert!(
+            text.contains(
+                "decisions: 40 candidate pages (30 held back by the rate limit), 60 not hot"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("latency: mean 1500 ms over 100 faults"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -178,6 +178,35 @@ impl<'s> Builder<'s> {
                 c.tiering.promoted_pages as f64,
             );
         }
+        if m.is(Feed::PromoteDecisions) {
+            let t = &c.tiering;
+            for (decision, pages) in [
+                (
+                    "hot",
+                    t.promote_candidates.saturating_sub(t.promote_rate_limited),
+                ),
+                ("rate_limited", t.promote_rate_limited),
+                ("not_hot", t.promote_not_hot),
+                ("free_room", t.promote_free_room),
+            ] {
+                put(self, workload::PROMOTE_DECISIONS, &[decision], pages as f64);
+            }
+        }
+        if m.is(Feed::SlowLatency) {
+            let t = &c.tiering;
+            put(
+                self,
+                workload::SLOW_LATENCY_SECONDS,
+                &[],
+                t.latency_ms_total as f64 / 1e3,
+            );
+            put(
+                self,
+                workload::SLOW_LATENCY_FAULTS,
+                &[],
+                t.latency_faults as f64,
+            );
+        }
         if !m.is(Feed::SkipVma) {
             return;
         }

@@ -323,6 +323,8 @@ pub struct FrameView {
     /// Memory tiers with the pages promoted into and demoted out of each over the interval
     /// (empty: the kernel lists no tiers).
     pub tiers: Vec<TierRow>,
+    /// The traced tasks' promotion decisions over the interval (`None`: not measured).
+    pub decisions: Option<DecisionRates>,
     /// migrate_misplaced latency percentiles over the interval (log2 buckets: upper bounds).
     pub latency_p50_ns: Option<u64>,
     pub latency_p99_ns: Option<u64>,
@@ -339,6 +341,33 @@ pub struct TierRow {
     pub demoted_per_s: f64,
     /// Hot thresholds (ms) of the tier's nodes that numatrace has read, by node.
     pub hot_threshold_ms: Vec<(u32, u64)>,
+}
+
+/// The traced tasks' promotion decisions over the interval, in pages per second, and the mean
+/// hint-fault latency of their slow-tier faults.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DecisionRates {
+    pub hot_per_s: f64,
+    pub rate_limited_per_s: f64,
+    pub not_hot_per_s: f64,
+    pub latency_ms_mean: Option<f64>,
+}
+
+fn decision_rates(delta: &Snapshot, m: &Measured, secs: f64) -> Option<DecisionRates> {
+    use numatrace_common::Counter as C;
+    if !m.is(Feed::PromoteDecisions) {
+        return None;
+    }
+    let c = |k| delta.counters.get(k);
+    let held = c(C::PromoteRateLimited);
+    let timed = c(C::SlowLatencyFaults);
+    Some(DecisionRates {
+        hot_per_s: rate(c(C::PromoteCandidates).saturating_sub(held), secs),
+        rate_limited_per_s: rate(held, secs),
+        not_hot_per_s: rate(c(C::PromoteNotHot), secs),
+        latency_ms_mean: (m.is(Feed::SlowLatency) && timed > 0)
+            .then(|| c(C::SlowLatencyMs) as f64 / timed as f64),
+    })
 }
 
 fn tier_rows(delta: &Snapshot, secs: f64) -> Vec<TierRow> {
@@ -400,7 +429,17 @@ pub fn tiers_line(view: &FrameView) -> Option<String> {
             )
         })
         .collect();
-    Some(format!("tiers: {}", cells.join("; ")))
+    let decided = view.decisions.as_ref().map_or(String::new(), |d| {
+        format!(
+            "; decisions: {} hot/s, {} held back/s, {} not hot/s{}",
+            fmt_rate(d.hot_per_s),
+            fmt_rate(d.rate_limited_per_s),
+            fmt_rate(d.not_hot_per_s),
+            d.latency_ms_mean
+                .map_or(String::new(), |ms| format!(", latency {ms:.0} ms"))
+        )
+    });
+    Some(format!("tiers: {}{decided}", cells.join("; ")))
 }
 
 pub const NODE_COLUMNS: [&str; 9] = [
@@ -543,6 +582,7 @@ impl FrameView {
             })
             .collect();
         let dropped = crate::report::stat::Dropped::from_snapshot(delta).total;
+        let decisions = decision_rates(delta, &measured, secs);
         Self {
             interval_s: secs,
             system,
@@ -562,6 +602,7 @@ impl FrameView {
             nodes,
             flows: delta.node_flows(),
             tiers: tier_rows(delta, secs),
+            decisions,
             latency_p50_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.5),
             latency_p99_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.99),
         }

@@ -170,6 +170,13 @@ kernel_seen! {
     /// Pages promoted by the followed tasks' hint faults, and their faults on slow-tier pages.
     promoted_pages = PromotedPages,
     slow_tier_faults = SlowTierFaults,
+    /// Their promotion decisions, in pages, and the faults whose latency was measured.
+    promote_candidates = PromoteCandidates,
+    promote_rate_limited = PromoteRateLimited,
+    promote_not_hot = PromoteNotHot,
+    promote_free_room = PromoteFreeRoom,
+    slow_latency_faults = SlowLatencyFaults,
+    slow_latency_ms = SlowLatencyMs,
 }
 
 /// System-wide histograms of the function hooks.
