@@ -72,18 +72,22 @@ pub enum Counter {
     /// ranges): possibly promotions, not counted as such.
     PromoteSourceUnknown = 38,
     /// The promotion decisions on the followed tasks' slow-tier hint faults, in pages (see
-    /// `TaskStats::promote_candidates`), and the faults whose latency was measured, Σ latency.
-    PromoteCandidates = 39,
+    /// `TaskStats::promote_hot`), and the faults whose latency was measured, Σ latency.
+    PromoteHot = 39,
     PromoteRateLimited = 40,
     PromoteNotHot = 41,
     PromoteFreeRoom = 42,
-    SlowLatencyFaults = 43,
-    SlowLatencyMs = 44,
+    HintLatencyFaults = 43,
+    HintLatencyMs = 44,
+    /// Pages of promotion decisions numatrace could not class: a refusal whose latency or
+    /// threshold could not be read, or a decision its fault never counted (task_numa_fault not
+    /// reached, or reached for another page).
+    PromoteUnjudged = 45,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 45] = [
+    pub const ALL: [Counter; 46] = [
         Self::RingbufFull,
         Self::TaskMapFull,
         Self::TasksCreated,
@@ -123,12 +127,13 @@ impl Counter {
         Self::PromotedPages,
         Self::SlowTierFaults,
         Self::PromoteSourceUnknown,
-        Self::PromoteCandidates,
+        Self::PromoteHot,
         Self::PromoteRateLimited,
         Self::PromoteNotHot,
         Self::PromoteFreeRoom,
-        Self::SlowLatencyFaults,
-        Self::SlowLatencyMs,
+        Self::HintLatencyFaults,
+        Self::HintLatencyMs,
+        Self::PromoteUnjudged,
     ];
 
     /// Tallies of what the traced tasks did (not losses or bookkeeping): numatrace's own
@@ -147,6 +152,7 @@ impl Counter {
                 | Self::SkipGapLost
                 | Self::NodeOutOfRange
                 | Self::PromoteSourceUnknown
+                | Self::PromoteUnjudged
                 | Self::DemoteCalls
                 | Self::DemotePages
                 | Self::DemoteFailed

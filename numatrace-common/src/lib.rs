@@ -75,7 +75,7 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
         assert_eq!(size_of::<TaskStats>(), 32 + 64 + 60 * 8 + 8);
-        assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4 + 8 + 8 + 8);
+        assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4 + 8 + 8 + 8 + 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);
         assert_eq!(size_of::<PlacementEvent>(), 24 + 24);
@@ -107,11 +107,16 @@ mod tests {
             threshold_off: 0,
             node_data: 0,
             has_slow: 1,
-            _pad: 0,
+            threshold_is_sysctl: 0,
             hot_threshold_sym: 0,
+            mode_sym: 0,
         };
         assert!(t.promotes(2, 0));
-        assert!(t.judges_by_access_time(2) && !t.judges_by_access_time(0));
+        assert!(t.judges_by_access_time(2, 2) && !t.judges_by_access_time(2, 0));
+        assert!(
+            !t.judges_by_access_time(1, 2),
+            "NUMA mode: pages judged by cpupid"
+        );
         assert!(t.may_promote_into(0) && !t.may_promote_into(2));
         assert!(!t.reads_threshold(), "no address: nothing read");
         t.threshold_off = 0x1a40;

@@ -64,7 +64,8 @@ pub struct Inflight {
     pub prot_vma: u64,
     /// The current hint fault's promotion decision (set when should_numa_migrate_memory
     /// returns, taken by task_numa_fault, which knows the pages and the access-time mask):
-    /// `PROMOTE_*` flags, the hot threshold (ms) it was judged by in the high 32 bits.
+    /// `PROMOTE_*` flags, the page's node + 1 in bits 8-23, the hot threshold (ms) it was
+    /// judged by in the high 32 bits.
     pub promote_decision: u64,
     /// The access-time exchange inside that decision: the time written (low 32 bits) and the
     /// time the page held (high 32 bits), both in the kernel's access-time units.
@@ -77,6 +78,9 @@ pub const PROMOTE_DECIDED: u64 = 1;
 pub const PROMOTE_EXCHANGED: u64 = 2;
 pub const PROMOTE_YES: u64 = 4;
 pub const PROMOTE_THRESHOLD_KNOWN: u64 = 8;
+/// [`Inflight::promote_decision`]: where the page's node + 1 sits.
+pub const PROMOTE_NODE_SHIFT: u32 = 8;
+pub const PROMOTE_NODE_MASK: u64 = 0xffff;
 
 /// A slow-tier hint fault's latency in ms, as numa_hint_fault_latency computes it, from the
 /// exchange's new and old values and LAST_CPUPID_MASK (task_numa_fault's `last_cpupid` on
@@ -146,10 +150,15 @@ pub struct TierConfig {
     pub node_data: u64,
     /// Non-zero: some node is outside the top tier (something can be promoted).
     pub has_slow: u32,
-    pub _pad: u32,
+    /// Non-zero: the kernel keeps no per-node threshold (`pglist_data.nbp_threshold`, 6.0+):
+    /// every decision is judged by `sysctl_numa_balancing_hot_threshold`.
+    pub threshold_is_sysctl: u32,
     /// Address of `sysctl_numa_balancing_hot_threshold` (kallsyms): the threshold a node
     /// whose `nbp_threshold` is 0 is judged by; 0: unknown.
     pub hot_threshold_sym: u64,
+    /// Address of `sysctl_numa_balancing_mode` (kallsyms): the mode as the kernel has it now,
+    /// where `mode` is as userspace last read it; 0: unknown.
+    pub mode_sym: u64,
 }
 
 /// A value of [`MAP_HOT_THRESHOLD`] has this bit once read: the low 32 bits are then the
@@ -194,9 +203,10 @@ impl TierConfig {
     }
 
     /// Whether should_numa_migrate_memory judges a page of `node` by its access time (the
-    /// kernel's folio_use_access_time): tiering mode, the node outside the top tier.
-    pub fn judges_by_access_time(&self, node: u64) -> bool {
-        self.mode & NUMA_BALANCING_MEMORY_TIERING != 0 && self.slow(node)
+    /// kernel's folio_use_access_time) under `mode`: tiering mode, the node outside the top
+    /// tier.
+    pub fn judges_by_access_time(&self, mode: u32, node: u64) -> bool {
+        mode & NUMA_BALANCING_MEMORY_TIERING != 0 && self.slow(node)
     }
 
     /// Whether a page on `node` is in a slower tier than the top one.

@@ -139,18 +139,20 @@ pub struct TaskStats {
     /// `sched_skip_cpuset_numa`: scans skipped because the task's cpuset allows one node.
     pub skip_cpuset: u64,
     /// Memory tiering: the kernel's promotion decision on this task's slow-tier hint faults
-    /// (should_numa_migrate_memory), in pages: hot enough (hint-fault latency under the node's
-    /// hot threshold: the kernel's `pgpromote_candidate`), of those held back by the rate
-    /// limit, not hot enough, and promoted past both because the node had free room (the
-    /// kernel's `pgpromote_candidate_nrl`, 6.18+).
-    pub promote_candidates: u64,
+    /// (should_numa_migrate_memory), in pages, four disjoint outcomes: hot (hint-fault latency
+    /// under the node's hot threshold) and let through; hot and held back by the rate limit
+    /// (the two together are the kernel's `pgpromote_candidate`); not hot (latency at or over
+    /// the threshold); let through past both because the node had free room (the kernel's
+    /// `pgpromote_candidate_nrl`, 6.18+). "Let through" is a decision to migrate, which can
+    /// still be refused or fail (`promote_failed`).
+    pub promote_hot: u64,
     pub promote_rate_limited: u64,
     pub promote_not_hot: u64,
     pub promote_free_room: u64,
     /// Slow-tier hint faults whose latency was measured (ms from the scanner's stamp of the
     /// page's access time to the fault), and Σ that latency.
-    pub slow_latency_faults: u64,
-    pub slow_latency_ms: u64,
+    pub hint_latency_faults: u64,
+    pub hint_latency_ms: u64,
     /// cgroup v2 id (`bpf_get_current_cgroup_id`) when the entry was created, refreshed at
     /// each scan and hint fault; 0: never seen running.
     pub cgroup_id: u64,

@@ -6,15 +6,15 @@ use aya_ebpf::{
     EbpfContext, Global,
     helpers::bpf_ktime_get_ns,
     macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use numatrace_common::{
     Counter, EMIT_VMA_SCAN, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig,
-    HOT_THRESHOLD_SEEN, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT,
-    MIGRATED_PAGES_SLOTS, NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap,
-    PageOffsets, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets,
-    TaskStats, TierConfig, VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
+    LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
+    NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
+    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats,
+    VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
 use crate::{
@@ -23,7 +23,7 @@ use crate::{
         Slots, TASK_OFFSETS, add, count, count_n, current, current_task, emit, followed_current,
         header, inflight_of, is_self, read_field, send, send_span, slot, touch, touch_noting,
     },
-    tiering::{take_decision, tiers},
+    tiering::{note_node_threshold, take_decision, tiers},
 };
 
 #[unsafe(no_mangle)]
@@ -51,10 +51,6 @@ static REGION_FAULTS: LruHashMap<RegionKey, u64> =
 #[map]
 static VMA_STATS: HashMap<VmaKey, VmaStats> =
     HashMap::with_max_entries(numatrace_common::MAX_VMAS, 0);
-
-/// Per node, its promotion hot threshold as the latest slow-tier hint fault found it.
-#[map]
-static HOT_THRESHOLD: Array<u64> = Array::with_max_entries(MAX_NODES, 0);
 
 #[map]
 static MIGRATE_LATENCY: Slots<{ LATENCY_BUCKETS as usize }> = PerCpuArray::with_max_entries(1, 0);
@@ -360,26 +356,6 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 // ---- task_numa_fault -----------------------------------------------------------------------
 
-/// Keeps `NODE_DATA(nid)->nbp_threshold`: the threshold of the node a promotion decision is
-/// made for (should_numa_migrate_memory adjusts it just before, on the faulting CPU's node).
-/// The kernel exports it nowhere else.
-#[inline(always)]
-fn read_hot_threshold(tier: &TierConfig, nid: i64) {
-    if nid < 0 || nid as u32 >= MAX_NODES {
-        return;
-    }
-    let slot = tier.node_data as *const u8;
-    let Some(pgdat) = read_field::<u64>(slot, nid as u32 * 8) else {
-        return;
-    };
-    let Some(th) = read_field::<u32>(pgdat as *const u8, tier.threshold_off) else {
-        return;
-    };
-    if let Some(v) = HOT_THRESHOLD.get_ptr_mut(nid as u32) {
-        unsafe { *v = HOT_THRESHOLD_SEEN | u64::from(th) };
-    }
-}
-
 #[inline(always)]
 fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     let Some((t, _)) = followed_current() else {
@@ -398,7 +374,6 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     let src_unresolved = fault_src == u64::from(MAX_NODES) + 1;
     unsafe { (*r).cow_shared = 0 };
     let pages = pages.max(0) as u64;
-    take_decision(t, pages, last_cpupid as u32);
     let flags = flags as u32;
     let local = flags & TNF_FAULT_LOCAL != 0;
     let migrated = flags & TNF_MIGRATED != 0;
@@ -409,6 +384,7 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     } else {
         mem_node.max(0) as u64
     };
+    take_decision(t, pages, last_cpupid as u32, from);
     if tier.slow(from) {
         unsafe { add(&raw mut (*t).slow_tier_faults, 1) };
         count(Counter::SlowTierFaults);
@@ -427,7 +403,8 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
             } else {
                 unsafe { aya_ebpf::helpers::bpf_get_numa_node_id() }
             };
-            read_hot_threshold(&tier, nid);
+            // (Where the decision hook is attached, it records the exact node too.)
+            note_node_threshold(&tier, nid);
         }
     }
     // As the kernel counts pgpromote_success: the pages of a successful migration from a

@@ -8,7 +8,12 @@
 //! the fault with the PTE or PMD lock held): nothing sleeps or is preempted between its
 //! entry, the exchange and its return, so one per-CPU slot carries the decision between the
 //! three programs. The outcome is handed to task_numa_fault through the task's in-flight
-//! record: only it knows the fault's pages (the kernel counts candidates in pages).
+//! record: only it knows the fault's pages (the kernel counts candidates in pages). Not so on
+//! PREEMPT_RT, where the page-table lock sleeps: another task's decision on the same CPU can
+//! then reset the slot (counted nowhere: such kernels are not supported for this view). The
+//! threshold is read just after the decision: another CPU deciding for the same node in
+//! between (it adjusts the threshold once per scan period, or resets it for free room) can
+//! move a page between rate-limited and not hot.
 
 use aya_ebpf::{
     EbpfContext,
@@ -17,8 +22,9 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use numatrace_common::{
-    Counter, MAX_NODES, PROMOTE_DECIDED, PROMOTE_EXCHANGED, PROMOTE_THRESHOLD_KNOWN, PROMOTE_YES,
-    TaskStats, TierConfig, access_latency_ms,
+    Counter, HOT_THRESHOLD_SEEN, MAX_NODES, PROMOTE_DECIDED, PROMOTE_EXCHANGED, PROMOTE_NODE_MASK,
+    PROMOTE_NODE_SHIFT, PROMOTE_THRESHOLD_KNOWN, PROMOTE_YES, TaskStats, TierConfig,
+    access_latency_ms,
 };
 
 use crate::{
@@ -30,6 +36,11 @@ use crate::{
 #[map]
 static TIERING: Array<TierConfig> = Array::with_max_entries(1, 0);
 
+/// Per node, its promotion hot threshold as the latest decision (or slow-tier hint fault)
+/// found it: [`HOT_THRESHOLD_SEEN`] | ms.
+#[map]
+static HOT_THRESHOLD: Array<u64> = Array::with_max_entries(MAX_NODES, 0);
+
 /// The tiers as userspace last wrote them (all unknown until it has).
 #[inline(always)]
 pub(crate) fn tiers() -> TierConfig {
@@ -37,8 +48,9 @@ pub(crate) fn tiers() -> TierConfig {
 }
 
 /// Slot 0: [`PROMOTE_DECIDED`] (a decision of a followed task judged by access time is in
-/// progress on this CPU) | [`PROMOTE_EXCHANGED`]; slot 1: the exchange's new | old << 32;
-/// slot 2: the exchange's new value between its kprobe and kretprobe, | [`PENDING`].
+/// progress on this CPU) | [`PROMOTE_EXCHANGED`] | the page's node + 1 at
+/// [`PROMOTE_NODE_SHIFT`]; slot 1: the exchange's new | old << 32; slot 2: the exchange's new
+/// value between its kprobe and kretprobe, | [`PENDING`].
 #[map]
 static PROMOTE_DECISION: PerCpuArray<u64> = PerCpuArray::with_max_entries(3, 0);
 
@@ -47,6 +59,27 @@ const PENDING: u64 = 1 << 32;
 #[inline(always)]
 fn cell(i: u32) -> Option<*mut u64> {
     PROMOTE_DECISION.get_ptr_mut(i)
+}
+
+/// `NODE_DATA(nid)->nbp_threshold` (ms; 0: not adjusted, the reference applies), where its
+/// address and offset are known. The kernel exports it nowhere else.
+#[inline(always)]
+fn node_threshold(tier: &TierConfig, nid: i64) -> Option<u32> {
+    if tier.node_data == 0 || tier.threshold_off == 0 || nid < 0 || nid as u32 >= MAX_NODES {
+        return None;
+    }
+    let pgdat = read_field::<u64>(tier.node_data as *const u8, nid as u32 * 8)?;
+    read_field::<u32>(pgdat as *const u8, tier.threshold_off)
+}
+
+/// Keeps node `nid`'s threshold for userspace (`Tiering::node_hot_threshold_ms`).
+#[inline(always)]
+pub fn note_node_threshold(tier: &TierConfig, nid: i64) -> Option<u32> {
+    let th = node_threshold(tier, nid)?;
+    if let Some(v) = HOT_THRESHOLD.get_ptr_mut(nid as u32) {
+        unsafe { *v = HOT_THRESHOLD_SEEN | u64::from(th) };
+    }
+    Some(th)
 }
 
 /// Entry: a decision judged by access time (tiering mode, a page outside the top tier) of a
@@ -58,11 +91,22 @@ fn on_should_migrate_enter(src_nid: i64) {
     };
     // Whatever a previous decision left (its return not seen) is dropped here.
     unsafe { *p = 0 };
-    if src_nid < 0 || !tiers().judges_by_access_time(src_nid as u64) {
+    let tier = tiers();
+    // The mode as the kernel has it now: userspace's copy lags a switch by up to a snapshot,
+    // and outside tiering mode the same exchange stores a cpupid, not a time.
+    let mode = match tier.mode_sym {
+        0 => Some(tier.mode),
+        sym => read_field::<u32>(sym as *const u8, 0),
+    };
+    let Some(mode) = mode else {
+        return;
+    };
+    if src_nid < 0 || !tier.judges_by_access_time(mode, src_nid as u64) {
         return;
     }
     if followed_current().is_some() {
-        unsafe { *p = PROMOTE_DECIDED };
+        let node = ((src_nid as u64 + 1) & PROMOTE_NODE_MASK) << PROMOTE_NODE_SHIFT;
+        unsafe { *p = PROMOTE_DECIDED | node };
     }
 }
 
@@ -83,19 +127,18 @@ fn on_exchanged(new: u64, old: u64) {
     }
 }
 
-/// The hot threshold the decision was judged by: the deciding CPU's node's `nbp_threshold`,
-/// or the reference `sysctl_numa_balancing_hot_threshold` while that is 0.
+/// The hot threshold the decision was judged by (read just after it, on the deciding CPU,
+/// whose node is the kernel's dst_nid): the node's `nbp_threshold`, or the reference
+/// `sysctl_numa_balancing_hot_threshold` while that is 0 or where the kernel keeps no
+/// per-node threshold. `None` where neither can be read.
 #[inline(always)]
 fn threshold_now(tier: &TierConfig) -> Option<u32> {
     let nid = unsafe { aya_ebpf::helpers::bpf_get_numa_node_id() };
-    if tier.node_data != 0 && tier.threshold_off != 0 && nid >= 0 && (nid as u32) < MAX_NODES {
-        let pgdat = read_field::<u64>(tier.node_data as *const u8, nid as u32 * 8)?;
-        let th = read_field::<u32>(pgdat as *const u8, tier.threshold_off)?;
-        if th != 0 {
-            return Some(th);
-        }
+    let node = note_node_threshold(tier, nid);
+    if let Some(th) = node.filter(|th| *th != 0) {
+        return Some(th);
     }
-    if tier.hot_threshold_sym == 0 {
+    if (node.is_none() && tier.threshold_is_sysctl == 0) || tier.hot_threshold_sym == 0 {
         return None;
     }
     read_field::<u32>(tier.hot_threshold_sym as *const u8, 0)
@@ -125,76 +168,78 @@ fn on_should_migrate_exit(promote: bool) {
     };
     let r = inflight_of(t);
     unsafe {
+        // A decision no task_numa_fault took (the fault returned without counting itself).
+        if (*r).promote_decision != 0 {
+            count_n(Counter::PromoteUnjudged, 1);
+        }
         (*r).promote_decision = d;
         (*r).promote_times = *times;
     }
 }
 
 /// task_numa_fault: counts the fault's decision, now that its pages are known; `mask`: its
-/// `last_cpupid`, which on a slow-tier fault in tiering mode is LAST_CPUPID_MASK.
+/// `last_cpupid`, which on a slow-tier fault in tiering mode is LAST_CPUPID_MASK; `from`: the
+/// node the faulting page was on (`MAX_NODES`: unknown).
 #[inline(always)]
-pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32) {
+pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32, from: u64) {
     let r = inflight_of(t);
     let d = unsafe { core::mem::replace(&mut (*r).promote_decision, 0) };
     if d & PROMOTE_DECIDED == 0 {
         return;
     }
+    // A decision left over from a fault that did not count itself is not this fault's.
+    let node = ((d >> PROMOTE_NODE_SHIFT) & PROMOTE_NODE_MASK).wrapping_sub(1);
+    if from < u64::from(MAX_NODES) && node != from {
+        count_n(Counter::PromoteUnjudged, 1);
+        return;
+    }
     let times = unsafe { (*r).promote_times };
-    let latency = if d & PROMOTE_EXCHANGED != 0 {
+    let exchanged = d & PROMOTE_EXCHANGED != 0;
+    let latency = if exchanged {
         access_latency_ms(times as u32, (times >> 32) as u32, mask)
     } else {
         None
     };
-    let yes = d & PROMOTE_YES != 0;
-    // pgdat_free_space_enough let it through without its latency being taken.
-    let free_room = yes && d & PROMOTE_EXCHANGED == 0;
-    let mut candidate = yes && !free_room;
-    let mut held_back = false;
-    let mut not_hot = false;
-    if !yes
-        && d & PROMOTE_THRESHOLD_KNOWN != 0
-        && let Some(ms) = latency
-    {
-        // Under the threshold: a candidate the rate limit refused.
-        held_back = u64::from(ms) < d >> 32;
-        candidate = held_back;
-        not_hot = !held_back;
-    }
-    for (on, field, counter) in [
-        (
-            candidate,
-            unsafe { &raw mut (*t).promote_candidates },
-            Counter::PromoteCandidates,
-        ),
-        (
-            held_back,
-            unsafe { &raw mut (*t).promote_rate_limited },
-            Counter::PromoteRateLimited,
-        ),
-        (
-            not_hot,
-            unsafe { &raw mut (*t).promote_not_hot },
-            Counter::PromoteNotHot,
-        ),
-        (
-            free_room,
-            unsafe { &raw mut (*t).promote_free_room },
-            Counter::PromoteFreeRoom,
-        ),
-    ] {
-        if on {
-            add(field, pages);
-            count_n(counter, pages);
+    let (field, counter) = if d & PROMOTE_YES != 0 {
+        if exchanged {
+            (unsafe { &raw mut (*t).promote_hot }, Counter::PromoteHot)
+        } else {
+            // pgdat_free_space_enough let it through without its latency being taken.
+            (
+                unsafe { &raw mut (*t).promote_free_room },
+                Counter::PromoteFreeRoom,
+            )
         }
-    }
+    } else if !exchanged {
+        // Refused before anything was judged (a node without memory).
+        return;
+    } else if let (Some(ms), true) = (latency, d & PROMOTE_THRESHOLD_KNOWN != 0) {
+        if u64::from(ms) < d >> 32 {
+            // Under the threshold: a candidate the rate limit refused.
+            (
+                unsafe { &raw mut (*t).promote_rate_limited },
+                Counter::PromoteRateLimited,
+            )
+        } else {
+            (
+                unsafe { &raw mut (*t).promote_not_hot },
+                Counter::PromoteNotHot,
+            )
+        }
+    } else {
+        count_n(Counter::PromoteUnjudged, 1);
+        return;
+    };
+    add(field, pages);
+    count_n(counter, pages);
     if let Some(ms) = latency {
         let ms = u64::from(ms);
         unsafe {
-            add(&raw mut (*t).slow_latency_faults, 1);
-            add(&raw mut (*t).slow_latency_ms, ms);
+            add(&raw mut (*t).hint_latency_faults, 1);
+            add(&raw mut (*t).hint_latency_ms, ms);
         }
-        count_n(Counter::SlowLatencyFaults, 1);
-        count_n(Counter::SlowLatencyMs, ms);
+        count_n(Counter::HintLatencyFaults, 1);
+        count_n(Counter::HintLatencyMs, ms);
     }
 }
 

@@ -453,9 +453,7 @@ fn hooks_of(metric: &str) -> &'static [&'static str] {
         &["mpol_misplaced", MISPLACED]
     } else if has("promoted_pages") {
         &["task_numa_fault", MISPLACED]
-    } else if has("promote_decision") {
-        &["should_numa_migrate_memory", "task_numa_fault"]
-    } else if has("slow_tier_fault") {
+    } else if has("promote_decision") || has("slow_tier_hint_latency") {
         &[
             "should_numa_migrate_memory",
             "task_numa_fault",

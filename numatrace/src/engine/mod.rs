@@ -238,7 +238,7 @@ impl Engine {
         self.tiering = Tiering::read(self.facts.version);
         let mut config = self.tiering.config(self.facts.version);
         (config.node_data, config.threshold_off) = tiering::threshold_source(&self.facts);
-        config.hot_threshold_sym = self.facts.hot_threshold_sym.unwrap_or(0);
+        tiering::decision_sources(&self.facts, &mut config);
         self.tiering.node_thresholds_read = config.reads_threshold();
         let raw = (0..MAX_NODES).filter_map(|n| Some((n, self.hot_thresholds.get(&n, 0).ok()?)));
         self.tiering.set_node_thresholds(raw);

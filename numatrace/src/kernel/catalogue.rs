@@ -222,7 +222,8 @@ pub const HOOKS: &[HookSpec] = &[
     func(
         "task_numa_fault",
         &["task_numa_fault"],
-        &["mem_node", "pages", "flags"],
+        // last_cpupid: always first (read at a fixed position; its name is checked).
+        &["last_cpupid", "mem_node", "pages", "flags"],
         &[FentryVariant {
             params: &["last_cpupid", "mem_node", "pages", "flags"],
             programs: &[PROG_FENTRY_TASK_NUMA_FAULT],
@@ -267,7 +268,8 @@ pub const HOOKS: &[HookSpec] = &[
     func(
         "should_numa_migrate_memory",
         &["should_numa_migrate_memory"],
-        // (p, page, src_nid, dst_cpu) up to 6.6, (p, folio, src_nid, dst_cpu) from 6.7.
+        // (p, page, src_nid, dst_cpu) up to 6.6, (p, folio, src_nid, dst_cpu) from 6.7: the
+        // same positions since 3.x, read fixed by the kprobe; the name is checked.
         &["src_nid"],
         &[FentryVariant {
             params: &["p", "page|folio", "src_nid", "dst_cpu"],
@@ -280,6 +282,7 @@ pub const HOOKS: &[HookSpec] = &[
         "folio_xchg_last_cpupid|page_cpupid_xchg_last",
         // Out of line where last_cpupid lives in page flags (Debian's kernels: NR_CPUS 8192).
         &["folio_xchg_last_cpupid", "page_cpupid_xchg_last"],
+        // (page|folio, cpupid) in every version: read at fixed positions, the name checked.
         &["cpupid"],
         &[FentryVariant {
             params: &["page|folio", "cpupid"],

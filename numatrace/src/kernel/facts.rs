@@ -58,6 +58,9 @@ pub struct KernelFacts {
     /// decision is judged by while its node's own is unset.
     #[serde(default)]
     pub hot_threshold_sym: Option<u64>,
+    /// Address of `sysctl_numa_balancing_mode`: the mode as the kernel has it at a decision.
+    #[serde(default)]
+    pub numa_balancing_mode_sym: Option<u64>,
     /// PFN ranges per node, for the source node of migrations.
     pub node_pfn_ranges: Vec<[u64; 3]>,
     /// PG_head's bit in page.flags, and sizeof(struct page).
@@ -284,6 +287,7 @@ impl KernelFacts {
                     "vmemmap_base",
                     "node_data",
                     "sysctl_numa_balancing_hot_threshold",
+                    "sysctl_numa_balancing_mode",
                 ],
             )
             .unwrap_or_default(),
@@ -298,6 +302,7 @@ impl KernelFacts {
             .data
             .get("sysctl_numa_balancing_hot_threshold")
             .copied();
+        let numa_balancing_mode_sym = symbols.data.get("sysctl_numa_balancing_mode").copied();
         let kallsyms = symbols.text.keys().cloned().collect();
         let scan_ranges = symbols
             .text
@@ -374,6 +379,7 @@ impl KernelFacts {
             vmemmap_base_sym,
             node_data_sym,
             hot_threshold_sym,
+            numa_balancing_mode_sym,
             node_pfn_ranges,
             kprobes,
             tracefs: Some(tracefs.root.display().to_string()),

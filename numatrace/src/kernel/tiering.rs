@@ -77,6 +77,16 @@ pub fn threshold_source(facts: &KernelFacts) -> (u64, u32) {
     }
 }
 
+/// Where the promotion-decision programs read the kernel's own mode and reference threshold
+/// (kallsyms), and whether the kernel keeps no per-node threshold (BTF says `pglist_data` has
+/// no `nbp_threshold`: 5.18 and 5.19, where every decision is judged by the sysctl).
+pub fn decision_sources(facts: &KernelFacts, config: &mut TierConfig) {
+    config.hot_threshold_sym = facts.hot_threshold_sym.unwrap_or(0);
+    config.mode_sym = facts.numa_balancing_mode_sym.unwrap_or(0);
+    let field = facts.btf_fields.get("pglist_data.nbp_threshold").copied();
+    config.threshold_is_sysctl = u32::from(facts.btf_vmlinux && matches!(field, Some(None)));
+}
+
 /// Parses a kernel list (`0-2,5`), as sysfs prints node and CPU lists.
 pub fn parse_list(s: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -272,8 +282,9 @@ impl Tiering {
             has_slow: u32::from(
                 self.known && (!self.slow_nodes().is_empty() || self.source == "cpu_nodes"),
             ),
-            _pad: 0,
+            threshold_is_sysctl: 0,
             hot_threshold_sym: 0,
+            mode_sym: 0,
         }
     }
 }
@@ -429,5 +440,30 @@ mod tests {
         if cfg!(target_arch = "x86_64") {
             assert_eq!(threshold_source(&f), (0xffff_ffff_8300_0000, 0x1a40));
         }
+    }
+
+    #[test]
+    fn decisions_are_judged_by_the_sysctl_alone_only_without_a_per_node_threshold() {
+        let mut f = KernelFacts {
+            hot_threshold_sym: Some(0x10),
+            numa_balancing_mode_sym: Some(0x20),
+            ..KernelFacts::default()
+        };
+        let mut c = TierConfig::default();
+        decision_sources(&f, &mut c);
+        assert_eq!(
+            (c.hot_threshold_sym, c.mode_sym, c.threshold_is_sysctl),
+            (0x10, 0x20, 0),
+            "no BTF: whether nodes keep one is unknown"
+        );
+        f.btf_vmlinux = true;
+        f.btf_fields
+            .insert("pglist_data.nbp_threshold".into(), None);
+        decision_sources(&f, &mut c);
+        assert_eq!(c.threshold_is_sysctl, 1, "5.18/5.19: no per-node threshold");
+        f.btf_fields
+            .insert("pglist_data.nbp_threshold".into(), Some(0x1a40));
+        decision_sources(&f, &mut c);
+        assert_eq!(c.threshold_is_sysctl, 0);
     }
 }

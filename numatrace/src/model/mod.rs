@@ -308,19 +308,21 @@ counter_struct! {
         /// Hint faults on pages of a node outside the top tier.
         sum slow_tier_faults: u64,
         /// The kernel's promotion decisions on those faults (should_numa_migrate_memory, in
-        /// tiering mode), in pages: candidates (hint-fault latency under the node's hot
-        /// threshold, as the kernel counts `pgpromote_candidate`), of which held back by the
-        /// rate limit; not hot (latency at or over the threshold); promoted past both because
-        /// the node had free room (as `pgpromote_candidate_nrl`, 6.18+).
-        sum promote_candidates: u64,
+        /// tiering mode), in pages, four disjoint outcomes: hot (hint-fault latency under the
+        /// node's hot threshold) and let through to migrate; hot and held back by the rate
+        /// limit; not hot (latency at or over the threshold); let through past both because the
+        /// node had free room (as the kernel counts `pgpromote_candidate_nrl`, 6.18+).
+        sum promote_hot: u64,
         sum promote_rate_limited: u64,
         sum promote_not_hot: u64,
         sum promote_free_room: u64,
+        /// Hot pages, let through or held back: as the kernel counts `pgpromote_candidate`.
+        derived promote_candidates: u64,
         /// Slow-tier hint faults whose latency was measured (ms from the scanner's stamp of
         /// the page to the fault), Σ latency, and the mean.
-        sum latency_faults: u64,
-        sum latency_ms_total: u64,
-        ratio latency_ms_mean: Option<f64>,
+        sum hint_latency_faults: u64,
+        sum hint_latency_ms_total: u64,
+        ratio hint_latency_ms_mean: Option<f64>,
     }
 }
 
@@ -416,13 +418,14 @@ impl Counts {
                 promoted_pages: s.promoted_pages,
                 promote_failed: s.promote_failed,
                 slow_tier_faults: s.slow_tier_faults,
-                promote_candidates: s.promote_candidates,
+                promote_hot: s.promote_hot,
                 promote_rate_limited: s.promote_rate_limited,
                 promote_not_hot: s.promote_not_hot,
                 promote_free_room: s.promote_free_room,
-                latency_faults: s.slow_latency_faults,
-                latency_ms_total: s.slow_latency_ms,
-                latency_ms_mean: None,
+                promote_candidates: 0,
+                hint_latency_faults: s.hint_latency_faults,
+                hint_latency_ms_total: s.hint_latency_ms,
+                hint_latency_ms_mean: None,
             },
         }
         .finished()
@@ -439,7 +442,8 @@ impl Counts {
         let h = &mut self.hint_faults;
         h.remote = h.faults.saturating_sub(h.local);
         let t = &mut self.tiering;
-        t.latency_ms_mean = ratio(t.latency_ms_total, t.latency_faults);
+        t.promote_candidates = t.promote_hot.saturating_add(t.promote_rate_limited);
+        t.hint_latency_ms_mean = ratio(t.hint_latency_ms_total, t.hint_latency_faults);
         self
     }
 

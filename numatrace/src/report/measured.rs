@@ -66,14 +66,14 @@ pub enum Feed {
     /// `sched_skip_cpuset_numa` (6.16+): `scan.cpuset_skips`.
     SkipCpuset,
     /// The kernel's promotion decisions (should_numa_migrate_memory), counted in pages at the
-    /// fault's task_numa_fault: candidates, rate-limited, not hot, free room.
+    /// fault's task_numa_fault, and their hint-fault latency (the access-time exchange inside
+    /// a decision, without which no refusal can be classed): hot, rate-limited, not hot, free
+    /// room.
     PromoteDecisions,
-    /// Slow-tier hint-fault latency: the access-time exchange inside a decision.
-    SlowLatency,
 }
 
 impl Feed {
-    pub const ALL: [Feed; 24] = [
+    pub const ALL: [Feed; 23] = [
         Self::SkipVma,
         Self::SkipGap,
         Self::Moves,
@@ -97,7 +97,6 @@ impl Feed {
         Self::Promotions,
         Self::SkipCpuset,
         Self::PromoteDecisions,
-        Self::SlowLatency,
     ];
 
     /// The hooks (names of `kernel::catalogue::HOOKS`) it needs: one attached hook of every
@@ -126,8 +125,7 @@ impl Feed {
             Self::Stalls => &[&["migration_entry_wait"]],
             Self::Promotions => &[&["task_numa_fault"], &[MISPLACED]],
             Self::SkipCpuset => &[&["sched:sched_skip_cpuset_numa"]],
-            Self::PromoteDecisions => &[&[SHOULD], &["task_numa_fault"]],
-            Self::SlowLatency => &[&[SHOULD], &["task_numa_fault"], &[XCHG]],
+            Self::PromoteDecisions => &[&[SHOULD], &["task_numa_fault"], &[XCHG]],
         }
     }
 }
@@ -169,6 +167,14 @@ impl Measured {
                     "the capture predates numatrace's memory-tiering counts".to_owned()
                 });
             }
+        }
+        // A capture whose hooks do not even list the decision hook was written before
+        // numatrace counted decisions (not on a kernel that refused it).
+        if !hooks.is_empty() && !hooks.iter().any(|h| h.name == SHOULD) {
+            m.0.insert(
+                Feed::PromoteDecisions,
+                "the capture predates numatrace's promotion decisions".to_owned(),
+            );
         }
         m
     }
@@ -361,18 +367,14 @@ const COUNTS: Table = &[
     (
         Feed::PromoteDecisions,
         &[
-            "tiering.promote_candidates",
+            "tiering.promote_hot",
             "tiering.promote_rate_limited",
             "tiering.promote_not_hot",
             "tiering.promote_free_room",
-        ],
-    ),
-    (
-        Feed::SlowLatency,
-        &[
-            "tiering.latency_faults",
-            "tiering.latency_ms_total",
-            "tiering.latency_ms_mean",
+            "tiering.promote_candidates",
+            "tiering.hint_latency_faults",
+            "tiering.hint_latency_ms_total",
+            "tiering.hint_latency_ms_mean",
         ],
     ),
 ];
@@ -440,15 +442,13 @@ const KERNEL_SEEN: Table = &[
     (
         Feed::PromoteDecisions,
         &[
-            "promote_candidates",
+            "promote_hot",
             "promote_rate_limited",
             "promote_not_hot",
             "promote_free_room",
+            "hint_latency_faults",
+            "hint_latency_ms",
         ],
-    ),
-    (
-        Feed::SlowLatency,
-        &["slow_latency_faults", "slow_latency_ms"],
     ),
 ];
 
@@ -458,13 +458,15 @@ const TIERING: Table = &[
     (
         Feed::PromoteDecisions,
         &[
-            "promote_candidates",
+            "promote_hot",
             "promote_rate_limited",
             "promote_not_hot",
             "promote_free_room",
+            "promote_candidates",
+            "hint_latency_faults",
+            "hint_latency_ms_mean",
         ],
     ),
-    (Feed::SlowLatency, &["latency_faults", "latency_ms_mean"]),
     (Feed::MigratePages, &["demotions"]),
 ];
 
@@ -616,8 +618,7 @@ pub(crate) mod tests {
                 "not_measured": {"hint_faults": "task_numa_fault not attached",
                                  "migrated_from": "task_numa_fault not attached",
                                  "promotions": "task_numa_fault not attached",
-                                 "promote_decisions": "task_numa_fault not attached",
-                                 "slow_latency": "task_numa_fault not attached"}
+                                 "promote_decisions": "task_numa_fault not attached"}
             })
         );
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();

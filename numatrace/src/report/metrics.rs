@@ -86,8 +86,8 @@ pub mod workload {
     pub const MIGRATED_PAGES: &str = "migrated_pages_total";
     pub const PROMOTED_PAGES: &str = "promoted_pages_total";
     pub const PROMOTE_DECISIONS: &str = "promote_decision_pages_total";
-    pub const SLOW_LATENCY_SECONDS: &str = "slow_tier_fault_latency_seconds_total";
-    pub const SLOW_LATENCY_FAULTS: &str = "slow_tier_faults_timed_total";
+    pub const HINT_LATENCY_SECONDS: &str = "slow_tier_hint_latency_seconds_total";
+    pub const HINT_LATENCY_FAULTS: &str = "slow_tier_hint_latency_faults_total";
     pub const SKIPPED_VMAS: &str = "skipped_vmas_total";
 }
 
@@ -147,18 +147,19 @@ pub const WORKLOAD: [(&str, &[&str], &str); 12] = [
         &["decision"],
         "Pages of slow-tier NUMA hint faults by the kernel's promotion decision \
          (should_numa_migrate_memory, tiering mode): hot (latency under the node's hot \
-         threshold, promoted), rate_limited (as hot, held back by the promotion rate limit; \
-         hot + rate_limited is the kernel's pgpromote_candidate), not_hot, free_room (promoted \
-         past both: the node had room; pgpromote_candidate_nrl).",
+         threshold, decided to promote), rate_limited (as hot, held back by the promotion rate \
+         limit; hot + rate_limited is the kernel's pgpromote_candidate), not_hot, free_room \
+         (decided to promote past both: the node had room; pgpromote_candidate_nrl). A decision \
+         to promote can still be refused or fail.",
     ),
     (
-        workload::SLOW_LATENCY_SECONDS,
+        workload::HINT_LATENCY_SECONDS,
         &[],
         "Sum of the hint-fault latency of slow-tier faults: time from the scanner's stamp of \
          the page to the fault, what the kernel compares with the hot threshold (seconds).",
     ),
     (
-        workload::SLOW_LATENCY_FAULTS,
+        workload::HINT_LATENCY_FAULTS,
         &[],
         "Slow-tier hint faults whose latency was measured (divide the latency sum by it).",
     ),

@@ -58,16 +58,19 @@ pub struct TieringReport {
     pub promote_failed: u64,
     pub slow_tier_faults: u64,
     /// The kernel's promotion decisions on the traced tasks' slow-tier hint faults, in pages
-    /// (`TierCounts`): candidates (= the kernel's `pgpromote_candidate` when every task is
-    /// traced), of which held back by the rate limit; not hot; free room.
-    pub promote_candidates: u64,
+    /// (`TierCounts`, four disjoint outcomes): hot and let through, hot and held back by the
+    /// rate limit, not hot, let through for free room; `promote_candidates` = hot + held back
+    /// (= the kernel's `pgpromote_candidate` when every task that faults on the slow tier is
+    /// traced).
+    pub promote_hot: u64,
     pub promote_rate_limited: u64,
     pub promote_not_hot: u64,
     pub promote_free_room: u64,
+    pub promote_candidates: u64,
     /// Slow-tier hint faults whose latency was measured, and their mean latency (ms from the
     /// scanner's stamp to the fault: what the kernel compares with the hot threshold).
-    pub latency_faults: u64,
-    pub latency_ms_mean: Option<f64>,
+    pub hint_latency_faults: u64,
+    pub hint_latency_ms_mean: Option<f64>,
     pub demotions: Demotions,
     /// The kernel's `pgpromote_*` / `pgdemote_*` over the window (system-wide, /proc/vmstat;
     /// absent where the kernel lacks the counter).
@@ -143,12 +146,13 @@ impl TieringReport {
             promoted_pages: totals.tiering.promoted_pages,
             promote_failed: totals.tiering.promote_failed,
             slow_tier_faults: totals.tiering.slow_tier_faults,
-            promote_candidates: totals.tiering.promote_candidates,
+            promote_hot: totals.tiering.promote_hot,
             promote_rate_limited: totals.tiering.promote_rate_limited,
             promote_not_hot: totals.tiering.promote_not_hot,
             promote_free_room: totals.tiering.promote_free_room,
-            latency_faults: totals.tiering.latency_faults,
-            latency_ms_mean: totals.tiering.latency_ms_mean,
+            promote_candidates: totals.tiering.promote_candidates,
+            hint_latency_faults: totals.tiering.hint_latency_faults,
+            hint_latency_ms_mean: totals.tiering.hint_latency_ms_mean,
             demotions: Demotions {
                 calls: c(Counter::DemoteCalls),
                 pages,
@@ -251,13 +255,24 @@ impl TieringReport {
         }
         out.extend(self.decision_findings());
         if promotions && self.slow_tier_faults > 0 && self.promoted_pages == 0 && tiering_on {
+            // Where the decisions were counted, say which of the kernel's reasons it was.
+            let why = if m.is(Feed::PromoteDecisions) {
+                format!(
+                    "{} pages were not hot, {} hot ones held back by the rate limit, and {} \
+                     faults' migrations were refused or failed",
+                    self.promote_not_hot, self.promote_rate_limited, self.promote_failed
+                )
+            } else {
+                format!(
+                    "none of those pages was hot enough (accessed again within the hot \
+                     threshold, {} ms by default) or the top tier had no room",
+                    self.hot_threshold_ms_end
+                        .map_or("?".into(), |v| v.to_string())
+                )
+            };
             out.push(format!(
-                "{} hint faults on slow-tier pages and no promotion: none of those pages was \
-                 hot enough (accessed again within the hot threshold, {} ms by default) or the \
-                 top tier had no room",
-                self.slow_tier_faults,
-                self.hot_threshold_ms_end
-                    .map_or("?".into(), |v| v.to_string())
+                "{} hint faults on slow-tier pages and no promotion: {why}",
+                self.slow_tier_faults
             ));
         }
         if faults && self.slow_tier_faults > 0 && !tiering_on {
@@ -293,16 +308,16 @@ impl TieringReport {
         if !m.is(Feed::PromoteDecisions) {
             return out;
         }
+        // Pages judged by their latency (free-room ones were not).
         let judged = self.promote_candidates.saturating_add(self.promote_not_hot);
         if judged > 0 && self.promote_not_hot.saturating_mul(2) >= judged {
             out.push(format!(
-                "{} % of the slow-tier pages the traced tasks faulted on were not hot enough \
-                 ({} of {judged} pages: touched more than the node's hot threshold after their \
-                 scan{})",
+                "{} % of the slow-tier pages the traced tasks' faults judged by latency were not \
+                 hot ({} of {judged} pages: touched at or over the node's hot threshold after \
+                 their scan{})",
                 u128::from(self.promote_not_hot) * 100 / u128::from(judged),
                 self.promote_not_hot,
-                m.value(Feed::SlowLatency, ())
-                    .and(self.latency_ms_mean)
+                self.hint_latency_ms_mean
                     .map_or(String::new(), |ms| format!(
                         "; mean hint-fault latency {ms:.0} ms"
                     ))
@@ -312,7 +327,7 @@ impl TieringReport {
         if c > 0 && self.promote_rate_limited.saturating_mul(5) >= c {
             out.push(format!(
                 "the rate limit held back {} % of the traced tasks' promotion candidates ({} of \
-                 {c} pages)",
+                 {c} hot pages)",
                 u128::from(self.promote_rate_limited) * 100 / u128::from(c),
                 self.promote_rate_limited
             ));
@@ -373,19 +388,21 @@ impl TieringReport {
         ));
         if self.slow_tier_faults > 0 || !m.is(Feed::PromoteDecisions) {
             out.push_str(&format!(
-                "  decisions: {}; latency: {}\n",
+                "  decisions (pages): {}\n",
                 m.says(Feed::PromoteDecisions, || format!(
-                    "{} candidate pages ({} held back by the rate limit), {} not hot, {} \
-                     promoted past both (free room)",
-                    self.promote_candidates,
+                    "{} hot and let through, {} hot held back by the rate limit ({} \
+                     candidates), {} not hot, {} let through for free room; hint-fault latency {}",
+                    self.promote_hot,
                     self.promote_rate_limited,
+                    self.promote_candidates,
                     self.promote_not_hot,
-                    self.promote_free_room
+                    self.promote_free_room,
+                    match self.hint_latency_ms_mean {
+                        Some(ms) =>
+                            format!("mean {ms:.0} ms over {} faults", self.hint_latency_faults),
+                        None => "not measured on any fault".into(),
+                    }
                 )),
-                m.says(Feed::SlowLatency, || match self.latency_ms_mean {
-                    Some(ms) => format!("mean {ms:.0} ms over {} faults", self.latency_faults),
-                    None => "no fault measured".into(),
-                }),
             ));
         }
         if self.node_thresholds_read || !self.node_hot_threshold_ms_end.is_empty() {
@@ -605,11 +622,11 @@ mod tests {
         let totals = Counts {
             tiering: TierCounts {
                 slow_tier_faults: 100,
-                promote_candidates: 40,
+                promote_hot: 10,
                 promote_rate_limited: 30,
                 promote_not_hot: 60,
-                latency_faults: 100,
-                latency_ms_total: 150_000,
+                hint_latency_faults: 100,
+                hint_latency_ms_total: 150_000,
                 ..TierCounts::default()
             },
             ..Counts::default()
@@ -618,26 +635,32 @@ mod tests {
         let r = TieringReport::of(&delta, &totals, &Measured::default());
         let said = |s: &str| r.findings.iter().any(|f| f.contains(s));
         assert!(
-            said("60 % of the slow-tier pages") && said("mean hint-fault latency 1500 ms"),
+            said(
+                "60 % of the slow-tier pages the traced tasks' faults judged by latency were not hot"
+            ) && said("mean hint-fault latency 1500 ms"),
             "{:?}",
             r.findings
         );
         assert!(
             said(
-                "the rate limit held back 75 % of the traced tasks' promotion candidates (30 of 40"
+                "the rate limit held back 75 % of the traced tasks' promotion candidates (30 of 40 hot"
             ),
+            "{:?}",
+            r.findings
+        );
+        // No promotion at all: the finding names the kernel's reasons, counted.
+        assert!(
+            said("100 hint faults on slow-tier pages and no promotion: 60 pages were not hot, 30"),
             "{:?}",
             r.findings
         );
         let text = r.to_text();
         assert!(
             text.contains(
-                "decisions: 40 candidate pages (30 held back by the rate limit), 60 not hot"
+                "decisions (pages): 10 hot and let through, 30 hot held back by the rate limit (40 \
+                 candidates), 60 not hot, 0 let through for free room; hint-fault latency mean \
+                 1500 ms over 100 faults"
             ),
-            "{text}"
-        );
-        assert!(
-            text.contains("latency: mean 1500 ms over 100 faults"),
             "{text}"
         );
     }

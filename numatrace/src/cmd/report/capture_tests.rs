@@ -40,6 +40,14 @@ fn a_real_capture_from_a_guest_still_reads() {
         "{:#}",
         json["not_measured"]
     );
+    assert!(
+        json["not_measured"]["promote_decisions"]
+            .as_str()
+            .is_some_and(|w| w.contains("predates numatrace's promotion decisions")),
+        "{:#}",
+        json["not_measured"]
+    );
+    assert!(json["tiering"].get("promote_candidates").is_none());
     assert!(r.stat.tiering.to_text().contains("not measured"));
     let mut spans = 0;
     let mut migrations = 0;

@@ -178,33 +178,29 @@ impl<'s> Builder<'s> {
                 c.tiering.promoted_pages as f64,
             );
         }
-        if m.is(Feed::PromoteDecisions) {
-            let t = &c.tiering;
+        // Per cgroup and task only where there were slow-tier faults (in total always): a
+        // scrape should not grow by six zero series per task on a machine without tiers.
+        let t = &c.tiering;
+        if m.is(Feed::PromoteDecisions) && (t.slow_tier_faults > 0 || scope.is_empty()) {
             for (decision, pages) in [
-                (
-                    "hot",
-                    t.promote_candidates.saturating_sub(t.promote_rate_limited),
-                ),
+                ("hot", t.promote_hot),
                 ("rate_limited", t.promote_rate_limited),
                 ("not_hot", t.promote_not_hot),
                 ("free_room", t.promote_free_room),
             ] {
                 put(self, workload::PROMOTE_DECISIONS, &[decision], pages as f64);
             }
-        }
-        if m.is(Feed::SlowLatency) {
-            let t = &c.tiering;
             put(
                 self,
-                workload::SLOW_LATENCY_SECONDS,
+                workload::HINT_LATENCY_SECONDS,
                 &[],
-                t.latency_ms_total as f64 / 1e3,
+                t.hint_latency_ms_total as f64 / 1e3,
             );
             put(
                 self,
-                workload::SLOW_LATENCY_FAULTS,
+                workload::HINT_LATENCY_FAULTS,
                 &[],
-                t.latency_faults as f64,
+                t.hint_latency_faults as f64,
             );
         }
         if !m.is(Feed::SkipVma) {

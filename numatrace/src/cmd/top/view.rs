@@ -350,7 +350,8 @@ pub struct DecisionRates {
     pub hot_per_s: f64,
     pub rate_limited_per_s: f64,
     pub not_hot_per_s: f64,
-    pub latency_ms_mean: Option<f64>,
+    pub free_room_per_s: f64,
+    pub hint_latency_ms_mean: Option<f64>,
 }
 
 fn decision_rates(delta: &Snapshot, m: &Measured, secs: f64) -> Option<DecisionRates> {
@@ -359,14 +360,13 @@ fn decision_rates(delta: &Snapshot, m: &Measured, secs: f64) -> Option<DecisionR
         return None;
     }
     let c = |k| delta.counters.get(k);
-    let held = c(C::PromoteRateLimited);
-    let timed = c(C::SlowLatencyFaults);
+    let timed = c(C::HintLatencyFaults);
     Some(DecisionRates {
-        hot_per_s: rate(c(C::PromoteCandidates).saturating_sub(held), secs),
-        rate_limited_per_s: rate(held, secs),
+        hot_per_s: rate(c(C::PromoteHot), secs),
+        rate_limited_per_s: rate(c(C::PromoteRateLimited), secs),
         not_hot_per_s: rate(c(C::PromoteNotHot), secs),
-        latency_ms_mean: (m.is(Feed::SlowLatency) && timed > 0)
-            .then(|| c(C::SlowLatencyMs) as f64 / timed as f64),
+        free_room_per_s: rate(c(C::PromoteFreeRoom), secs),
+        hint_latency_ms_mean: (timed > 0).then(|| c(C::HintLatencyMs) as f64 / timed as f64),
     })
 }
 
@@ -431,11 +431,12 @@ pub fn tiers_line(view: &FrameView) -> Option<String> {
         .collect();
     let decided = view.decisions.as_ref().map_or(String::new(), |d| {
         format!(
-            "; decisions: {} hot/s, {} held back/s, {} not hot/s{}",
+            "; decisions: {} hot/s, {} held back/s, {} not hot/s, {} free room/s{}",
             fmt_rate(d.hot_per_s),
             fmt_rate(d.rate_limited_per_s),
             fmt_rate(d.not_hot_per_s),
-            d.latency_ms_mean
+            fmt_rate(d.free_room_per_s),
+            d.hint_latency_ms_mean
                 .map_or(String::new(), |ms| format!(", latency {ms:.0} ms"))
         )
     });

@@ -60,6 +60,10 @@ pub struct Dropped {
     /// (memory onlined after it started, e.g. dax/kmem): possible promotions not counted.
     #[serde(default)]
     pub promote_source_unknown: u64,
+    /// Promotion decisions on slow-tier hint faults numatrace could not class (a refusal whose
+    /// latency or threshold could not be read, or a decision whose fault never counted itself).
+    #[serde(default)]
+    pub promote_unjudged: u64,
     pub total: u64,
 }
 
@@ -83,6 +87,7 @@ impl Dropped {
                 .values()
                 .fold(0u64, |a, b| a.saturating_add(*b)),
             promote_source_unknown: c(Counter::PromoteSourceUnknown),
+            promote_unjudged: c(Counter::PromoteUnjudged),
             total: 0,
         };
         // Saturating: from a capture, any of them may be anything.
@@ -94,7 +99,7 @@ impl Dropped {
     }
 
     /// Every count that makes up `total`, with the words the text report gives it.
-    pub fn parts(&self) -> [(&'static str, u64); 12] {
+    pub fn parts(&self) -> [(&'static str, u64); 13] {
         [
             ("ring buffer full", self.ringbuf_full),
             ("task map full", self.task_map_full),
@@ -111,6 +116,7 @@ impl Dropped {
                 "promotions from an unknown node",
                 self.promote_source_unknown,
             ),
+            ("unjudged promotion decisions", self.promote_unjudged),
         ]
     }
 }
@@ -171,12 +177,12 @@ kernel_seen! {
     promoted_pages = PromotedPages,
     slow_tier_faults = SlowTierFaults,
     /// Their promotion decisions, in pages, and the faults whose latency was measured.
-    promote_candidates = PromoteCandidates,
+    promote_hot = PromoteHot,
     promote_rate_limited = PromoteRateLimited,
     promote_not_hot = PromoteNotHot,
     promote_free_room = PromoteFreeRoom,
-    slow_latency_faults = SlowLatencyFaults,
-    slow_latency_ms = SlowLatencyMs,
+    hint_latency_faults = HintLatencyFaults,
+    hint_latency_ms = HintLatencyMs,
 }
 
 /// System-wide histograms of the function hooks.
