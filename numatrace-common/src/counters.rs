@@ -83,11 +83,13 @@ pub enum Counter {
     /// threshold could not be read, or a decision its fault never counted (task_numa_fault not
     /// reached, or reached for another page).
     PromoteUnjudged = 45,
+    /// Hint-fault migrations refused before they started (`TaskStats::migrate_refused`).
+    MigrateRefused = 46,
 }
 
 impl Counter {
     /// Every counter, in slot order.
-    pub const ALL: [Counter; 46] = [
+    pub const ALL: [Counter; 47] = [
         Self::RingbufFull,
         Self::TaskMapFull,
         Self::TasksCreated,
@@ -134,6 +136,7 @@ impl Counter {
         Self::HintLatencyFaults,
         Self::HintLatencyMs,
         Self::PromoteUnjudged,
+        Self::MigrateRefused,
     ];
 
     /// Tallies of what the traced tasks did (not losses or bookkeeping): numatrace's own

@@ -74,7 +74,7 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 60 * 8 + 8);
+        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 61 * 8 + 8);
         assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4 + 8 + 8 + 8 + 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);

@@ -79,6 +79,9 @@ pub const PROG_KRETPROBE_SHOULD_MIGRATE: &str = "kretprobe_should_numa_migrate";
 pub const PROG_FEXIT_XCHG_LAST_CPUPID: &str = "fexit_xchg_last_cpupid";
 pub const PROG_KPROBE_XCHG_LAST_CPUPID: &str = "kprobe_xchg_last_cpupid";
 pub const PROG_KRETPROBE_XCHG_LAST_CPUPID: &str = "kretprobe_xchg_last_cpupid";
+/// migrate_misplaced_folio_prepare's return (6.11+): a refusal before the migration.
+pub const PROG_FEXIT_MIGRATE_PREPARE: &str = "fexit_migrate_prepare";
+pub const PROG_KRETPROBE_MIGRATE_PREPARE: &str = "kretprobe_migrate_prepare";
 /// CPU-clock sampling (the scan-share fallback where no function hook attaches).
 pub const PROG_SAMPLE: &str = "perf_sample_scan";
 
@@ -201,6 +204,8 @@ pub const PROGRAMS: &[&str] = &[
     PROG_FEXIT_XCHG_LAST_CPUPID,
     PROG_KPROBE_XCHG_LAST_CPUPID,
     PROG_KRETPROBE_XCHG_LAST_CPUPID,
+    PROG_FEXIT_MIGRATE_PREPARE,
+    PROG_KRETPROBE_MIGRATE_PREPARE,
 ];
 
 /// Every map name above.

@@ -153,6 +153,10 @@ pub struct TaskStats {
     /// page's access time to the fault), and Σ that latency.
     pub hint_latency_faults: u64,
     pub hint_latency_ms: u64,
+    /// Hint-fault migrations refused before they started (migrate_misplaced_folio_prepare,
+    /// 6.11+: the target node nearly full — in tiering mode kswapd is woken to demote — a
+    /// dirty or shared executable file folio, or the folio could not be isolated).
+    pub migrate_refused: u64,
     /// cgroup v2 id (`bpf_get_current_cgroup_id`) when the entry was created, refreshed at
     /// each scan and hint fault; 0: never seen running.
     pub cgroup_id: u64,

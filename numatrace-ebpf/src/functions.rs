@@ -754,6 +754,34 @@ pub fn kretprobe_migrate_misplaced(ctx: RetProbeContext) -> u32 {
     0
 }
 
+// ---- migrate_misplaced_folio_prepare (6.11+) --------------------------------------------------
+
+/// A hint-fault migration refused before it started (a non-zero return).
+#[inline(always)]
+fn on_migrate_prepare_exit(ret: i32) {
+    if ret == 0 {
+        return;
+    }
+    if let Some((t, _)) = followed_current() {
+        unsafe { add(&raw mut (*t).migrate_refused, 1) };
+        count(Counter::MigrateRefused);
+        touch(t);
+    }
+}
+
+/// `(folio, vma, node)`: the int result follows the three arguments.
+#[fexit(function = "migrate_misplaced_folio_prepare")]
+pub fn fexit_migrate_prepare(ctx: FExitContext) -> u32 {
+    on_migrate_prepare_exit(tracing_arg::<3>(ctx.as_ptr()) as i32);
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_migrate_prepare(ctx: RetProbeContext) -> u32 {
+    on_migrate_prepare_exit(ctx.ret::<i64>() as i32);
+    0
+}
+
 // ---- migration_entry_wait ------------------------------------------------------------------
 
 #[inline(always)]

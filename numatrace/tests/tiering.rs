@@ -202,6 +202,16 @@ fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
              (at least +{kernel_lo})"
         );
         assert_eq!(ours, n(&v["totals"]["tiering"]["promoted_pages"]));
+        // A hint fault's migration fails either before it starts (refused: 6.11+) or in it.
+        let tot = &v["totals"];
+        if let Some(refused) = tot["migrations"]["refused"].as_u64() {
+            assert_eq!(
+                n(&tot["hint_faults"]["migrate_failed"]),
+                refused + n(&tot["migrations"]["not_migrated"]),
+                "mode {mode}: faults whose migration failed against refusals + failures"
+            );
+            println!("mode {mode}: {refused} migrations refused before they started");
+        }
         assert_eq!(n(&v["kernel_seen"]["promoted_pages"]), ours);
         assert_eq!(t["mode_end"], mode.parse::<u64>().unwrap());
         if slow {

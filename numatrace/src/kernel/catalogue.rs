@@ -320,6 +320,18 @@ pub const HOOKS: &[HookSpec] = &[
         "migration attempts, outcome, latency",
     ),
     func(
+        "migrate_misplaced_folio_prepare",
+        // 6.11+ (before, migrate_misplaced_* refuses inside itself): only its result is read.
+        &["migrate_misplaced_folio_prepare"],
+        &[],
+        &[FentryVariant {
+            params: &["folio", "vma", "node"],
+            programs: &[PROG_FEXIT_MIGRATE_PREPARE],
+        }],
+        &[PROG_KRETPROBE_MIGRATE_PREPARE],
+        "hint-fault migrations refused before they start (target node nearly full, ...)",
+    ),
+    func(
         "migration_entry_wait",
         &["migration_entry_wait"],
         &[],

@@ -211,6 +211,9 @@ counter_struct! {
         sum attempts: u64,
         sum succeeded: u64,
         sum not_migrated: u64,
+        /// Migrations refused before they started (migrate_misplaced_folio_prepare, 6.11+):
+        /// with `not_migrated`, the hint faults whose migration failed (TNF_MIGRATE_FAIL).
+        sum refused: u64,
         sum latency_ns_total: u64,
         ratio latency_ns_mean: Option<f64>,
         /// migration_entry_wait: stalls on a page under migration, and time stalled.
@@ -367,6 +370,7 @@ impl Counts {
                 attempts: s.migrate_attempts,
                 succeeded: s.migrate_succeeded,
                 not_migrated: s.migrate_not_migrated,
+                refused: s.migrate_refused,
                 latency_ns_total: s.migrate_ns,
                 latency_ns_mean: None,
                 stalls: s.migration_waits,

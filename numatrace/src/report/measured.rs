@@ -70,10 +70,12 @@ pub enum Feed {
     /// a decision, without which no refusal can be classed): hot, rate-limited, not hot, free
     /// room.
     PromoteDecisions,
+    /// migrate_misplaced_folio_prepare (6.11+): `migrations.refused`.
+    MigrateRefused,
 }
 
 impl Feed {
-    pub const ALL: [Feed; 23] = [
+    pub const ALL: [Feed; 24] = [
         Self::SkipVma,
         Self::SkipGap,
         Self::Moves,
@@ -97,6 +99,7 @@ impl Feed {
         Self::Promotions,
         Self::SkipCpuset,
         Self::PromoteDecisions,
+        Self::MigrateRefused,
     ];
 
     /// The hooks (names of `kernel::catalogue::HOOKS`) it needs: one attached hook of every
@@ -126,6 +129,7 @@ impl Feed {
             Self::Promotions => &[&["task_numa_fault"], &[MISPLACED]],
             Self::SkipCpuset => &[&["sched:sched_skip_cpuset_numa"]],
             Self::PromoteDecisions => &[&[SHOULD], &["task_numa_fault"], &[XCHG]],
+            Self::MigrateRefused => &[&["migrate_misplaced_folio_prepare"]],
         }
     }
 }
@@ -358,6 +362,7 @@ const COUNTS: Table = &[
         &["hint_faults.cow_shared", "hint_faults.cow_shared_large"],
     ),
     (Feed::CowMigrated, &["hint_faults.cow_shared_migrated"]),
+    (Feed::MigrateRefused, &["migrations.refused"]),
     (Feed::SkipCpuset, &["scan.cpuset_skips"]),
     (Feed::Promotions, &["tiering.promoted_pages"]),
     (
@@ -423,6 +428,7 @@ const KERNEL_SEEN: Table = &[
         &["migrate_attempts", "migrate_succeeded"],
     ),
     (Feed::Stalls, &["migration_waits"]),
+    (Feed::MigrateRefused, &["migrate_refused"]),
     (Feed::Cow, &["cow_shared_faults"]),
     (Feed::CowMigrated, &["cow_shared_migrations"]),
     (Feed::Samples, &["samples", "scan_samples"]),

@@ -183,6 +183,8 @@ kernel_seen! {
     promote_free_room = PromoteFreeRoom,
     hint_latency_faults = HintLatencyFaults,
     hint_latency_ms = HintLatencyMs,
+    /// Hint-fault migrations refused before they started.
+    migrate_refused = MigrateRefused,
 }
 
 /// System-wide histograms of the function hooks.
