@@ -1,8 +1,9 @@
-//! Memory tiering: the tiers as userspace wrote them, and the kernel's promotion decision on a
-//! slow-tier hint fault (should_numa_migrate_memory in
+//! Memory tiering: the tiers as userspace wrote them, each node's hot threshold, and the
+//! kernel's promotion decision on a slow-tier hint fault (should_numa_migrate_memory in
 //! tiering mode): its hint-fault latency, taken from the access-time exchange inside it
-//! (folio_xchg_last_cpupid), and its outcome — hot and promoted, held back by the rate limit,
-//! not hot, or promoted past both because the node had free room.
+//! (folio_xchg_last_cpupid), and its outcome — hot and let through, hot and held back by the
+//! rate limit, not hot, or let through past both because the node had free room (a decision
+//! to promote, which the migration can still refuse or fail).
 //!
 //! should_numa_migrate_memory runs under the page-table lock (mpol_misplaced, called from
 //! the fault with the PTE or PMD lock held): nothing sleeps or is preempted between its

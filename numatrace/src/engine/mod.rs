@@ -237,8 +237,7 @@ impl Engine {
     fn refresh_tiering(&mut self) {
         self.tiering = Tiering::read(self.facts.version);
         let mut config = self.tiering.config(self.facts.version);
-        (config.node_data, config.threshold_off) = tiering::threshold_source(&self.facts);
-        tiering::decision_sources(&self.facts, &mut config);
+        tiering::kernel_sources(&self.facts, &mut config);
         self.tiering.node_thresholds_read = config.reads_threshold();
         let raw = (0..MAX_NODES).filter_map(|n| Some((n, self.hot_thresholds.get(&n, 0).ok()?)));
         self.tiering.set_node_thresholds(raw);

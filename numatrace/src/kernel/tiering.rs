@@ -77,10 +77,12 @@ pub fn threshold_source(facts: &KernelFacts) -> (u64, u32) {
     }
 }
 
-/// Where the promotion-decision programs read the kernel's own mode and reference threshold
-/// (kallsyms), and whether the kernel keeps no per-node threshold (BTF says `pglist_data` has
-/// no `nbp_threshold`: 5.18 and 5.19, where every decision is judged by the sysctl).
-pub fn decision_sources(facts: &KernelFacts, config: &mut TierConfig) {
+/// Every kernel variable the tiering programs read, in one place: each node's hot threshold
+/// ([`threshold_source`]), the kernel's own mode and reference threshold (kallsyms), and
+/// whether the kernel keeps no per-node threshold (BTF says `pglist_data` has no
+/// `nbp_threshold`: 5.18 and 5.19, where every decision is judged by the sysctl).
+pub fn kernel_sources(facts: &KernelFacts, config: &mut TierConfig) {
+    (config.node_data, config.threshold_off) = threshold_source(facts);
     config.hot_threshold_sym = facts.hot_threshold_sym.unwrap_or(0);
     config.mode_sym = facts.numa_balancing_mode_sym.unwrap_or(0);
     let field = facts.btf_fields.get("pglist_data.nbp_threshold").copied();
@@ -450,7 +452,7 @@ mod tests {
             ..KernelFacts::default()
         };
         let mut c = TierConfig::default();
-        decision_sources(&f, &mut c);
+        kernel_sources(&f, &mut c);
         assert_eq!(
             (c.hot_threshold_sym, c.mode_sym, c.threshold_is_sysctl),
             (0x10, 0x20, 0),
@@ -459,11 +461,11 @@ mod tests {
         f.btf_vmlinux = true;
         f.btf_fields
             .insert("pglist_data.nbp_threshold".into(), None);
-        decision_sources(&f, &mut c);
+        kernel_sources(&f, &mut c);
         assert_eq!(c.threshold_is_sysctl, 1, "5.18/5.19: no per-node threshold");
         f.btf_fields
             .insert("pglist_data.nbp_threshold".into(), Some(0x1a40));
-        decision_sources(&f, &mut c);
+        kernel_sources(&f, &mut c);
         assert_eq!(c.threshold_is_sysctl, 0);
     }
 }
