@@ -198,8 +198,9 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with_all = ["command", "reproduce", "json"])]
     pub restore_tunables: bool,
 
-    /// Run COMMAND as USER (a name or uid; strace's -u). Under sudo the default is the user who
-    /// ran sudo; `--user root` keeps root. The reproducers always run as root.
+    /// Run COMMAND as USER (a name or uid; strace's -u; root without sudo only). Under sudo
+    /// COMMAND runs as the user who ran sudo and no one else. The reproducers always run as
+    /// root.
     #[arg(long, short = 'u', value_name = "USER", requires = "command")]
     pub user: Option<String>,
 
@@ -549,8 +550,8 @@ pub struct KernelArgs {
 /// A command numatrace starts and traces from its first instruction (`stat`, `record`).
 #[derive(Clone, Debug, Default, Args)]
 pub struct TracedArgs {
-    /// Run COMMAND as USER (a name or uid; strace's -u). Under sudo the default is the user who
-    /// ran sudo; `--user root` keeps root.
+    /// Run COMMAND as USER (a name or uid; strace's -u; root without sudo only). Under sudo
+    /// COMMAND runs as the user who ran sudo and no one else.
     #[arg(long, short = 'u', value_name = "USER", requires = "command")]
     pub user: Option<String>,
 

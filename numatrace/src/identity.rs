@@ -2,9 +2,11 @@
 //! the command does not: under sudo it runs as the user who ran sudo, or as `--user USER`
 //! (strace's `-u`), with that user's groups and HOME/USER/LOGNAME.
 
-use std::ffi::{CStr, CString, OsString};
+use std::ffi::OsString;
 
 use anyhow::{Context as _, Result, bail};
+
+use crate::invoker::{self, Creds};
 
 /// A user to run a command as.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,33 +23,30 @@ impl Identity {
     /// The passwd entry of `user` (a name, or a numeric uid) and its groups.
     pub fn lookup(user: &str) -> Result<Self> {
         let pw = match user.parse::<u32>() {
-            Ok(uid) => passwd(|buf, pwd, res| {
-                // SAFETY: valid pointers to a passwd struct, a buffer of its stated length and
-                // a result pointer, as getpwuid_r requires.
-                unsafe { libc::getpwuid_r(uid, pwd, buf.as_mut_ptr(), buf.len(), res) }
-            }),
-            Err(_) => {
-                let name = CString::new(user).context("--user: a name without NUL bytes")?;
-                passwd(|buf, pwd, res| {
-                    // SAFETY: as above, with a NUL-terminated name.
-                    unsafe {
-                        libc::getpwnam_r(name.as_ptr(), pwd, buf.as_mut_ptr(), buf.len(), res)
-                    }
-                })
-            }
+            Ok(uid) => invoker::lookup_uid(uid),
+            Err(_) => invoker::lookup_name(user),
         }
         .with_context(|| format!("looking up user {user:?}"))?;
-        let Some((name, uid, gid, home)) = pw else {
+        let Some(pw) = pw else {
             bail!("--user: no user {user:?} on this machine (see /etc/passwd)");
         };
-        let groups = group_list(&name, gid)?;
+        let groups = invoker::group_list(&pw.name, pw.gid)?;
         Ok(Self {
-            name,
-            uid,
-            gid,
+            name: pw.name,
+            uid: pw.uid,
+            gid: pw.gid,
             groups,
-            home,
+            home: pw.home,
         })
+    }
+
+    /// Whose rights paths are used with for this user (e.g. finding their command).
+    pub fn creds(&self) -> Creds {
+        Creds {
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+        }
     }
 
     /// The groups as `--`-free text for the trampoline's argv: `uid:gid:g1,g2,…:home-hex`.
@@ -132,103 +131,59 @@ impl Identity {
     }
 }
 
-type PasswdFields = (String, u32, u32, OsString);
-
-/// Calls a `getpw*_r` function with a growing buffer.
-fn passwd(
-    call: impl Fn(&mut Vec<libc::c_char>, *mut libc::passwd, *mut *mut libc::passwd) -> libc::c_int,
-) -> std::io::Result<Option<PasswdFields>> {
-    let mut buf: Vec<libc::c_char> = vec![0; 1024];
-    loop {
-        // SAFETY: passwd is plain old data; zeroed is a valid (unused) value.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut res: *mut libc::passwd = std::ptr::null_mut();
-        let rc = call(&mut buf, &mut pwd, &mut res);
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-        if res.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: on success the strings point into `buf`, NUL-terminated.
-        let (name, home) = unsafe {
-            (
-                CStr::from_ptr(pwd.pw_name).to_string_lossy().into_owned(),
-                OsString::from(std::ffi::OsStr::from_encoded_bytes_unchecked(
-                    CStr::from_ptr(pwd.pw_dir).to_bytes(),
-                )),
-            )
-        };
-        return Ok(Some((name, pwd.pw_uid, pwd.pw_gid, home)));
-    }
-}
-
-/// `user`'s groups as initgroups(3) would set them.
-fn group_list(user: &str, gid: u32) -> Result<Vec<u32>> {
-    let name = CString::new(user)?;
-    let mut n: libc::c_int = 64;
-    loop {
-        let mut groups: Vec<libc::gid_t> = vec![0; n as usize];
-        let mut count = n;
-        // SAFETY: a NUL-terminated name and an array of `count` gids.
-        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
-        if rc >= 0 {
-            groups.truncate(count as usize);
-            return Ok(groups);
-        }
-        if count <= n || count > 65536 {
-            bail!("the groups of {user} could not be listed");
-        }
-        n = count;
-    }
-}
-
 /// The identity a traced command runs as: `--user USER`; else, under sudo, the user who ran
-/// sudo (said in one line on stderr); else unchanged (None). `--user root` keeps root.
+/// sudo (said in one line on stderr); else unchanged (None).
+///
+/// Under sudo the command never runs as anyone but the invoker: `sudo numatrace` may be all a
+/// user is allowed, and `--user root` (or anyone else) would make it a way to run anything as
+/// them. Root without sudo may name any user.
 pub fn for_traced_command(user: Option<&str>, command: &[OsString]) -> Result<Option<Identity>> {
     if command.is_empty() {
         return Ok(None);
     }
     // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let euid = unsafe { libc::geteuid() };
+    let invoker = invoker::invoker();
     if let Some(user) = user {
         let id = Identity::lookup(user)?;
-        // SAFETY: geteuid has no preconditions.
-        if id.uid == unsafe { libc::geteuid() } {
+        if let Some(inv) = invoker
+            && id.uid != inv.uid
+        {
+            bail!(
+                "--user {}: under sudo the command runs as the user who ran sudo (uid {}) and \
+                 no one else; to run it as another user, run numatrace as root without sudo's \
+                 SUDO_UID (e.g. sudo env -u SUDO_UID -u SUDO_GID -u SUDO_USER numatrace ...)",
+                crate::text_escape::Escaped(user),
+                inv.uid
+            );
+        }
+        if id.uid == euid {
             return Ok(None);
         }
-        if !root {
+        if euid != 0 {
             bail!("--user {user}: only root can run a command as another user");
         }
         return Ok(Some(id));
     }
-    if !root {
-        return Ok(None);
-    }
-    let Some(name) = std::env::var("SUDO_USER").ok().filter(|n| !n.is_empty()) else {
+    let Some(inv) = invoker else {
         return Ok(None);
     };
-    let id = Identity::lookup(&name)?;
-    if id.uid == 0 {
-        return Ok(None);
-    }
-    if let Some(uid) = std::env::var("SUDO_UID")
-        .ok()
-        .and_then(|u| u.parse::<u32>().ok())
-        && uid != id.uid
-    {
+    let Some(pw) = invoker::lookup_uid(inv.uid).context("looking up the user who ran sudo")? else {
         bail!(
-            "SUDO_USER={name} has uid {} but SUDO_UID={uid}: pass --user to say who runs the \
-             command",
-            id.uid
+            "the user who ran sudo (SUDO_UID={}) has no passwd entry: pass --user to say who \
+             runs the command",
+            inv.uid
         );
-    }
+    };
+    let id = Identity {
+        name: pw.name,
+        uid: inv.uid,
+        gid: inv.gid,
+        groups: inv.groups.clone(),
+        home: pw.home,
+    };
     eprintln!(
-        "numatrace: running {} as {} (uid {}), who ran sudo; --user root keeps root",
+        "numatrace: running {} as {} (uid {}), who ran sudo",
         crate::text_escape::Escaped(&command[0].to_string_lossy()),
         crate::text_escape::Escaped(&id.name),
         id.uid

@@ -1,7 +1,7 @@
 //! numatrace: a live tracer of the Linux kernel's automatic NUMA balancing.
 //!
 //! Layers, each importing only those below it (`tests/layers.rs` checks it): [`model`],
-//! [`safe_fs`] and [`text_escape`] at the ground; [`kernel`] reads what the running kernel
+//! [`invoker`], [`safe_fs`] and [`text_escape`] at the ground; [`kernel`] reads what the running kernel
 //! offers (and holds the hook catalogue); [`plan`] decides each hook's mechanism; [`bpf`] loads
 //! and attaches; [`sources`] turn maps, ring buffer records, procfs and cgroupfs into plain
 //! data; [`engine`] keeps the kernel side attached and takes snapshots; [`session`] runs a
@@ -13,6 +13,7 @@ pub mod cli;
 pub mod cmd;
 pub mod engine;
 pub mod identity;
+pub mod invoker;
 pub mod kernel;
 pub mod model;
 pub mod plan;

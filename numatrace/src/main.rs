@@ -34,22 +34,38 @@ fn main() -> ExitCode {
     // Before any thread exists, so that every thread of numatrace inherits it.
     let policy = kernel::mempolicy::keep_out_of_numa_balancing();
     let cli = Cli::parse();
+    // Reading a capture, the man pages, completions and the metric catalogue need no
+    // privilege: under sudo they run as the user who ran it, before any path is touched.
+    let unprivileged = match &cli.command {
+        Command::Report(_) | Command::Completions { .. } | Command::Manpages { .. } => true,
+        Command::Serve(a) => a.metrics,
+        _ => false,
+    };
+    if unprivileged && let Err(e) = numatrace::invoker::drop_privileges() {
+        eprintln!("numatrace: could not become the user who ran sudo: {e}");
+        return ExitCode::from(1);
+    }
     // The kernel programs' aya-log records (--bpf-log) have targets under `numatrace::` too.
     let filter = EnvFilter::try_from_env("NUMATRACE_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("numatrace={0},aya={0}", cli.log_level)));
     // The live view owns the screen: its logs go to NUMATRACE_LOG_FILE, or nowhere.
     let tui = matches!(&cli.command, Command::Top(a) if !a.batch);
-    let log_file = std::env::var_os("NUMATRACE_LOG_FILE").and_then(|p| {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        // Appended to, never through a symlink; private (logs name processes).
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(numatrace::safe_fs::FILE_MODE)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(p)
-            .ok()
-    });
+    // Appended to with the invoker's rights, never through a symlink or into a file someone
+    // else could have planted; private (logs name processes).
+    let log_file = match std::env::var_os("NUMATRACE_LOG_FILE").map(|p| {
+        let path = std::path::PathBuf::from(p);
+        numatrace::safe_fs::open_log(&path)
+    }) {
+        None => None,
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            eprintln!(
+                "numatrace: NUMATRACE_LOG_FILE: {}",
+                numatrace::text_escape::Escaped(&e.to_string())
+            );
+            return ExitCode::from(1);
+        }
+    };
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match (tui, log_file) {
         (_, Some(f)) => builder

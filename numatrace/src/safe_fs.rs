@@ -1,11 +1,16 @@
-//! Files numatrace writes as root: captures, reports, its state under `/run/numatrace`.
+//! Files numatrace writes and reads as root: captures, reports, its log, the web config, its
+//! state under `/run/numatrace`.
 //!
 //! numatrace runs as root in directories other users can write to, so every file it creates is
 //! created exclusively (`O_CREAT|O_EXCL`: a symlink or file planted at the name makes the create
-//! fail, it is never followed or truncated), mode 0600 (captures name every process on the
-//! machine), and under sudo handed to the user who ran sudo. Replacing an existing file needs
+//! fail, it is never followed or truncated) and mode 0600 (captures name every process on the
+//! machine). Under sudo every path the user names is created, replaced, removed and read with
+//! the user's own rights ([`crate::invoker`]): what numatrace makes for them is theirs, and
+//! nothing is made, replaced or read where they could not. Replacing an existing file needs
 //! the caller's `--force` and happens by renaming a file created exclusively beside it, which
-//! replaces the directory entry itself, never what a symlink there points to.
+//! replaces the directory entry itself, never what a symlink there points to. Files root acts
+//! on (the web config, an existing log file) must be root's or the user's and writable by no one
+//! else.
 
 use std::{
     fs::{File, OpenOptions},
@@ -36,6 +41,8 @@ pub enum SafeFsError {
         "{path} is not a directory that only root can write to ({why}); remove it and try again"
     )]
     UnsafeDir { path: PathBuf, why: String },
+    #[error("{path}: refused: {why}")]
+    Untrusted { path: PathBuf, why: String },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SafeFsError + '_ {
@@ -45,28 +52,13 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SafeFsError + '_ {
     }
 }
 
-/// The user who ran `sudo numatrace …` (SUDO_UID / SUDO_GID), when numatrace runs as root on
-/// their behalf: files it writes for them become theirs.
-pub fn invoker() -> Option<(u32, u32)> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let num = |k: &str| std::env::var(k).ok()?.trim().parse::<u32>().ok();
-    let (uid, gid) = (num("SUDO_UID")?, num("SUDO_GID")?);
-    (uid != 0).then_some((uid, gid))
-}
-
-/// Gives `file` to the invoking user under sudo (no-op otherwise).
-fn hand_over(file: &File, path: &Path) -> Result<(), SafeFsError> {
-    use std::os::fd::AsRawFd as _;
-    if let Some((uid, gid)) = invoker() {
-        // SAFETY: a valid open descriptor; fchown changes only that inode.
-        if unsafe { libc::fchown(file.as_raw_fd(), uid, gid) } != 0 {
-            return Err(io_err(path)(io::Error::last_os_error()));
-        }
-    }
-    Ok(())
+/// Runs `f` with the invoking user's rights under sudo (see [`crate::invoker`]): every path a
+/// user names is created, replaced, removed and read as they could, never as root.
+fn as_invoker<T: Send>(
+    path: &Path,
+    f: impl FnOnce() -> Result<T, SafeFsError> + Send,
+) -> Result<T, SafeFsError> {
+    crate::invoker::as_invoker(f).map_err(io_err(path))?
 }
 
 fn open_exclusive(path: &Path) -> io::Result<File> {
@@ -80,10 +72,15 @@ fn open_exclusive(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Creates `path` for writing: exclusively, 0600, the invoker's under sudo. An existing entry
-/// (file or symlink) is refused unless `force`, which removes the entry itself first.
+/// Creates `path` for writing: exclusively, 0600, with the invoker's rights (so theirs) under
+/// sudo. An existing entry (file or symlink) is refused unless `force`, which removes the entry
+/// itself first.
 pub fn create_new(path: &Path, force: bool) -> Result<File, SafeFsError> {
-    let file = match open_exclusive(path) {
+    as_invoker(path, || create_new_here(path, force))
+}
+
+fn create_new_here(path: &Path, force: bool) -> Result<File, SafeFsError> {
+    Ok(match open_exclusive(path) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let meta = std::fs::symlink_metadata(path).map_err(io_err(path))?;
             if meta.is_dir() {
@@ -98,14 +95,17 @@ pub fn create_new(path: &Path, force: bool) -> Result<File, SafeFsError> {
             open_exclusive(path).map_err(io_err(path))?
         }
         r => r.map_err(io_err(path))?,
-    };
-    hand_over(&file, path)?;
-    Ok(file)
+    })
 }
 
 /// Creates the first free name of `base`, `base-2`, `base-3`, … (before the extension):
-/// default names that two runs started in the same second cannot share.
+/// default names that two runs started in the same second cannot share. With the invoker's
+/// rights under sudo.
 pub fn create_unique(base: &Path) -> Result<(PathBuf, File), SafeFsError> {
+    as_invoker(base, || create_unique_here(base))
+}
+
+fn create_unique_here(base: &Path) -> Result<(PathBuf, File), SafeFsError> {
     let stem = base.file_stem().unwrap_or_default().to_string_lossy();
     let ext = base
         .extension()
@@ -118,10 +118,7 @@ pub fn create_unique(base: &Path) -> Result<(PathBuf, File), SafeFsError> {
             base.with_file_name(format!("{stem}-{n}{ext}"))
         };
         match open_exclusive(&path) {
-            Ok(file) => {
-                hand_over(&file, &path)?;
-                return Ok((path, file));
-            }
+            Ok(file) => return Ok((path, file)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io_err(&path)(e)),
         }
@@ -130,76 +127,135 @@ pub fn create_unique(base: &Path) -> Result<(PathBuf, File), SafeFsError> {
 }
 
 /// Refuses before any work is done when `dest` exists and `force` is not given (a report
-/// written at the end of a ten-minute window should not fail only then).
+/// written at the end of a ten-minute window should not fail only then). With the invoker's
+/// rights under sudo: root's would tell them what exists where they cannot look.
 pub fn check_dest(dest: &Path, force: bool) -> Result<(), SafeFsError> {
+    as_invoker(dest, || check_dest_here(dest, force))
+}
+
+fn check_dest_here(dest: &Path, force: bool) -> Result<(), SafeFsError> {
     match std::fs::symlink_metadata(dest) {
-        Ok(m) if m.is_dir() => Err(SafeFsError::IsDir(dest.to_owned())),
-        Ok(_) if !force => Err(SafeFsError::Exists(dest.to_owned())),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_err(dest)(e)),
+        Ok(m) if m.is_dir() => return Err(SafeFsError::IsDir(dest.to_owned())),
+        Ok(_) if !force => return Err(SafeFsError::Exists(dest.to_owned())),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(dest)(e)),
     }
+    // A directory this thread's user cannot write to fails now, not after the window.
+    let dir = match dest.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let c_dir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| io_err(dest)(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    // SAFETY: a NUL-terminated path. AT_EACCESS: checked with this thread's (filesystem)
+    // credentials, the invoker's under sudo.
+    if unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c_dir.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    } != 0
+    {
+        return Err(io_err(dest)(io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// A file written whole or not at all: a temporary created exclusively (0600) in the
 /// destination's directory, renamed over it by [`Self::commit`] — without replacing an existing
-/// entry unless `force`. Dropped uncommitted, the temporary is removed.
+/// entry unless `force`. Dropped uncommitted, the temporary is removed. For the user, every
+/// step on a path (create, rename, remove) is taken with the invoker's rights under sudo.
 pub struct AtomicFile {
-    tmp: tempfile::NamedTempFile,
+    /// Always Some until commit or drop take it.
+    tmp: Option<tempfile::NamedTempFile>,
     dest: PathBuf,
     force: bool,
+    for_invoker: bool,
 }
 
 impl AtomicFile {
-    /// For the user: under sudo the file becomes theirs.
+    /// For the user: under sudo, made with their rights and so theirs.
     pub fn create(dest: &Path, force: bool) -> Result<Self, SafeFsError> {
         Self::create_as(dest, force, true)
     }
 
-    /// `for_invoker` false: root's own state, never handed to the sudo user (who could
-    /// otherwise rewrite what root later acts on).
+    /// `for_invoker` false: root's own state, never the sudo user's (who could otherwise
+    /// rewrite what root later acts on).
     fn create_as(dest: &Path, force: bool, for_invoker: bool) -> Result<Self, SafeFsError> {
-        check_dest(dest, force)?;
-        let dir = match dest.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
+        let make = || {
+            check_dest_here(dest, force)?;
+            let dir = match dest.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let name = dest.file_name().unwrap_or_default().to_string_lossy();
+            tempfile::Builder::new()
+                .prefix(&format!(".{name}."))
+                .suffix(".tmp")
+                .permissions(std::fs::Permissions::from_mode(FILE_MODE))
+                .tempfile_in(dir)
+                .map_err(io_err(dest))
         };
-        let name = dest.file_name().unwrap_or_default().to_string_lossy();
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(".tmp")
-            .permissions(std::fs::Permissions::from_mode(FILE_MODE))
-            .tempfile_in(dir)
-            .map_err(io_err(dest))?;
-        if for_invoker {
-            hand_over(tmp.as_file(), dest)?;
-        }
+        let tmp = if for_invoker {
+            as_invoker(dest, make)?
+        } else {
+            make()?
+        };
         Ok(Self {
-            tmp,
+            tmp: Some(tmp),
             dest: dest.to_owned(),
             force,
+            for_invoker,
         })
     }
 
     pub fn file(&mut self) -> &mut File {
-        self.tmp.as_file_mut()
+        self.tmp
+            .as_mut()
+            .expect("an AtomicFile is used before commit")
+            .as_file_mut()
     }
 
-    pub fn commit(self) -> Result<(), SafeFsError> {
-        let dest = self.dest;
-        self.tmp.as_file().sync_all().map_err(io_err(&dest))?;
-        let persisted = if self.force {
-            self.tmp.persist(&dest)
-        } else {
-            // renameat2(RENAME_NOREPLACE), or link + unlink where the file system lacks it.
-            self.tmp.persist_noclobber(&dest)
-        };
-        match persisted {
-            Ok(_) => Ok(()),
-            Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => {
-                Err(SafeFsError::Exists(dest))
+    pub fn commit(mut self) -> Result<(), SafeFsError> {
+        let tmp = self.tmp.take().expect("committed once");
+        let (dest, force) = (self.dest.clone(), self.force);
+        tmp.as_file().sync_all().map_err(io_err(&dest))?;
+        let rename = move || {
+            let persisted = if force {
+                tmp.persist(&dest)
+            } else {
+                // renameat2(RENAME_NOREPLACE), or link + unlink where the file system lacks it.
+                tmp.persist_noclobber(&dest)
+            };
+            // A failed rename drops the temporary (removing it) here, with the same rights.
+            match persisted {
+                Ok(_) => Ok(()),
+                Err(e) if e.error.kind() == io::ErrorKind::AlreadyExists => {
+                    Err(SafeFsError::Exists(dest))
+                }
+                Err(e) => Err(io_err(&dest)(e.error)),
             }
-            Err(e) => Err(io_err(&dest)(e.error)),
+        };
+        if self.for_invoker {
+            as_invoker(&self.dest, rename)
+        } else {
+            rename()
+        }
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            if self.for_invoker {
+                // Removed with the rights it was made with; nothing to tell if that fails.
+                let _ = crate::invoker::as_invoker(move || drop(tmp));
+            } else {
+                drop(tmp);
+            }
         }
     }
 }
@@ -227,6 +283,112 @@ fn write_whole(mut f: AtomicFile, dest: &Path, bytes: &[u8]) -> Result<(), SafeF
 /// Writes root's own state file `dest` whole, replacing it, 0600 and root's even under sudo.
 pub fn write_state(dest: &Path, bytes: &[u8]) -> Result<(), SafeFsError> {
     write_whole(AtomicFile::create_as(dest, true, false)?, dest, bytes)
+}
+
+/// Refuses an opened file root would act on unless it is a regular file owned by root, by
+/// numatrace's user or by the invoker, and neither group nor others can write it (what sshd
+/// asks of its files): anyone else could have planted or could rewrite it.
+fn check_trusted(file: &File, path: &Path) -> Result<(), SafeFsError> {
+    let meta = file.metadata().map_err(io_err(path))?;
+    let untrusted = |why: String| SafeFsError::Untrusted {
+        path: path.to_owned(),
+        why,
+    };
+    if !meta.file_type().is_file() {
+        return Err(untrusted("not a regular file".into()));
+    }
+    if !crate::invoker::trusted_owner(meta.uid()) {
+        return Err(untrusted(format!(
+            "owned by uid {}, neither root nor the user running numatrace",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(untrusted(format!(
+            "mode {:o}: writable by group or others (chmod go-w)",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Errors of opening an existing name that say more than the errno: a symlink refused by
+/// O_NOFOLLOW, a FIFO without a reader refused by O_NONBLOCK.
+fn open_error(path: &Path, e: io::Error) -> SafeFsError {
+    let why = match e.raw_os_error() {
+        Some(libc::ELOOP) => "a symbolic link (not followed)",
+        Some(libc::ENXIO) => "not a regular file",
+        _ => return io_err(path)(e),
+    };
+    SafeFsError::Untrusted {
+        path: path.to_owned(),
+        why: why.into(),
+    }
+}
+
+/// Opens `path` to append numatrace's own log to (`NUMATRACE_LOG_FILE`), with the invoker's
+/// rights under sudo: created exclusively, 0600; an existing one only if [`check_trusted`]
+/// passes (never through a symlink, never blocking on a FIFO).
+pub fn open_log(path: &Path) -> Result<File, SafeFsError> {
+    as_invoker(path, || {
+        let created = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path);
+        match created {
+            Ok(f) => return Ok(f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err(path)(e)),
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| open_error(path, e))?;
+        check_trusted(&file, path)?;
+        clear_nonblock(&file).map_err(io_err(path))?;
+        Ok(file)
+    })
+}
+
+fn clear_nonblock(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own, with integer arguments.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads a settings file that root acts on (the web config), with the invoker's rights under
+/// sudo: only if [`check_trusted`] passes (a symlink is followed: the file it names is checked),
+/// and at most `max` bytes.
+pub fn read_trusted(path: &Path, max: u64) -> Result<Vec<u8>, SafeFsError> {
+    as_invoker(path, || {
+        use std::io::Read as _;
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| open_error(path, e))?;
+        check_trusted(&file, path)?;
+        let mut bytes = Vec::new();
+        file.take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io_err(path))?;
+        if bytes.len() as u64 > max {
+            return Err(SafeFsError::Untrusted {
+                path: path.to_owned(),
+                why: format!("larger than {max} bytes"),
+            });
+        }
+        Ok(bytes)
+    })
 }
 
 /// `/run/numatrace`, created 0700 if missing; refused if it is a symlink, not root's, or

@@ -11,7 +11,7 @@ use std::{
 
 /// numatrace's layers, lowest first: a module may import its own layer and those below.
 const LAYERS: &[&[&str]] = &[
-    &["text_escape", "safe_fs", "model"],
+    &["text_escape", "invoker", "safe_fs", "model"],
     &["kernel", "identity"],
     &["spawn", "plan"],
     &["bpf"],

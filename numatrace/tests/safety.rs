@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::text;
 use std::{
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
@@ -15,12 +16,15 @@ const NOBODY: u32 = 65534;
 
 fn scratch() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    // `nobody` may run commands in it (the sudo tests).
+    // `nobody`'s: the sudo tests stand for nobody, who writes there with their own rights.
     std::fs::set_permissions(
         d.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
+    if common::is_root() {
+        std::os::unix::fs::chown(d.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    }
     d
 }
 
@@ -31,15 +35,6 @@ fn run(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     c.output().expect("running numatrace")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A victim file and a symlink to it named `name`, in `dir`.
@@ -254,8 +249,8 @@ fn passwd_home(user: &str) -> String {
 }
 
 /// Under sudo a traced command runs as the user who ran sudo (uid, gid, groups, HOME, USER,
-/// LOGNAME), said in one line; `--user root` keeps root; `--user` works without sudo; the
-/// exit status passes through.
+/// LOGNAME), said in one line, and as no one else: `--user root` is refused there; `--user`
+/// works without sudo; the exit status passes through.
 #[test]
 fn a_traced_command_runs_as_the_invoking_user() {
     const TEST: &str = "a_traced_command_runs_as_the_invoking_user";
@@ -294,13 +289,41 @@ fn a_traced_command_runs_as_the_invoking_user() {
     // The command was traced: its pid filter saw it.
     let r = std::fs::read_to_string(report("a")).unwrap();
     assert!(r.contains("(exit 7)"), "{r}");
+    for user in ["root", "0", "daemon"] {
+        let o = run(
+            &[
+                "stat",
+                "-o",
+                &report("b"),
+                "--user",
+                user,
+                "--",
+                "sh",
+                "-c",
+                who,
+            ],
+            d.path(),
+            &sudo,
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(o.stdout.is_empty(), "the command ran: {}", text(&o));
+        assert_eq!(err.trim_end().lines().count(), 1, "{}", text(&o));
+        assert!(
+            err.contains("under sudo the command runs as the user who ran sudo"),
+            "{}",
+            text(&o)
+        );
+        assert!(!d.path().join("b").exists());
+    }
+    // Naming the invoker is no change.
     let o = run(
         &[
             "stat",
             "-o",
             &report("b"),
             "--user",
-            "root",
+            "nobody",
             "--",
             "sh",
             "-c",
@@ -309,11 +332,7 @@ fn a_traced_command_runs_as_the_invoking_user() {
         d.path(),
         &sudo,
     );
-    assert!(
-        String::from_utf8_lossy(&o.stdout).starts_with("0 0 "),
-        "{}",
-        text(&o)
-    );
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
     let o = run(
         &[
             "record",

@@ -8,50 +8,15 @@ mod common;
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{Read as _, Write as _},
     net::TcpStream,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
-use common::{Sysctl, numatrace_bin, workload_bin};
-
-/// A running `serve` on a free loopback port, stopped (SIGTERM) on drop.
-struct Serve {
-    child: Child,
-    addr: String,
-}
+use common::{Sysctl, numatrace_bin, serve::Serve, workload_bin};
 
 impl Serve {
-    fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(numatrace_bin())
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("numatrace serve");
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut seen = String::new();
-        let addr = loop {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                panic!("serve exited before listening: {seen}");
-            }
-            seen.push_str(&line);
-            if let Some(rest) = line.split("serving http").nth(1) {
-                let rest = rest.trim_start_matches('s').trim_start_matches("://");
-                break rest.split('/').next().unwrap().to_owned();
-            }
-        };
-        // Keep draining stderr so that serve never blocks on it.
-        std::thread::spawn(move || {
-            for l in err.lines().map_while(Result::ok) {
-                eprintln!("serve: {l}");
-            }
-        });
-        Self { child, addr }
-    }
-
     fn get(&self, path: &str) -> (u16, String) {
         http_get(&self.addr, path)
     }
@@ -61,26 +26,8 @@ impl Serve {
         assert_eq!(status, 200, "{body}");
         Scrape::parse(&body)
     }
-
-    /// SIGTERM, and the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        // SAFETY: kill has no memory effects.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = self.child.wait().unwrap();
-        std::mem::forget(self);
-        status
-    }
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
-/// Processes and threads created since boot (/proc/stat `processes`).
 fn forks_since_boot() -> usize {
     std::fs::read_to_string("/proc/stat")
         .unwrap()
@@ -1244,7 +1191,8 @@ fn tls_and_basic_auth_from_a_web_config() {
 }
 
 /// A web config with a key exporter-toolkit's format does not have is refused before anything
-/// is attached, with one line naming the key. Needs no root.
+/// is attached, with one line naming the file, the key's line and its section (not its text).
+/// Needs no root.
 #[test]
 fn a_web_config_with_an_unknown_key_is_refused_at_start() {
     let dir = std::env::temp_dir().join(format!("numatrace-badweb-{}", std::process::id()));
@@ -1267,7 +1215,7 @@ fn a_web_config_with_an_unknown_key_is_refused_at_start() {
     assert!(!out.status.success(), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(
-        err.contains("unknown key tls_server_config.cert_fiel") && err.contains("web-config.yml"),
+        err.contains("line 4: unknown key in tls_server_config") && err.contains("web-config.yml"),
         "{err}"
     );
 }

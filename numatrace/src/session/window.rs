@@ -19,6 +19,16 @@ use crate::{
 };
 use numatrace_common::{DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, MAX_VMAS};
 
+/// Whether `prog` is found as execvp would find it, looked for with the rights of the user it
+/// will run as: root's would tell that user what exists where they cannot look.
+fn found_as(prog: &Path, run_as: Option<&Identity>) -> Result<bool> {
+    Ok(match run_as {
+        Some(id) => crate::invoker::with_rights(&id.creds(), || resolve(prog).is_some())
+            .context("looking for the command with its user's rights")?,
+        None => resolve(prog).is_some(),
+    })
+}
+
 fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
@@ -192,7 +202,7 @@ pub async fn collect_with<O: Observer + ?Sized>(
         bail!("interrupted by signal {sig}: no further window started");
     }
     if let Some(prog) = opts.command.first()
-        && resolve(Path::new(prog)).is_none()
+        && !found_as(Path::new(prog), opts.run_as.as_ref())?
     {
         bail!(
             "command not found: {}",

@@ -1,6 +1,8 @@
 //! Helpers for tests against the real kernel. Each guard restores the kernel state it changed.
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -42,6 +44,16 @@ macro_rules! require_root {
             return;
         }
     };
+}
+
+/// A finished command's status, stdout and stderr, for an assertion's message.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 pub fn numatrace(args: &[&str]) -> Output {

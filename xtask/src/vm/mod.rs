@@ -69,6 +69,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
         "files, scratch space and users of traced commands: the same on every kernel",
     ),
     (
+        "sudo_boundary",
+        "what an invoker of sudo numatrace can make root do: the same on every kernel",
+    ),
+    (
         "reliability",
         "ends by signal and panic, hostile mounts: checked in the host kernel's BPF object lists",
     ),

@@ -1,10 +1,17 @@
 //! HTTP basic auth against the web config's bcrypt hashes.
 //!
-//! bcrypt is slow on purpose (tens of milliseconds at cost 10): verifications run off the async
-//! threads, one at a time so that a flood of wrong passwords costs at most one core, and a
-//! success is remembered (as an HMAC of user and password under a key made at start, never the
-//! password) so that a scrape every 15 s costs one verification in all. An unknown user is
-//! checked against a real hash too, so timing does not tell which users exist.
+//! bcrypt is slow on purpose (tens of milliseconds at cost 10), so nothing may queue behind it:
+//! a flood of wrong passwords would otherwise hold every connection slot while it waits, and
+//! lock the right password out (issue 33). So
+//! - a verification runs off the async threads, one at a time, and a request that finds one
+//!   running is refused (401) at once instead of waiting: a flood costs at most one core and
+//!   never holds a connection;
+//! - a result is remembered, success and failure alike, as an HMAC of user and password under
+//!   a key made at start (never the password): a scraper's right password costs one
+//!   verification while serve runs (the users cannot change under it), and a flood repeating
+//!   a wrong one costs one too. Only new guesses reach bcrypt, one at a time;
+//! - an unknown user is checked against a real hash too, so timing does not tell which users
+//!   exist.
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -19,10 +26,14 @@ use tokio::sync::Semaphore;
 /// Remembered successes at most (then forgotten all at once; they are re-verified).
 const CACHE_MAX: usize = 256;
 
+/// Remembered failures at most (then forgotten all at once).
+const REFUSED_MAX: usize = 4096;
+
 pub struct Auth {
     users: BTreeMap<String, String>,
     key: hmac::Key,
     verified: Mutex<HashSet<Vec<u8>>>,
+    refused: Mutex<HashSet<Vec<u8>>>,
     bcrypt: Semaphore,
 }
 
@@ -38,6 +49,7 @@ impl Auth {
             users,
             key,
             verified: Mutex::new(HashSet::new()),
+            refused: Mutex::new(HashSet::new()),
             bcrypt: Semaphore::new(1),
         })))
     }
@@ -51,6 +63,9 @@ impl Auth {
         if self.verified.lock().unwrap().contains(tag.as_ref()) {
             return true;
         }
+        if self.refused.lock().unwrap().contains(tag.as_ref()) {
+            return false;
+        }
         // An unknown user is verified against some user's hash: the same cost, then refused.
         let (known, hash) = match self.users.get(&user) {
             Some(h) => (true, h.clone()),
@@ -59,20 +74,24 @@ impl Auth {
                 self.users.values().next().cloned().unwrap_or_default(),
             ),
         };
-        let Ok(_one_at_a_time) = self.bcrypt.acquire().await else {
+        // One at a time, and no queue: busy means refused now (the client may retry).
+        let Ok(_one_at_a_time) = self.bcrypt.try_acquire() else {
             return false;
         };
         let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
             .await
             .is_ok_and(|r| r.unwrap_or(false))
             && known;
-        if ok {
-            let mut v = self.verified.lock().unwrap();
-            if v.len() >= CACHE_MAX {
-                v.clear();
-            }
-            v.insert(tag.as_ref().to_vec());
+        let (cache, max) = if ok {
+            (&self.verified, CACHE_MAX)
+        } else {
+            (&self.refused, REFUSED_MAX)
+        };
+        let mut c = cache.lock().unwrap();
+        if c.len() >= max {
+            c.clear();
         }
+        c.insert(tag.as_ref().to_vec());
         ok
     }
 
@@ -141,5 +160,32 @@ mod tests {
             assert_eq!(auth.allows(&h).await, ok, "{creds}");
         }
         assert_eq!(auth.verified.lock().unwrap().len(), 1);
+        assert_eq!(auth.refused.lock().unwrap().len(), 3);
+    }
+
+    /// While one verification runs, another new credential is refused at once rather than
+    /// queued; remembered ones are answered without bcrypt either way.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_running_verification_refuses_new_ones_without_waiting() {
+        let hash = bcrypt::hash("right", 4).unwrap();
+        let auth = Auth::new([("prom".to_owned(), hash)].into())
+            .unwrap()
+            .unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let h = |c: &str| with_auth(&format!("Basic {}", b64(c)));
+        assert!(auth.allows(&h("prom:right")).await);
+        assert!(!auth.allows(&h("prom:wrong")).await);
+        let busy = auth.bcrypt.try_acquire().unwrap();
+        let t = std::time::Instant::now();
+        assert!(
+            !auth.allows(&h("prom:new guess")).await,
+            "refused while busy"
+        );
+        assert!(auth.allows(&h("prom:right")).await, "remembered");
+        assert!(!auth.allows(&h("prom:wrong")).await, "remembered");
+        assert!(t.elapsed() < std::time::Duration::from_millis(500));
+        drop(busy);
+        // Refused for being busy is not remembered as wrong.
+        assert_eq!(auth.refused.lock().unwrap().len(), 1);
     }
 }

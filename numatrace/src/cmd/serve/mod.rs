@@ -9,6 +9,7 @@ pub mod fold;
 pub mod http;
 pub mod server;
 pub mod webconfig;
+mod yaml;
 
 use std::{
     net::SocketAddr,

@@ -9,6 +9,9 @@
 //!   closed at once if every connection is being answered: nothing queues, and a flood of
 //!   half-open connections cannot keep a scrape out.
 //! - A request header larger than `max_header_bytes` is answered 431; bodies are never read.
+//! - With basic auth, a connection counts as being answered only once its password is checked,
+//!   and a 401 closes it: clients without the password can neither queue on the password check
+//!   nor hold a slot (see `auth`).
 //! - On stop, no more connections are accepted; those without an answer in progress close at
 //!   once, answers in progress finish.
 
@@ -397,10 +400,16 @@ impl Server {
             let c = Arc::clone(&c);
             // Busy from when hyper runs the answer, not when it parsed the request: hyper
             // holds a pipelined request's future until its write buffer drains, and a client
-            // that never reads would otherwise sit "busy" with no deadline.
+            // that never reads would otherwise sit "busy" with no deadline. And only once the
+            // password is checked: a connection whose client has not proven who it is never
+            // counts as busy, so it can always be evicted for a new one (issue 33).
             async move {
+                let allowed = match &me.auth {
+                    Some(auth) => auth.allows(req.headers()).await,
+                    None => true,
+                };
                 let answering = c.begin();
-                Ok::<_, Infallible>(me.answer(req, answering).await)
+                Ok::<_, Infallible>(me.answer(req, allowed, answering).await)
             }
         });
         let mut builder = http1::Builder::new();
@@ -446,11 +455,12 @@ impl Server {
         }
     }
 
-    async fn answer(&self, req: Request<Incoming>, answering: Answering) -> Response<Guarded> {
-        let allowed = match &self.auth {
-            Some(auth) => auth.allows(req.headers()).await,
-            None => true,
-        };
+    async fn answer(
+        &self,
+        req: Request<Incoming>,
+        allowed: bool,
+        answering: Answering,
+    ) -> Response<Guarded> {
         let mut response = if allowed {
             http::handle(&self.exporter, &req).await
         } else {
@@ -461,6 +471,10 @@ impl Server {
             );
             r.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+            // The connection closes after it: requests pipelined behind a wrong password are
+            // not answered, and a client that never reads cannot keep a slot with them.
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
             r
         };
         for (name, value) in &self.headers {
