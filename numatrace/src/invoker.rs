@@ -82,20 +82,83 @@ pub fn as_invoker<T: Send>(f: impl FnOnce() -> T + Send) -> io::Result<T> {
 }
 
 /// Runs `f` on a thread of its own whose filesystem credentials are `creds`'s (module doc).
-/// Only root can switch; an error says the switch failed, and `f` did not run.
+/// Only root can switch; an error says the switch failed, and `f` did not run — nor was what
+/// it holds dropped: that could act with half-switched rights (a temporary file removed as
+/// root, say), so it is leaked instead.
 pub fn with_rights<T: Send>(creds: &Creds, f: impl FnOnce() -> T + Send) -> io::Result<T> {
     std::thread::scope(|s| {
-        let thread = s.spawn(|| {
-            switch_thread(creds)?;
-            Ok(f())
-        });
+        let thread = std::thread::Builder::new()
+            .name("numatrace-as-user".into())
+            .spawn_scoped(s, || match switch_thread(creds) {
+                Ok(()) => Ok(f()),
+                Err(e) => {
+                    std::mem::forget(f);
+                    Err(e)
+                }
+            })?;
         thread
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }
 
-/// The calling thread's groups, filesystem gid and filesystem uid become `creds`'s.
+/// Capabilities that bypass file permission checks (the kernel's CAP_FS_MASK: CAP_CHOWN 0,
+/// CAP_DAC_OVERRIDE 1, CAP_DAC_READ_SEARCH 2, CAP_FOWNER 3, CAP_FSETID 4, CAP_LINUX_IMMUTABLE
+/// 9, CAP_MKNOD 27, CAP_MAC_OVERRIDE 32), as bits of a capability set's two 32-bit words.
+const FS_CAPS: [u32; 2] = [0b1_1111 | 1 << 9 | 1 << 27, 1];
+
+/// `struct __user_cap_header_struct` and `__user_cap_data_struct` (linux/capability.h).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// This thread's capability sets (capget: per thread, as capset).
+fn thread_caps() -> io::Result<[CapData; 2]> {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: a valid header and an array of two data structs, as version 3 takes.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(data)
+}
+
+/// Takes the capabilities that bypass file permissions out of this thread's effective set.
+/// setfsuid already does when the filesystem uid leaves 0, unless the process asked the kernel
+/// not to (SECBIT_NO_SETUID_FIXUP): this does not depend on that, and [`switch_thread`] checks.
+fn drop_fs_caps() -> io::Result<()> {
+    let mut data = thread_caps()?;
+    for (d, fs) in data.iter_mut().zip(FS_CAPS) {
+        d.effective &= !fs;
+    }
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    // SAFETY: as in thread_caps; capset with pid 0 changes this thread only.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The calling thread's groups, filesystem gid and filesystem uid become `creds`'s, and none
+/// of the capabilities that bypass file permissions stays effective.
 fn switch_thread(creds: &Creds) -> io::Result<()> {
     let groups: Vec<libc::gid_t> = creds.groups.clone();
     // SAFETY: a valid array of `groups.len()` gids; the raw syscall changes this thread only.
@@ -117,6 +180,17 @@ fn switch_thread(creds: &Creds) -> io::Result<()> {
             "could not take the rights of uid {} gid {}",
             creds.uid, creds.gid
         )));
+    }
+    drop_fs_caps()?;
+    let left = thread_caps()?;
+    if left
+        .iter()
+        .zip(FS_CAPS)
+        .any(|(d, fs)| d.effective & fs != 0)
+    {
+        return Err(io::Error::other(
+            "capabilities that bypass file permissions are still effective",
+        ));
     }
     Ok(())
 }
@@ -264,14 +338,19 @@ mod tests {
             groups: vec![65534],
             ..NOBODY
         };
-        let (create, read, mine) = with_rights(&creds, || {
+        let (create, read, mine, caps) = with_rights(&creds, || {
             (
                 std::fs::write(d.path().join("new"), "x"),
                 std::fs::read(&secret),
                 std::fs::write(theirs.join("mine"), "x"),
+                thread_caps().unwrap(),
             )
         })
         .unwrap();
+        assert_eq!(caps[0].effective & FS_CAPS[0], 0);
+        assert_eq!(caps[1].effective & FS_CAPS[1], 0);
+        // Root's other capabilities stay (this thread's switch is about files only).
+        assert_ne!(caps[0].effective, 0);
         assert_eq!(create.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
         assert_eq!(read.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
         mine.unwrap();

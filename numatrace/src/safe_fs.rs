@@ -312,6 +312,16 @@ fn check_trusted(file: &File, path: &Path) -> Result<(), SafeFsError> {
     Ok(())
 }
 
+/// [`check_trusted`] for a file root will run (what it names, through symlinks).
+pub fn check_trusted_path(path: &Path) -> Result<(), SafeFsError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| open_error(path, e))?;
+    check_trusted(&file, path)
+}
+
 /// Errors of opening an existing name that say more than the errno: a symlink refused by
 /// O_NOFOLLOW, a FIFO without a reader refused by O_NONBLOCK.
 fn open_error(path: &Path, e: io::Error) -> SafeFsError {

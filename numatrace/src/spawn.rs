@@ -1,7 +1,14 @@
 //! Starting a traced command so that it is followed from its first instruction: numatrace
-//! re-executes itself as a tiny trampoline that waits on a pipe, registers the trampoline's pid
+//! re-executes itself as a tiny trampoline that waits on a gate, registers the trampoline's pid
 //! with the kernel filter, then lets it exec the command (same pid) — as the user it should run
 //! as ([`crate::identity`]), the privileges dropped only in that last step.
+//!
+//! The trampoline is reachable from the command line (`numatrace __exec-gated …`), so under
+//! `sudo numatrace` anyone could ask it to run anything as root. It therefore runs only for the
+//! numatrace that started it: the gate is one end of a socket pair, and the kernel's record of
+//! who made the pair (SO_PEERCRED) must be the trampoline's own parent, as the same user. A
+//! caller can hand it any descriptor, but not one the parent numatrace made: numatrace's are
+//! all close-on-exec, and the gate's other end never leaves it.
 
 use std::{
     ffi::OsString,
@@ -25,14 +32,47 @@ pub struct GatedChild {
     gate: std::fs::File,
 }
 
-fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
+/// A connected pair of Unix sockets, close-on-exec: the gate.
+fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a valid array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: pipe2 returned two fresh descriptors that we now own.
+    // SAFETY: socketpair returned two fresh descriptors that we now own.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Whether `fd` is a socket our parent made, as our user (SO_PEERCRED of a socket pair: who
+/// called socketpair): the gate of the numatrace that started us, not one a caller supplied.
+fn made_by_parent(fd: RawFd) -> bool {
+    // SAFETY: ucred is plain old data; zeroed is a valid value.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid buffer of `len` bytes for SO_PEERCRED's struct ucred.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: getppid and geteuid have no preconditions.
+    let (parent, euid) = unsafe { (libc::getppid(), libc::geteuid()) };
+    rc == 0
+        && len as usize == std::mem::size_of::<libc::ucred>()
+        && cred.pid == parent
+        && cred.uid == euid
 }
 
 /// Finds `prog` as execvp would, to fail before anything is attached.
@@ -54,7 +94,7 @@ impl GatedChild {
         quiet: bool,
         run_as: Option<&Identity>,
     ) -> std::io::Result<Self> {
-        let (read, write) = pipe_cloexec()?;
+        let (read, write) = socket_pair()?;
         let read_fd: RawFd = read.as_raw_fd();
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
         cmd.arg(GATE_ARG)
@@ -94,9 +134,17 @@ impl GatedChild {
     }
 }
 
-/// The trampoline: waits for the go byte on `fd`, then becomes `command` (as `identity`, an
-/// [`Identity::encode`]d user or `-`). Never returns.
+/// The trampoline: checks that `fd` is the gate of the numatrace that started it, waits for
+/// the go byte on it, then becomes `command` (as `identity`, an [`Identity::encode`]d user or
+/// `-`). Never returns.
 pub fn exec_gated(fd: RawFd, identity: &str, command: &[OsString]) -> ! {
+    if !made_by_parent(fd) {
+        eprintln!(
+            "numatrace: {GATE_ARG} is numatrace's own trampoline, for the command it starts; \
+             use `numatrace stat -- COMMAND`"
+        );
+        std::process::exit(125);
+    }
     // SAFETY: the parent passed us this descriptor number and nothing else owns it here.
     let mut gate = unsafe { std::fs::File::from_raw_fd(fd) };
     let mut b = [0u8; 1];

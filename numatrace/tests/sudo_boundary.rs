@@ -285,6 +285,114 @@ fn a_traced_command_is_looked_for_as_its_user() {
     assert_refused(&o, "'..'", "--cgroup with ..");
 }
 
+/// numatrace's trampoline for traced commands (`__exec-gated`) is reachable from the command
+/// line: under sudo it must run nothing for a caller but the numatrace that started it, or
+/// `echo g | sudo numatrace __exec-gated 0 - -- /bin/sh` would be a root shell.
+#[test]
+fn the_trampoline_serves_only_the_numatrace_that_started_it() {
+    const TEST: &str = "the_trampoline_serves_only_the_numatrace_that_started_it";
+    require_root!(TEST);
+    let lab = Lab::new();
+    let mark = lab.t("ran-as-root");
+    let script = format!("id -u > {mark}");
+    for identity in ["-", "0:0:0:2f:root"] {
+        for fd in ["0", "1", "2"] {
+            let mut c = Command::new(common::numatrace_bin());
+            c.args(["__exec-gated", fd, identity, "--", "/bin/sh", "-c", &script])
+                .current_dir(&lab.theirs)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in SUDO {
+                c.env(k, v);
+            }
+            let mut child = c.spawn().unwrap();
+            let _ = child.stdin.take().unwrap().write_all(b"g");
+            let o = child.wait_with_output().unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(125),
+                "fd {fd}, {identity}: {}",
+                text(&o)
+            );
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("numatrace's own trampoline"),
+                "{}",
+                text(&o)
+            );
+            assert!(!Path::new(&mark).exists(), "the command ran: {}", text(&o));
+        }
+    }
+    // The real thing still works: a traced command runs (as nobody).
+    let o = run(
+        &lab,
+        &["stat", "-o", &lab.t("s"), "--", "/bin/sh", "-c", &script],
+        &SUDO,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&mark).unwrap().trim(), "65534");
+}
+
+/// `check`'s reproducers run as root, so under sudo numatrace-workload comes only from beside
+/// numatrace, never from the invoker's PATH, and only from a file root owns that others cannot
+/// write.
+#[test]
+fn the_reproducers_never_come_from_the_invokers_path() {
+    const TEST: &str = "the_reproducers_never_come_from_the_invokers_path";
+    require_root!(TEST);
+    let lab = Lab::new();
+    // numatrace alone in a root directory, and a fake workload on a PATH nobody controls.
+    let alone = lab.protected.join("bin");
+    std::fs::create_dir(&alone).unwrap();
+    let bin = alone.join("numatrace");
+    std::fs::copy(common::numatrace_bin(), &bin).unwrap();
+    let fake = lab.theirs.join("numatrace-workload");
+    let mark = lab.t("fake-ran");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh
+id -u > {mark}
+"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&fake, Some(NOBODY), Some(NOBODY)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", lab.theirs.display());
+    let o = Command::new(&bin)
+        .args(["check", "--patch", "002", "--duration", "1s"])
+        .current_dir(&lab.theirs)
+        .envs(SUDO)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not next to numatrace"),
+        "{}",
+        text(&o)
+    );
+    assert!(!Path::new(&mark).exists(), "the fake ran: {}", text(&o));
+    // Beside numatrace but writable by others: refused too.
+    let beside = alone.join("numatrace-workload");
+    std::fs::copy(&fake, &beside).unwrap();
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = Command::new(&bin)
+        .args(["check", "--patch", "002", "--duration", "1s"])
+        .current_dir(&lab.theirs)
+        .envs(SUDO)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("writable by group or others"),
+        "{}",
+        text(&o)
+    );
+    assert!(!Path::new(&mark).exists(), "the fake ran: {}", text(&o));
+}
+
 /// Hole 3: `--web.config.file` (and the TLS files it names) is read with nobody's rights, only
 /// from a regular file root or the invoker owns that group and others cannot write, and an
 /// error says where and what kind of problem, never the file's text.
@@ -477,15 +585,48 @@ fn scrape(addr: &str, creds: &str) -> std::io::Result<u16> {
         .ok_or_else(|| std::io::Error::other(format!("no HTTP status in {text:?}")))
 }
 
-/// Until `stop`: rounds of 64 connections, each pipelining 15 `GET /metrics` with a wrong
-/// password (`same`: one password throughout, as the issue's probe; else a new one per
-/// request, as a guesser) and never reading, held open for a while.
+/// A connection to `addr` from the loopback address `src` (all of 127/8 is loopback on
+/// Linux): the flood comes from another client address than the scraper.
+fn connect_from(src: [u8; 4], addr: &str) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd as _;
+    let dst: std::net::SocketAddrV4 = addr.parse().map_err(std::io::Error::other)?;
+    let sockaddr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(ip),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls with valid sockaddr_in structs of `len` bytes; the descriptor
+    // is owned by the TcpStream from here on (closed with it on every path).
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let from = sockaddr(src, 0);
+        let to = sockaddr(dst.ip().octets(), dst.port());
+        if libc::bind(fd, (&from as *const libc::sockaddr_in).cast(), len) != 0
+            || libc::connect(fd, (&to as *const libc::sockaddr_in).cast(), len) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+/// Until `stop`: rounds of 64 connections from 127.0.0.2, each pipelining 15 `GET /metrics`
+/// with a wrong password (`same`: one password throughout, as the issue's probe; else a new
+/// one per request, as a guesser) and never reading, held open for a while.
 fn flood(addr: &str, stop: &AtomicBool, same: bool) -> usize {
     let mut round = 0;
     while !stop.load(Ordering::Relaxed) {
         let mut held = Vec::new();
         for conn in 0..64 {
-            let Ok(mut s) = TcpStream::connect(addr) else {
+            let Ok(mut s) = connect_from([127, 0, 0, 2], addr) else {
                 continue;
             };
             let mut burst = String::new();
@@ -512,19 +653,22 @@ fn flood(addr: &str, stop: &AtomicBool, same: bool) -> usize {
 
 /// Hole 2: while clients without the password pipeline wrong ones on every connection slot
 /// and never read, a scraper with the right password gets 200 every time (the issue's probe
-/// made it fail 5 times of 5), and a user who had not scraped before gets in too.
+/// made it fail 5 times of 5); a user who had not scraped before gets in at once while the
+/// wrong password repeats, and at the latest on a retry while every request is a new guess.
 #[test]
 fn wrong_passwords_cannot_lock_the_right_one_out() {
     const TEST: &str = "wrong_passwords_cannot_lock_the_right_one_out";
     require_root!(TEST);
     let lab = Lab::new();
     let config = lab.p("web.yml");
+    let hash = |p: &str| bcrypt::hash(p, 10).unwrap();
     std::fs::write(
         &config,
         format!(
-            "basic_auth_users:\n  prom: {}\n  other: {}\n",
-            bcrypt::hash("right", 10).unwrap(),
-            bcrypt::hash("also right", 10).unwrap()
+            "basic_auth_users:\n  prom: {}\n  first: {}\n  second: {}\n",
+            hash("right"),
+            hash("first right"),
+            hash("second right")
         ),
     )
     .unwrap();
@@ -532,9 +676,12 @@ fn wrong_passwords_cannot_lock_the_right_one_out() {
     let serve = Serve::start(&["--web.config.file", &config]);
     assert_eq!(scrape(&serve.addr, "prom:right").unwrap(), 200);
     assert_eq!(scrape(&serve.addr, "prom:wrong").unwrap(), 401);
-    for same in [true, false] {
+    for (same, fresh, tries) in [
+        (true, "first:first right", 1),
+        (false, "second:second right", 2),
+    ] {
         let stop = AtomicBool::new(false);
-        let (results, rounds) = std::thread::scope(|s| {
+        let (results, fresh_result, rounds) = std::thread::scope(|s| {
             let attack = s.spawn(|| flood(&serve.addr, &stop, same));
             std::thread::sleep(Duration::from_secs(1));
             let mut results = Vec::new();
@@ -543,18 +690,29 @@ fn wrong_passwords_cannot_lock_the_right_one_out() {
                 std::thread::sleep(Duration::from_millis(250));
             }
             // A credential never verified before: bcrypt is free once the repeated wrong
-            // password is remembered. (Against ever-new guesses it may be answered 401 while
-            // a guess is being checked: bcrypt runs one at a time and nothing queues.)
-            if same {
-                results.push(scrape(&serve.addr, "other:also right").map_err(|e| e.to_string()));
+            // password is remembered; against new guesses from one address, that address waits
+            // a second after each wrong one, so a retry finds bcrypt free.
+            let mut fresh_result = Vec::new();
+            for _ in 0..tries {
+                let r = scrape(&serve.addr, fresh).map_err(|e| e.to_string());
+                fresh_result.push(r.clone());
+                if r == Ok(200) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(150));
             }
             stop.store(true, Ordering::Relaxed);
-            (results, attack.join().unwrap())
+            (results, fresh_result, attack.join().unwrap())
         });
         assert!(rounds >= 2, "the flood ran {rounds} rounds");
         assert!(
             results.iter().all(|r| *r == Ok(200)),
             "same wrong password: {same}: {results:?}"
+        );
+        assert_eq!(
+            fresh_result.last(),
+            Some(&Ok(200)),
+            "same wrong password: {same}: {fresh_result:?}"
         );
     }
     // Still serving afterwards.

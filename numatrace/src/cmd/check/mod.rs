@@ -274,18 +274,27 @@ fn window_for(command: Vec<OsString>, args: &CheckArgs, no_fentry: bool) -> Coll
     opts
 }
 
-/// numatrace-workload: next to this binary, else on PATH.
+/// numatrace-workload, which the reproducers run as root: next to this binary, else (not under
+/// sudo, where PATH may be the invoking user's) on PATH; either way only a file root or
+/// numatrace's user owns that neither group nor others can write.
 fn workload_binary() -> Result<PathBuf> {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(|d| d.join("numatrace-workload")))
         .filter(|p| p.is_file());
-    beside
-        .or_else(|| resolve(Path::new("numatrace-workload")))
+    let found = beside
+        .or_else(|| {
+            crate::invoker::invoker()
+                .is_none()
+                .then(|| resolve(Path::new("numatrace-workload")))
+                .flatten()
+        })
         .context(
-            "numatrace-workload (the reproducers) is neither next to numatrace nor on PATH: \
-             `cargo xtask build` builds it beside numatrace",
-        )
+            "numatrace-workload (the reproducers) is not next to numatrace (nor, without sudo, \
+             on PATH): `cargo xtask build` builds it beside numatrace",
+        )?;
+    crate::safe_fs::check_trusted_path(&found)?;
+    Ok(found)
 }
 
 fn duration_arg(d: std::time::Duration) -> String {

@@ -7,15 +7,23 @@
 //!   running is refused (401) at once instead of waiting: a flood costs at most one core and
 //!   never holds a connection;
 //! - a result is remembered, success and failure alike, as an HMAC of user and password under
-//!   a key made at start (never the password): a scraper's right password costs one
-//!   verification while serve runs (the users cannot change under it), and a flood repeating
-//!   a wrong one costs one too. Only new guesses reach bcrypt, one at a time;
+//!   a key made at start (never the password; up to 256 successes and 4096 failures, then
+//!   each set is forgotten at once and rebuilt): a scraper's right password costs one
+//!   verification (the users cannot change while serve runs), and a flood repeating a wrong
+//!   one costs one too;
+//! - a client address whose last guess was wrong waits a second before its next new guess is
+//!   checked (answered 401 meanwhile): a guesser from one address keeps bcrypt busy for a few
+//!   percent of the time, leaving it free for a credential not yet remembered. Guessers from
+//!   many addresses at once can still keep it busy; a remembered credential gets in whatever
+//!   they do;
 //! - an unknown user is checked against a real hash too, so timing does not tell which users
 //!   exist.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use base64::Engine as _;
@@ -29,11 +37,19 @@ const CACHE_MAX: usize = 256;
 /// Remembered failures at most (then forgotten all at once).
 const REFUSED_MAX: usize = 4096;
 
+/// How long an address whose guess was wrong waits before its next new guess is checked.
+const PENALTY: Duration = Duration::from_secs(1);
+
+/// Addresses remembered with a recent failure at most (older ones are forgotten first).
+const PENALIZED_MAX: usize = 4096;
+
 pub struct Auth {
     users: BTreeMap<String, String>,
     key: hmac::Key,
     verified: Mutex<HashSet<Vec<u8>>>,
     refused: Mutex<HashSet<Vec<u8>>>,
+    /// When each address last failed a verification.
+    penalized: Mutex<HashMap<IpAddr, Instant>>,
     bcrypt: Semaphore,
 }
 
@@ -50,12 +66,13 @@ impl Auth {
             key,
             verified: Mutex::new(HashSet::new()),
             refused: Mutex::new(HashSet::new()),
+            penalized: Mutex::new(HashMap::new()),
             bcrypt: Semaphore::new(1),
         })))
     }
 
-    /// Whether the request's `Authorization: Basic` credentials are a user's.
-    pub async fn allows(self: &Arc<Self>, headers: &HeaderMap) -> bool {
+    /// Whether the request's `Authorization: Basic` credentials, from `peer`, are a user's.
+    pub async fn allows(self: &Arc<Self>, headers: &HeaderMap, peer: IpAddr) -> bool {
         let Some((user, password)) = basic_credentials(headers) else {
             return false;
         };
@@ -64,6 +81,15 @@ impl Auth {
             return true;
         }
         if self.refused.lock().unwrap().contains(tag.as_ref()) {
+            return false;
+        }
+        if self
+            .penalized
+            .lock()
+            .unwrap()
+            .get(&peer)
+            .is_some_and(|t| t.elapsed() < PENALTY)
+        {
             return false;
         }
         // An unknown user is verified against some user's hash: the same cost, then refused.
@@ -87,11 +113,23 @@ impl Auth {
         } else {
             (&self.refused, REFUSED_MAX)
         };
-        let mut c = cache.lock().unwrap();
-        if c.len() >= max {
-            c.clear();
+        {
+            let mut c = cache.lock().unwrap();
+            if c.len() >= max {
+                c.clear();
+            }
+            c.insert(tag.as_ref().to_vec());
         }
-        c.insert(tag.as_ref().to_vec());
+        if !ok {
+            let mut p = self.penalized.lock().unwrap();
+            if p.len() >= PENALIZED_MAX {
+                p.retain(|_, t| t.elapsed() < PENALTY);
+                if p.len() >= PENALIZED_MAX {
+                    p.clear();
+                }
+            }
+            p.insert(peer, Instant::now());
+        }
         ok
     }
 
@@ -122,6 +160,10 @@ fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ip(n: u8) -> IpAddr {
+        IpAddr::from([192, 0, 2, n])
+    }
 
     fn with_auth(value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -157,7 +199,7 @@ mod tests {
             ("prometheus:", false),
         ] {
             let h = with_auth(&format!("Basic {}", b64(creds)));
-            assert_eq!(auth.allows(&h).await, ok, "{creds}");
+            assert_eq!(auth.allows(&h, ip(creds.len() as u8)).await, ok, "{creds}");
         }
         assert_eq!(auth.verified.lock().unwrap().len(), 1);
         assert_eq!(auth.refused.lock().unwrap().len(), 3);
@@ -173,19 +215,47 @@ mod tests {
             .unwrap();
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let h = |c: &str| with_auth(&format!("Basic {}", b64(c)));
-        assert!(auth.allows(&h("prom:right")).await);
-        assert!(!auth.allows(&h("prom:wrong")).await);
+        assert!(auth.allows(&h("prom:right"), ip(1)).await);
+        assert!(!auth.allows(&h("prom:wrong"), ip(2)).await);
         let busy = auth.bcrypt.try_acquire().unwrap();
         let t = std::time::Instant::now();
         assert!(
-            !auth.allows(&h("prom:new guess")).await,
+            !auth.allows(&h("prom:new guess"), ip(3)).await,
             "refused while busy"
         );
-        assert!(auth.allows(&h("prom:right")).await, "remembered");
-        assert!(!auth.allows(&h("prom:wrong")).await, "remembered");
+        assert!(auth.allows(&h("prom:right"), ip(2)).await, "remembered");
+        assert!(!auth.allows(&h("prom:wrong"), ip(3)).await, "remembered");
         assert!(t.elapsed() < std::time::Duration::from_millis(500));
         drop(busy);
         // Refused for being busy is not remembered as wrong.
         assert_eq!(auth.refused.lock().unwrap().len(), 1);
+    }
+
+    /// An address that just failed waits before its next new guess is checked; other
+    /// addresses, and remembered credentials from any address, do not.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_failed_address_waits_before_its_next_guess() {
+        let hash = bcrypt::hash("right", 4).unwrap();
+        let auth = Auth::new([("prom".to_owned(), hash)].into())
+            .unwrap()
+            .unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let h = |c: &str| with_auth(&format!("Basic {}", b64(c)));
+        assert!(auth.allows(&h("prom:right"), ip(1)).await);
+        assert!(!auth.allows(&h("prom:guess 1"), ip(9)).await);
+        assert_eq!(auth.refused.lock().unwrap().len(), 1);
+        // Not checked, so not remembered either.
+        assert!(!auth.allows(&h("prom:guess 2"), ip(9)).await);
+        assert_eq!(auth.refused.lock().unwrap().len(), 1);
+        assert!(auth.allows(&h("prom:right"), ip(9)).await, "remembered");
+        assert!(!auth.allows(&h("prom:guess 3"), ip(8)).await);
+        assert_eq!(auth.refused.lock().unwrap().len(), 2, "another address");
+        tokio::time::sleep(PENALTY).await;
+        assert!(!auth.allows(&h("prom:guess 2"), ip(9)).await);
+        assert_eq!(
+            auth.refused.lock().unwrap().len(),
+            3,
+            "checked after the wait"
+        );
     }
 }

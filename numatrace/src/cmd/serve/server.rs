@@ -5,9 +5,9 @@
 //!   `header_timeout` of its first byte, or of being accepted if it sends none; between requests
 //!   a keep-alive connection may stay idle for `idle_timeout`.
 //! - At most `max_connections` are open. One more evicts the connection that has waited
-//!   longest without a request in progress (a half-sent header, an idle keep-alive), or is
-//!   closed at once if every connection is being answered: nothing queues, and a flood of
-//!   half-open connections cannot keep a scrape out.
+//!   longest without a request in progress (a half-sent header by when it began, an idle
+//!   keep-alive by when it went idle), or is closed at once if every connection is being
+//!   answered: nothing queues, and a flood of half-open connections cannot keep a scrape out.
 //! - A request header larger than `max_header_bytes` is answered 431; bodies are never read.
 //! - With basic auth, a connection counts as being answered only once its password is checked,
 //!   and a 401 closes it: clients without the password can neither queue on the password check
@@ -18,6 +18,7 @@
 use std::{
     collections::HashMap,
     convert::Infallible,
+    net::IpAddr,
     pin::Pin,
     sync::{
         Arc, Mutex,
@@ -121,6 +122,17 @@ impl Conn {
     fn waiting_since(&self) -> Option<Instant> {
         match *self.phase.lock().unwrap() {
             Phase::Waiting { since, .. } => Some(since),
+            Phase::Busy { .. } => None,
+        }
+    }
+
+    /// Its place in the eviction order (the earliest goes first), None while it is being
+    /// answered: an idle connection by when it went idle, one whose request is arriving or
+    /// having its password checked by when that request began — so a keep-alive scraper whose
+    /// request has just come in is not taken for the longest-waiting connection.
+    fn eviction_key(&self) -> Option<Instant> {
+        match *self.phase.lock().unwrap() {
+            Phase::Waiting { started, since, .. } => Some(started.unwrap_or(since)),
             Phase::Busy { .. } => None,
         }
     }
@@ -318,7 +330,7 @@ impl Server {
             if open.len() >= self.limits.max_connections {
                 let oldest = open
                     .iter()
-                    .filter_map(|(id, (c, _))| Some((c.waiting_since()?, *id)))
+                    .filter_map(|(id, (c, _))| Some((c.eviction_key()?, *id)))
                     .min();
                 match oldest {
                     Some((_, id)) => {
@@ -354,7 +366,7 @@ impl Server {
             // Inserted under the lock the task's Slot needs to remove it: never removed first.
             let task = tasks.spawn(async move {
                 let _slot = slot;
-                me.connection(tcp, c, stop).await;
+                me.connection(tcp, peer.ip(), c, stop).await;
             });
             open.insert(id, (conn, task));
         }
@@ -365,6 +377,7 @@ impl Server {
     async fn connection(
         self: Arc<Self>,
         tcp: TcpStream,
+        peer: IpAddr,
         conn: Arc<Conn>,
         stop: watch::Receiver<bool>,
     ) {
@@ -373,7 +386,7 @@ impl Server {
             conn: Arc::clone(&conn),
         };
         let Some(tls) = &self.tls else {
-            return self.http(io, conn, stop).await;
+            return self.http(io, peer, conn, stop).await;
         };
         let deadline = conn.deadline(&self.limits).unwrap_or_else(Instant::now);
         let mut changed = stop.clone();
@@ -383,14 +396,19 @@ impl Server {
             _ = changed.wait_for(|s| *s) => return,
         };
         match handshake {
-            Ok(Ok(stream)) => self.http(stream, conn, stop).await,
+            Ok(Ok(stream)) => self.http(stream, peer, conn, stop).await,
             Ok(Err(e)) => tracing::debug!("TLS handshake: {e}"),
             Err(_) => tracing::debug!("TLS handshake timed out"),
         }
     }
 
-    async fn http<I>(self: Arc<Self>, io: I, conn: Arc<Conn>, mut stop: watch::Receiver<bool>)
-    where
+    async fn http<I>(
+        self: Arc<Self>,
+        io: I,
+        peer: IpAddr,
+        conn: Arc<Conn>,
+        mut stop: watch::Receiver<bool>,
+    ) where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let me = Arc::clone(&self);
@@ -405,7 +423,7 @@ impl Server {
             // counts as busy, so it can always be evicted for a new one (issue 33).
             async move {
                 let allowed = match &me.auth {
-                    Some(auth) => auth.allows(req.headers()).await,
+                    Some(auth) => auth.allows(req.headers(), peer).await,
                     None => true,
                 };
                 let answering = c.begin();
