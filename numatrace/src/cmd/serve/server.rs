@@ -127,12 +127,16 @@ impl Conn {
     }
 
     /// Its place in the eviction order (the earliest goes first), None while it is being
-    /// answered: an idle connection by when it went idle, one whose request is arriving or
-    /// having its password checked by when that request began — so a keep-alive scraper whose
-    /// request has just come in is not taken for the longest-waiting connection.
+    /// answered: a new connection by when it was accepted, an idle keep-alive by when it went
+    /// idle, and a keep-alive whose next request is arriving (or having its password checked)
+    /// by when that request began — so a scraper whose request has just come in on a
+    /// connection idle since its last scrape is not taken for the longest-waiting one.
     fn eviction_key(&self) -> Option<Instant> {
         match *self.phase.lock().unwrap() {
-            Phase::Waiting { started, since, .. } => Some(started.unwrap_or(since)),
+            Phase::Waiting {
+                since, first: true, ..
+            } => Some(since),
+            Phase::Waiting { since, started, .. } => Some(started.unwrap_or(since)),
             Phase::Busy { .. } => None,
         }
     }
