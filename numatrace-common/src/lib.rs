@@ -5,18 +5,18 @@
 //! never reused once released, so captures stay readable across versions.
 #![no_std]
 
-mod counters;
 mod events;
 mod maps;
 mod names;
 mod offsets;
+mod table;
 mod task;
 
-pub use counters::*;
 pub use events::*;
 pub use maps::*;
 pub use names::*;
 pub use offsets::*;
+pub use table::*;
 pub use task::*;
 
 #[cfg(feature = "user")]
@@ -73,8 +73,12 @@ mod tests {
 
     #[test]
     fn layouts_have_no_implicit_padding() {
-        // 4+4+16+4+4, skip_vma[8], then only u64 counters
-        assert_eq!(size_of::<TaskStats>(), 32 + 64 + 61 * 8 + 8);
+        // 4+4+16+4+4, skip_vma[8], then only u64s (bookkeeping, the kept counters, the cgroup
+        // id), then two u32 nodes.
+        assert_eq!(
+            size_of::<TaskStats>(),
+            32 + 64 + (TASK_STATS_U64S + 1) * 8 + 8
+        );
         assert_eq!(size_of::<TierConfig>(), 8 + 4 * 4 + 8 + 8 + 8 + 8);
         assert_eq!(size_of::<EventHeader>(), 24);
         assert_eq!(size_of::<SkipVmaEvent>(), 24 + 32);

@@ -144,10 +144,10 @@ fn on_task_numa_work_enter(kretprobe: bool) {
     unsafe { (*r).scan_requeue = 0 };
     if o.node_stamp != numatrace_common::FIELD_ABSENT && node_stamp > runtime && exit_stamp != 0 {
         if requeue {
-            add(unsafe { &raw mut (*t).scan_requeued }, 1);
+            crate::bump!(t, scan.requeued_calls, 1);
             unsafe { (*r).scan_requeue = 1 };
         } else {
-            add(unsafe { &raw mut (*t).scan_stamp_violations }, 1);
+            crate::bump!(t, scan.stamp_violations, 1);
         }
     }
     note_runtime(t);
@@ -182,21 +182,21 @@ fn on_task_numa_work_exit() {
     let task = current_task();
     let runtime = read_field::<u64>(task, o.sum_exec_runtime);
     let node_stamp = read_field::<u64>(task, o.node_stamp);
+    crate::bump!(t, scan.calls, 1);
+    crate::bump!(t, scan.time_ns, ns);
     unsafe {
-        add(&raw mut (*t).scan_calls, 1);
-        add(&raw mut (*t).scan_ns, ns);
-        if ns > (*t).scan_max_ns {
-            (*t).scan_max_ns = ns;
+        if ns > (*t).scan.max_ns {
+            (*t).scan.max_ns = ns;
         }
         if let Some(mm) = read_field::<u64>(task, o.mm)
             && let Some(seq) = read_field::<i32>(mm as *const u8, o.mm_numa_scan_seq)
         {
-            (*t).scan_seq = seq.max(0) as u64;
+            (*t).scan.scan_seq = seq.max(0) as u64;
         }
     }
     if let Some(rt) = runtime {
         let d_rt = rt.saturating_sub(start_runtime);
-        add(unsafe { &raw mut (*t).scan_runtime_ns }, d_rt);
+        crate::bump!(t, scan.runtime_in_scan_ns, d_rt);
         // A re-queued call continues the one before it: the share the cap bounds is measured
         // up to the start of that first call.
         unsafe {
@@ -217,22 +217,21 @@ fn on_task_numa_work_exit() {
                 (*r).scan_exit_passed = u64::from(rt > before_push);
             }
             let d_stamp = stamp.saturating_sub(start_stamp);
-            add(unsafe { &raw mut (*t).scan_node_stamp_ns }, d_stamp);
+            crate::bump!(t, scan.node_stamp_advance_ns, d_stamp);
             // Seed 003: when the call consumed runtime, node_stamp must move on by at least
             // 32x that runtime, so the task runs 32x longer before it scans again (within the
             // tick granularity of our reads, see CAP_TOLERANCE_NS).
             if d_rt > 0 {
-                add(unsafe { &raw mut (*t).scan_cap_calls }, 1);
+                crate::bump!(t, scan.cap_calls, 1);
                 let measured = d_rt.saturating_sub(numatrace_common::CAP_TOLERANCE_NS);
                 if d_stamp < measured.saturating_mul(32) {
-                    add(unsafe { &raw mut (*t).scan_cap_violations }, 1);
+                    crate::bump!(t, scan.cap_violations, 1);
                 }
             }
         }
     }
     note_runtime(t);
     touch_noting(t);
-    count(Counter::ScanCalls);
 }
 
 #[fentry(function = "task_numa_work")]
@@ -308,11 +307,8 @@ fn on_change_prot_numa_ret(t: *mut TaskStats, vma: u64, updated: u64) {
     if !is_self(tgid) {
         vma_add(tgid, vma as *const u8, updated);
     }
-    unsafe {
-        add(&raw mut (*t).pte_updates, updated);
-        add(&raw mut (*t).prot_numa_calls, 1);
-    }
-    count_n(Counter::PteUpdates, updated);
+    crate::bump!(t, scan.pte_updates, updated);
+    crate::bump!(t, scan.prot_numa_calls, 1);
 }
 
 #[fexit(function = "change_prot_numa")]
@@ -386,13 +382,12 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     };
     take_decision(t, pages, last_cpupid as u32, from);
     if tier.slow(from) {
-        unsafe { add(&raw mut (*t).slow_tier_faults, 1) };
-        count(Counter::SlowTierFaults);
+        crate::bump!(t, tiering.slow_tier_faults, 1);
         // A slow-tier page the fault meant to move to the faulting CPU's (top-tier) node and
         // could not: refused before the migration (6.12+ migrate_misplaced_folio_prepare: the
         // top node short of free pages wakes kswapd to demote) or failed in it.
         if flags & TNF_MIGRATE_FAIL != 0 {
-            unsafe { add(&raw mut (*t).promote_failed, 1) };
+            crate::bump!(t, tiering.promote_failed, 1);
         }
         if tier.reads_threshold() {
             // The node the kernel judged the fault by: the faulting CPU's when it decided
@@ -410,37 +405,28 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     // As the kernel counts pgpromote_success: the pages of a successful migration from a
     // node outside the top tier into it.
     if migrated && tier.promotes(src, mem_node.max(0) as u64) {
-        unsafe { add(&raw mut (*t).promoted_pages, pages) };
-        count_n(Counter::PromotedPages, pages);
+        crate::bump!(t, tiering.promoted_pages, pages);
     } else if migrated && src_unresolved && tier.may_promote_into(mem_node.max(0) as u64) {
         // Nothing lost silently: a possible promotion whose source could not be told.
         count_n(Counter::PromoteSourceUnknown, pages);
     }
-    unsafe {
-        add(&raw mut (*t).hint_faults, 1);
-        add(&raw mut (*t).hint_pages, pages);
-        if local {
-            add(&raw mut (*t).hint_faults_local, 1);
-        }
-        match pages {
-            1 => add(&raw mut (*t).hint_faults_4k, 1),
-            512 => add(&raw mut (*t).hint_faults_thp, 1),
-            _ => add(&raw mut (*t).hint_faults_large, 1),
-        }
-        if flags & TNF_MIGRATED != 0 {
-            add(&raw mut (*t).hint_migrated_pages, pages);
-            count_n(Counter::HintMigratedPages, pages);
-        }
-        if flags & TNF_MIGRATE_FAIL != 0 {
-            add(&raw mut (*t).hint_migrate_failed, 1);
-        }
+    crate::bump!(t, hint_faults.faults, 1);
+    crate::bump!(t, hint_faults.pages, pages);
+    if local {
+        crate::bump!(t, hint_faults.local, 1);
+    }
+    match pages {
+        1 => crate::bump!(t, hint_faults.faults_4k, 1),
+        512 => crate::bump!(t, hint_faults.faults_thp, 1),
+        _ => crate::bump!(t, hint_faults.faults_large, 1),
+    }
+    if flags & TNF_MIGRATED != 0 {
+        crate::bump!(t, hint_faults.migrated_pages, pages);
+    }
+    if flags & TNF_MIGRATE_FAIL != 0 {
+        crate::bump!(t, hint_faults.migrate_failed, 1);
     }
     touch_noting(t);
-    count(Counter::HintFaults);
-    count_n(Counter::HintPages, pages);
-    if local {
-        count(Counter::HintFaultsLocal);
-    }
     if is_self(current().tgid) {
         return;
     }
@@ -518,12 +504,10 @@ fn on_numa_page(huge: bool) {
     let Some((t, _)) = followed_current() else {
         return;
     };
-    unsafe {
-        if huge {
-            add(&raw mut (*t).huge_pmd_numa_entries, 1);
-        } else {
-            add(&raw mut (*t).numa_page_entries, 1);
-        }
+    if huge {
+        crate::bump!(t, hint_faults.huge_pmd_numa_entries, 1);
+    } else {
+        crate::bump!(t, hint_faults.numa_page_entries, 1);
     }
 }
 
@@ -673,28 +657,17 @@ fn on_migrate_exit(ret: i64) {
         }
         core::mem::replace(&mut (*r).cow_shared, 0) != 0
     };
-    count(Counter::MigrateAttempts);
-    if ok {
-        count(Counter::MigrateSucceeded);
-    }
     if ok && cow_shared {
-        count(Counter::CowSharedMigrations);
+        crate::bump!(t, hint_faults.cow_shared_migrated, 1);
     }
-    {
-        unsafe {
-            if ok && cow_shared {
-                add(&raw mut (*t).cow_shared_migrations, 1);
-            }
-            add(&raw mut (*t).migrate_attempts, 1);
-            add(&raw mut (*t).migrate_ns, ns);
-            if ok {
-                add(&raw mut (*t).migrate_succeeded, 1);
-            } else {
-                add(&raw mut (*t).migrate_not_migrated, 1);
-            }
-        }
-        touch(t);
+    crate::bump!(t, migrations.attempts, 1);
+    crate::bump!(t, migrations.latency_ns_total, ns);
+    if ok {
+        crate::bump!(t, migrations.succeeded, 1);
+    } else {
+        crate::bump!(t, migrations.not_migrated, 1);
     }
+    touch(t);
 }
 
 // One fentry/fexit pair per signature (the verifier refuses a read past the last argument,
@@ -763,8 +736,7 @@ fn on_migrate_prepare_exit(ret: i32) {
         return;
     }
     if let Some((t, _)) = followed_current() {
-        unsafe { add(&raw mut (*t).migrate_refused, 1) };
-        count(Counter::MigrateRefused);
+        crate::bump!(t, migrations.refused, 1);
         touch(t);
     }
 }
@@ -802,14 +774,9 @@ fn on_migration_wait_exit() {
     }
     let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ts);
     send_span(EventKind::Stall, start_ts, ns, 0, 0);
-    count(Counter::MigrationWaits);
-    {
-        unsafe {
-            add(&raw mut (*t).migration_waits, 1);
-            add(&raw mut (*t).migration_wait_ns, ns);
-        }
-        touch(t);
-    }
+    crate::bump!(t, migrations.stalls, 1);
+    crate::bump!(t, migrations.stall_ns, ns);
+    touch(t);
 }
 
 #[fentry(function = "migration_entry_wait")]
@@ -871,11 +838,10 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
         region_fault(addr);
     }
     if let Some((true, large)) = cow_shared(page as *const u8, vma_or_vmf as *const u8) {
-        add(unsafe { &raw mut (*t).cow_shared_faults }, 1);
+        crate::bump!(t, hint_faults.cow_shared, 1);
         if large {
-            add(unsafe { &raw mut (*t).cow_shared_faults_large }, 1);
+            crate::bump!(t, hint_faults.cow_shared_large, 1);
         }
-        count(Counter::CowSharedFaults);
         unsafe { (*inflight_of(t)).cow_shared = 1 };
     }
 }

@@ -8,10 +8,10 @@ use aya_ebpf::{
     maps::PerCpuArray,
     programs::PerfEventContext,
 };
-use numatrace_common::{Counter, ScanRanges};
+use numatrace_common::ScanRanges;
 
 use crate::tasks::{
-    TASK_OFFSETS, add, count, current, current_task, read_field, task_entry, touch_noting, wanted,
+    TASK_OFFSETS, current, current_task, read_field, task_entry, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -48,9 +48,8 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
     let Some(t) = task_entry(cur.pid, cur.tgid, true) else {
         return 0;
     };
-    add(unsafe { &raw mut (*t).samples }, 1);
+    crate::bump!(t, scan.samples, 1);
     touch_noting(t);
-    count(Counter::Samples);
     // A sample in user mode has no kernel stack to walk (task_numa_work runs in the kernel).
     let regs = ctx
         .as_ptr()
@@ -78,8 +77,7 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
         }
         let ip = unsafe { (*buf)[i] };
         if within(ip, &r.task_numa_work) || within(ip, &r.change_prot_numa) {
-            add(unsafe { &raw mut (*t).scan_samples }, 1);
-            count(Counter::ScanSamples);
+            crate::bump!(t, scan.scan_samples, 1);
             break;
         }
     }

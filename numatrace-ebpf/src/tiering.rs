@@ -30,7 +30,7 @@ use numatrace_common::{
 
 use crate::{
     args::{kprobe_args, tracing_arg},
-    tasks::{add, count_n, followed_current, inflight_of, read_field},
+    tasks::{count_n, followed_current, inflight_of, read_field},
 };
 
 /// Written by userspace whenever the tiering mode or the memory tiers change.
@@ -201,15 +201,12 @@ pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32, from: u64) {
     } else {
         None
     };
-    let (field, counter) = if d & PROMOTE_YES != 0 {
+    if d & PROMOTE_YES != 0 {
         if exchanged {
-            (unsafe { &raw mut (*t).promote_hot }, Counter::PromoteHot)
+            crate::bump!(t, tiering.promote_hot, pages);
         } else {
             // pgdat_free_space_enough let it through without its latency being taken.
-            (
-                unsafe { &raw mut (*t).promote_free_room },
-                Counter::PromoteFreeRoom,
-            )
+            crate::bump!(t, tiering.promote_free_room, pages);
         }
     } else if !exchanged {
         // Refused before anything was judged (a node without memory).
@@ -217,30 +214,17 @@ pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32, from: u64) {
     } else if let (Some(ms), true) = (latency, d & PROMOTE_THRESHOLD_KNOWN != 0) {
         if u64::from(ms) < d >> 32 {
             // Under the threshold: a candidate the rate limit refused.
-            (
-                unsafe { &raw mut (*t).promote_rate_limited },
-                Counter::PromoteRateLimited,
-            )
+            crate::bump!(t, tiering.promote_rate_limited, pages);
         } else {
-            (
-                unsafe { &raw mut (*t).promote_not_hot },
-                Counter::PromoteNotHot,
-            )
+            crate::bump!(t, tiering.promote_not_hot, pages);
         }
     } else {
         count_n(Counter::PromoteUnjudged, 1);
         return;
-    };
-    add(field, pages);
-    count_n(counter, pages);
+    }
     if let Some(ms) = latency {
-        let ms = u64::from(ms);
-        unsafe {
-            add(&raw mut (*t).hint_latency_faults, 1);
-            add(&raw mut (*t).hint_latency_ms, ms);
-        }
-        count_n(Counter::HintLatencyFaults, 1);
-        count_n(Counter::HintLatencyMs, ms);
+        crate::bump!(t, tiering.hint_latency_faults, 1);
+        crate::bump!(t, tiering.hint_latency_ms_total, u64::from(ms));
     }
 }
 

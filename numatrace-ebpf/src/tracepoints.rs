@@ -92,7 +92,7 @@ pub fn tp_sched_move_numa(ctx: TracePointContext) -> u32 {
     }
     count(Counter::SeenMove);
     if let Some(t) = task_entry(pid, tgid, pid == current().pid) {
-        add(unsafe { &raw mut (*t).numa_moves }, 1);
+        crate::bump!(t, placement.moves, 1);
         touch(t);
     }
     if emit(EMIT_PLACEMENT) {
@@ -154,11 +154,11 @@ pub fn tp_sched_swap_numa(ctx: TracePointContext) -> u32 {
     count(Counter::SeenSwap);
     let cur = current().pid;
     if src && let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == cur) {
-        add(unsafe { &raw mut (*t).numa_swaps_out }, 1);
+        crate::bump!(t, placement.swaps_out, 1);
         touch(t);
     }
     if dst && let Some(t) = task_entry(p.dst_pid, p.dst_tgid, p.dst_pid == cur) {
-        add(unsafe { &raw mut (*t).numa_swaps_in }, 1);
+        crate::bump!(t, placement.swaps_in, 1);
         touch(t);
     }
     placement_event(&ctx, EventKind::NumaSwap, &o, &p);
@@ -174,9 +174,9 @@ pub fn tp_sched_stick_numa(ctx: TracePointContext) -> u32 {
     }
     count(Counter::SeenStick);
     if let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == current().pid) {
-        add(unsafe { &raw mut (*t).numa_sticks }, 1);
+        crate::bump!(t, placement.sticks, 1);
         if p.dst_cpu < 0 {
-            add(unsafe { &raw mut (*t).numa_stick_no_target }, 1);
+            crate::bump!(t, placement.stick_no_target, 1);
         }
         touch(t);
     }
@@ -211,13 +211,11 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
         reason: reason as u32,
     };
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
-        unsafe {
-            add(&raw mut (*t).migrate_calls, 1);
-            add(&raw mut (*t).migrate_ok, ev.succeeded);
-            add(&raw mut (*t).migrate_failed, ev.failed);
-            add(&raw mut (*t).migrate_thp_ok, ev.thp_succeeded);
-            add(&raw mut (*t).migrate_thp_failed, ev.thp_failed);
-        }
+        crate::bump!(t, migrations.calls, 1);
+        crate::bump!(t, migrations.pages_ok, ev.succeeded);
+        crate::bump!(t, migrations.pages_failed, ev.failed);
+        crate::bump!(t, migrations.thp_ok, ev.thp_succeeded);
+        crate::bump!(t, migrations.thp_failed, ev.thp_failed);
         touch_noting(t);
     }
     if emit(EMIT_MIGRATE_PAGES) {
@@ -259,7 +257,7 @@ pub fn tp_sched_skip_cpuset_numa(_ctx: TracePointContext) -> u32 {
     }
     count(Counter::SeenSkipCpuset);
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
-        add(unsafe { &raw mut (*t).skip_cpuset }, 1);
+        crate::bump!(t, scan.cpuset_skips, 1);
         touch_noting(t);
     }
     0

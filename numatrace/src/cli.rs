@@ -108,7 +108,7 @@ pub enum Command {
     /// Read a capture offline: the stat summary, verdicts, findings; compare two; export a trace.
     ///
     /// Needs no root and no BPF: a capture from another machine reads the same. The summary is
-    /// `stat`'s (same text; `--format json` embeds the same numatrace.stat/1 object), followed by the
+    /// `stat`'s (same text; `--format json` embeds the same numatrace.stat/2 object), followed by the
     /// verdicts of the seed patches that one window's evidence can judge (002, 003) and findings:
     /// plain sentences with their numbers about what deserves attention. A truncated,
     /// corrupted, newer or foreign file gives one line naming the file and the problem.
@@ -266,7 +266,7 @@ pub enum ReportFormat {
     /// The stat summary, verdicts and findings as text.
     #[default]
     Text,
-    /// One JSON object (schema numatrace.report/1; `stat` holds numatrace.stat/1).
+    /// One JSON object (schema numatrace.report/1; `stat` holds numatrace.stat/2).
     Json,
     /// Chrome trace-event JSON for Perfetto / chrome://tracing.
     ChromeTrace,
@@ -473,7 +473,7 @@ pub struct StatArgs {
     #[arg(long, short = 'd', value_parser = parse_duration, conflicts_with = "command")]
     pub duration: Option<Duration>,
 
-    /// Print JSON (schema numatrace.stat/1, see docs/json-schema.md) instead of a table.
+    /// Print JSON (schema numatrace.stat/2, see docs/json-schema.md) instead of a table.
     #[arg(long)]
     pub json: bool,
 

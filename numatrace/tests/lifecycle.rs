@@ -114,7 +114,7 @@ fn sigint_prints_the_summary_and_detaches() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema"], "numatrace.stat/1");
+    assert_eq!(v["schema"], "numatrace.stat/2");
     assert_eq!(v["window"]["scope"], "system");
     assert_all_released();
 }

@@ -275,7 +275,7 @@ fn a_capture_read_as_nobody_equals_stat_of_the_same_run() {
     let stat: serde_json::Value = serde_json::from_slice(&fs::read(&stat_out).unwrap()).unwrap();
     let rep = json(&report(&[cap.to_str().unwrap(), "--format", "json"], true));
     assert_eq!(rep["schema"], "numatrace.report/1");
-    assert_eq!(rep["stat"]["schema"], "numatrace.stat/1");
+    assert_eq!(rep["stat"]["schema"], "numatrace.stat/2");
     assert_eq!(rep["capture"]["complete"], true);
     assert!(
         rep["capture"]["samples"].as_u64().unwrap() >= 2,

@@ -400,7 +400,7 @@ fn one_refused_hook_leaves_the_rest_working() {
     assert!(mv["reasons"].to_string().contains("lacks field"), "{mv}");
     assert!(tracepoints_attached(&p) >= 4, "{p}");
     let v = probes_json(&out, "stat with one hook refused");
-    assert_eq!(v["schema"], "numatrace.stat/1");
+    assert_eq!(v["schema"], "numatrace.stat/2");
 }
 
 /// debugfs locked (an empty read-only filesystem over it) and cgroupfs read-only: stat counts
@@ -415,7 +415,7 @@ fn locked_debugfs_and_read_only_cgroupfs_are_tolerated() {
          mount -o remount,bind,ro /sys/fs/cgroup && exec \"$NT\" stat -d 1s --json",
     );
     let v = probes_json(&out, "stat with debugfs locked and cgroupfs read-only");
-    assert_eq!(v["schema"], "numatrace.stat/1");
+    assert_eq!(v["schema"], "numatrace.stat/2");
     assert!(
         String::from_utf8_lossy(&out.stderr).lines().count() <= 3,
         "more than a few lines of complaint: {}",
@@ -443,7 +443,7 @@ fn two_instances_at_once() {
     for c in [a, b] {
         let out = c.wait_with_output().unwrap();
         let v = probes_json(&out, "one of two stats");
-        assert_eq!(v["schema"], "numatrace.stat/1");
+        assert_eq!(v["schema"], "numatrace.stat/2");
     }
     assert_nothing_left(&before, "two stats");
 }

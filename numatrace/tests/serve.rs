@@ -391,7 +391,25 @@ fn kernel_has(metric: &str) -> bool {
 }
 
 /// The hooks a family's counts need (all of them): without one, the family is not exported.
-fn hooks_of(metric: &str) -> &'static [&'static str] {
+/// A counter's family of its own takes them from the counter table (its feed's hooks; every such
+/// feed has one hook per group); the others by name.
+fn hooks_of(metric: &str) -> Vec<&'static str> {
+    if let Some(a) = numatrace::report::metrics::auto_families()
+        .into_iter()
+        .find(|a| a.name == metric)
+    {
+        return a
+            .counter
+            .feed
+            .hooks()
+            .iter()
+            .filter_map(|g| g.first().copied())
+            .collect();
+    }
+    hooks_by_name(metric).to_vec()
+}
+
+fn hooks_by_name(metric: &str) -> &'static [&'static str] {
     const MISPLACED: &str = "migrate_misplaced_folio|_page";
     let has = |p: &str| metric.contains(p);
     if !metric.starts_with("numatrace_") || has("vmstat_") || has("numatrace_bpf_") {
@@ -444,7 +462,7 @@ fn exported_names(s: &Scrape) -> std::collections::BTreeSet<String> {
     out
 }
 
-/// The bound docs/serve.md documents: 16·(N + C + 4) + 7n + 3n² + 2P + H + V + 85.
+/// The bound docs/serve.md documents: 16·(N + C + 4) + 7n + 3n² + 2P + H + V + A + 86.
 fn documented_bound(s: &Scrape, top: usize, cgroups: usize) -> usize {
     let n = common::numa_nodes();
     let p = s.count_of("numatrace_bpf_runs_total");
@@ -454,7 +472,8 @@ fn documented_bound(s: &Scrape, top: usize, cgroups: usize) -> usize {
         .keys()
         .filter(|k| k.starts_with("numatrace_vmstat_"))
         .count();
-    16 * (top + cgroups + 4) + 7 * n + 3 * n * n + 2 * p + h + v + 86
+    let a = numatrace::report::metrics::auto_families().len();
+    16 * (top + cgroups + 4) + 7 * n + 3 * n * n + 2 * p + h + v + a + 86
 }
 
 #[test]

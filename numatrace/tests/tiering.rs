@@ -212,7 +212,7 @@ fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
             );
             println!("mode {mode}: {refused} migrations refused before they started");
         }
-        assert_eq!(n(&v["kernel_seen"]["promoted_pages"]), ours);
+        assert_eq!(n(&v["kernel_seen"]["tiering"]["promoted_pages"]), ours);
         assert_eq!(t["mode_end"], mode.parse::<u64>().unwrap());
         if slow {
             assert!(
@@ -476,7 +476,7 @@ fn decisions_equal_the_kernels_candidates(v: &serde_json::Value, mode: &str) {
         kernel,
         "mode {mode}: pages numatrace found hot against pgpromote_candidate: {t}"
     );
-    let seen = &v["kernel_seen"];
+    let seen = &v["kernel_seen"]["tiering"];
     assert_eq!(
         n(&seen["promote_hot"]) + n(&seen["promote_rate_limited"]),
         n(&t["promote_candidates"])

@@ -340,7 +340,7 @@ fn json_frames_show_migrations_in_a_two_node_guest() {
     assert_eq!(frames.len(), 10);
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(f["frame"], i as u64 + 1);
-        assert_eq!(f["schema"], "numatrace.stat/1");
+        assert_eq!(f["schema"], "numatrace.stat/2");
         // The first frame half a second after attach, the others every --delay (2 s).
         let least = if i == 0 { 0.5 } else { 1.0 };
         assert!(

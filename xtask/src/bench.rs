@@ -11,31 +11,71 @@ use std::{
 };
 
 use anyhow::{Result, bail};
-use serde_json::Value;
 
+// The records numatrace-bench writes, the same file both sides compile (it needs serde alone).
+#[path = "../../numatrace/src/bin/numatrace-bench/record.rs"]
+mod record;
+
+use self::record::{
+    DaemonCost, HookPeer, Overhead, PeerCost, ProgramCost, Record, RingLoad, SnapshotCost,
+};
 use crate::{
     process::output,
     setup::{Tools, workspace_root},
     vm,
 };
 
+/// `cargo xtask bench`'s options.
+#[derive(clap::Args)]
 pub struct Opts {
+    /// Kernel line of the guest.
+    #[arg(long, default_value = "6.12")]
     pub kernel: String,
+    /// Rounds of the overhead comparison (configurations in rotating order).
+    #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Each workload run of the overhead comparison.
+    #[arg(long, default_value = "4s")]
     pub duration: String,
+    /// Live task counts for the daemon cost.
+    #[arg(long, default_value = "100,1000,10000")]
     pub tasks: String,
+    /// Measuring window of each daemon-cost run.
+    #[arg(long, default_value = "10s")]
     pub window: String,
-    /// Phases to run (programs, overhead, daemon); empty: all.
+    /// Only these phases (programs, overhead, daemon).
+    #[arg(long, value_delimiter = ',')]
     pub phases: Vec<String>,
+    /// Skip the host's per-program and daemon costs.
+    #[arg(long)]
     pub no_host: bool,
+    /// Skip the guest (host measurements only).
+    #[arg(long, conflicts_with = "no_host")]
     pub no_guest: bool,
-    /// Print the tables of an earlier run's results.jsonl instead of running.
+    /// Only print the tables of an earlier run (its target/bench/results.jsonl).
+    #[arg(long, value_name = "RESULTS_JSONL")]
     pub render: Option<PathBuf>,
-    /// `-icount shift` of the guest; `None`: real-time multi-threaded TCG.
-    pub icount: Option<u8>,
+    /// Guest time in executed instructions, 2^SHIFT ns each (QEMU `-icount`, one host
+    /// thread for both vCPUs): a guest nanosecond is then a count of instructions, so
+    /// per-program costs and throughput ratios repeat from run to run.
+    #[arg(
+        long = "icount",
+        value_name = "SHIFT",
+        default_value_t = 2,
+        conflicts_with = "no_icount"
+    )]
+    pub icount_shift: u8,
+    /// Real-time guest (multi-threaded TCG) instead: faster, and as noisy as the host.
+    #[arg(long)]
+    pub no_icount: bool,
 }
 
 impl Opts {
+    /// `-icount shift` of the guest; `None`: real-time multi-threaded TCG.
+    pub fn icount(&self) -> Option<u8> {
+        (!self.no_icount).then_some(self.icount_shift)
+    }
+
     /// Phase `p` is to run (no `--phases`: all).
     fn wants(&self, p: &str) -> bool {
         self.phases.is_empty() || self.phases.iter().any(|x| x == p)
@@ -96,13 +136,8 @@ fn phase_lines(o: &Opts, bpftrace: bool) -> String {
 }
 
 /// The `NUMATRACE-BENCH {json}` records in a log.
-fn records(log: &str) -> Vec<Value> {
-    log.lines()
-        .filter_map(|l| {
-            let i = l.find("NUMATRACE-BENCH ")?;
-            serde_json::from_str(l[i + "NUMATRACE-BENCH ".len()..].trim_end_matches('\r')).ok()
-        })
-        .collect()
+fn records(log: &str) -> Vec<Record> {
+    record::read(log)
 }
 
 fn host_machine() -> String {
@@ -138,7 +173,7 @@ fn render_file(path: &Path, o: &Opts) -> Result<()> {
         let Some((place, json)) = line.split_once(' ') else {
             continue;
         };
-        let Ok(v) = serde_json::from_str::<Value>(json) else {
+        let Ok(v) = serde_json::from_str::<Record>(json) else {
             continue;
         };
         match place {
@@ -158,7 +193,7 @@ fn run_guest(
     k: &vm::GuestKernel,
     bins: &Path,
     out: &Path,
-) -> Result<(String, Vec<Value>)> {
+) -> Result<(String, Vec<Record>)> {
     let mut files: Vec<(PathBuf, PathBuf)> = ["numatrace", "numatrace-workload", "numatrace-bench"]
         .iter()
         .map(|b| (bins.join(b), Path::new("numatrace/bin").join(b)))
@@ -194,7 +229,7 @@ fn run_guest(
             &initrd,
             &[],
             &log_path,
-            o.icount.map_or(vm::Tcg::Multi, vm::Tcg::Icount),
+            o.icount().map_or(vm::Tcg::Multi, vm::Tcg::Icount),
             Duration::from_secs(120 * 60),
             vm::Line::default(),
         )
@@ -247,7 +282,7 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
     };
     let mut host = Vec::new();
     if !o.no_host {
-        let bench = |args: &[&str]| -> Vec<Value> {
+        let bench = |args: &[&str]| -> Vec<Record> {
             let text = output(
                 Command::new(bins.join("numatrace-bench"))
                     .arg("--numatrace")
@@ -260,7 +295,9 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
             );
             match text {
                 Ok(t) => records(&t),
-                Err(e) => vec![serde_json::json!({"kind": "note", "text": format!("host: {e:#}")})],
+                Err(e) => vec![Record::Note {
+                    text: format!("host: {e:#}"),
+                }],
             }
         };
         if o.wants("programs") {
@@ -277,7 +314,7 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
     let mut raw = String::new();
     for (place, rs) in [("guest", &guest), ("host", &host)] {
         for r in rs.iter() {
-            let _ = writeln!(raw, "{place} {r}");
+            let _ = writeln!(raw, "{place} {}", serde_json::to_string(r)?);
         }
     }
     fs::write(out.join("results.jsonl"), &raw)?;
@@ -290,10 +327,6 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
         out.join("results.jsonl").display()
     );
     Ok(())
-}
-
-fn f(v: &Value) -> Option<f64> {
-    v.as_f64()
 }
 
 fn fmt_opt(v: Option<f64>, digits: usize) -> String {
@@ -316,18 +349,59 @@ fn on_fault_or_migration_path(hook: &str) -> bool {
     .any(|h| hook.starts_with(h))
 }
 
-fn kind<'a>(rs: &'a [Value], k: &'a str) -> impl Iterator<Item = &'a Value> {
-    rs.iter().filter(move |r| r["kind"] == k)
+/// The records of one kind.
+macro_rules! of_kind {
+    ($rs:expr, $variant:ident) => {
+        $rs.iter().filter_map(|r| match r {
+            Record::$variant(x) => Some(x),
+            _ => None,
+        })
+    };
 }
 
-fn program_table(s: &mut String, rs: &[Value]) {
+fn programs(rs: &[Record]) -> impl Iterator<Item = &ProgramCost> {
+    of_kind!(rs, Program)
+}
+
+fn rings(rs: &[Record]) -> impl Iterator<Item = &RingLoad> {
+    of_kind!(rs, Ring)
+}
+
+fn peers(rs: &[Record]) -> impl Iterator<Item = &PeerCost> {
+    of_kind!(rs, Peer)
+}
+
+fn hook_peers(rs: &[Record]) -> impl Iterator<Item = &HookPeer> {
+    of_kind!(rs, HookPeer)
+}
+
+fn overheads(rs: &[Record]) -> impl Iterator<Item = &Overhead> {
+    of_kind!(rs, Overhead)
+}
+
+fn daemons(rs: &[Record]) -> impl Iterator<Item = &DaemonCost> {
+    of_kind!(rs, Daemon)
+}
+
+fn snapshots(rs: &[Record]) -> impl Iterator<Item = &SnapshotCost> {
+    of_kind!(rs, Snapshot)
+}
+
+fn notes(rs: &[Record]) -> impl Iterator<Item = &str> {
+    rs.iter().filter_map(|r| match r {
+        Record::Note { text } => Some(text.as_str()),
+        _ => None,
+    })
+}
+
+fn program_table(s: &mut String, rs: &[Record]) {
     let _ = writeln!(
         s,
         "| hook | mechanism | program | events | ns/event | empty program ns/event | ratio | target |\n|---|---|---|---:|---:|---:|---:|---|"
     );
-    for r in kind(rs, "program") {
-        let hook = r["hook"].as_str().unwrap_or_default();
-        let (ns, floor) = (f(&r["ns_per_run"]), f(&r["floor_ns_per_run"]));
+    for r in programs(rs) {
+        let hook = r.hook.as_str();
+        let (ns, floor) = (r.ns_per_run, r.floor_ns_per_run);
         let ratio = ns.zip(floor).map(|(a, b)| a / b);
         let target = if !on_fault_or_migration_path(hook) {
             "–".to_owned()
@@ -341,23 +415,22 @@ fn program_table(s: &mut String, rs: &[Value]) {
         let _ = writeln!(
             s,
             "| {hook} | {} | {} | {} | {} | {} | {} | {target} |",
-            r["mechanism"].as_str().unwrap_or_default(),
-            r["program"].as_str().unwrap_or_default(),
-            r["runs"],
+            r.mechanism,
+            r.program,
+            r.runs,
             fmt_opt(ns, 0),
             fmt_opt(floor, 0),
             fmt_opt(ratio, 2),
         );
     }
-    for r in kind(rs, "ring") {
-        let secs = f(&r["seconds"]).unwrap_or(f64::NAN);
-        let n = f(&r["records"]).unwrap_or(0.0);
+    for r in rings(rs) {
         let _ = writeln!(
             s,
-            "\nRing buffer (record's event kinds on): {} records in {secs:.1} s ({:.0}/s), {} dropped.",
-            r["records"],
-            n / secs,
-            r["dropped"]
+            "\nRing buffer (record's event kinds on): {} records in {:.1} s ({:.0}/s), {} dropped.",
+            r.records,
+            r.seconds,
+            r.records as f64 / r.seconds,
+            r.dropped
         );
     }
 }
@@ -368,43 +441,38 @@ const JUDGEABLE_NOISE: f64 = 0.01;
 
 /// Per workload, the largest |ratio − 1| of the empty programs' rounds: they count nothing, so
 /// their spread is the noise of the machine, below which no overhead can be judged.
-fn noise(rs: &[Value]) -> BTreeMap<String, f64> {
+fn noise(rs: &[Record]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for r in kind(rs, "overhead").filter(|r| r["config"] == "empty programs") {
-        let n = r["ratios"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_f64)
-                    .map(|x| (x - 1.0).abs())
-                    .fold(0.0, f64::max)
-            })
-            .unwrap_or(f64::INFINITY);
-        out.insert(r["workload"].as_str().unwrap_or_default().to_owned(), n);
+    for r in overheads(rs).filter(|r| r.config == "empty programs") {
+        let n = if r.ratios.is_empty() {
+            f64::INFINITY
+        } else {
+            r.ratios.iter().map(|x| (x - 1.0).abs()).fold(0.0, f64::max)
+        };
+        out.insert(r.workload.clone(), n);
     }
     out
 }
 
-fn overhead_table(s: &mut String, rs: &[Value]) {
+/// A round's ratios as the tables print them.
+fn rounds(r: &Overhead) -> Vec<String> {
+    r.ratios.iter().map(|x| fmt_opt(Some(*x), 3)).collect()
+}
+
+fn overhead_table(s: &mut String, rs: &[Record]) {
     let noise = noise(rs);
     let _ = writeln!(
         s,
         "| workload | tracer | throughput ratio (median) | per round | target |\n|---|---|---:|---|---|"
     );
     let mut by_workload: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for r in kind(rs, "overhead") {
-        let (w, c) = (
-            r["workload"].as_str().unwrap_or_default(),
-            r["config"].as_str().unwrap_or_default(),
-        );
-        let m = f(&r["median"]);
+    for r in overheads(rs) {
+        let (w, c) = (r.workload.as_str(), r.config.as_str());
+        let m = r.median;
         if let Some(m) = m {
             by_workload.entry(w.into()).or_default().insert(c.into(), m);
         }
-        let rounds: Vec<String> = r["ratios"]
-            .as_array()
-            .map(|a| a.iter().map(|x| fmt_opt(x.as_f64(), 3)).collect())
-            .unwrap_or_default();
+        let rounds = rounds(r);
         let n = noise.get(w).copied().unwrap_or(f64::INFINITY);
         let target = match (c, m) {
             ("bpftrace" | "empty programs", _) => "–".to_owned(),
@@ -459,20 +527,17 @@ struct PeerVerdicts {
 }
 
 /// numatrace's programs beside bpftrace one-liners on the same tracepoints, same run.
-fn peer_verdicts(rs: &[Value]) -> PeerVerdicts {
+fn peer_verdicts(rs: &[Record]) -> PeerVerdicts {
     let mut v = PeerVerdicts {
         rows: Vec::new(),
         gaps: Vec::new(),
     };
-    let untracked_exit = kind(rs, "peer")
-        .find(|r| r["pass"] == "untracked" && r["program"] == "tp_sched_process_exit")
-        .and_then(|r| f(&r["ns_per_run"]));
-    for r in kind(rs, "peer") {
-        let (pass, prog) = (
-            r["pass"].as_str().unwrap_or_default(),
-            r["program"].as_str().unwrap_or_default(),
-        );
-        let (ns, peer) = (f(&r["ns_per_run"]), f(&r["peer_ns_per_run"]));
+    let untracked_exit = peers(rs)
+        .find(|r| r.pass == "untracked" && r.program == "tp_sched_process_exit")
+        .and_then(|r| r.ns_per_run);
+    for r in peers(rs) {
+        let (pass, prog) = (r.pass.as_str(), r.program.as_str());
+        let (ns, peer) = (r.ns_per_run, r.peer_ns_per_run);
         let ratio = ns.zip(peer).map(|(a, b)| a / b);
         let bound = match (pass, prog) {
             ("untracked", "tp_sched_process_exit") => Some(3.0),
@@ -485,7 +550,7 @@ fn peer_verdicts(rs: &[Value]) -> PeerVerdicts {
             (Some(b), Some(x)) => {
                 v.gaps.push(format!(
                     "{prog} ({pass}): {x:.1}× bpftrace's `{}` (target ≤ {b}×)",
-                    r["peer"].as_str().unwrap_or_default()
+                    r.peer
                 ));
                 format!("≤ {b}× bpftrace: GAP")
             }
@@ -493,13 +558,8 @@ fn peer_verdicts(rs: &[Value]) -> PeerVerdicts {
         };
         v.rows.push([
             format!("{prog} ({pass})"),
-            format!("{} × {}", r["runs"], fmt_opt(ns, 0)),
-            format!(
-                "{} × {} ({})",
-                r["peer_runs"],
-                fmt_opt(peer, 0),
-                r["peer"].as_str().unwrap_or_default()
-            ),
+            format!("{} × {}", r.runs, fmt_opt(ns, 0)),
+            format!("{} × {} ({})", r.peer_runs, fmt_opt(peer, 0), r.peer),
             fmt_opt(ratio, 2),
             target,
         ]);
@@ -507,12 +567,7 @@ fn peer_verdicts(rs: &[Value]) -> PeerVerdicts {
         // untracked pass's cost, over the runs that handed an entry over.
         if pass == "system-wide"
             && prog == "tp_sched_process_exit"
-            && let (Some(ns), Some(cu), Some(k), Some(n)) = (
-                ns,
-                untracked_exit,
-                r["tracked"].as_u64(),
-                r["runs"].as_u64(),
-            )
+            && let (Some(ns), Some(cu), Some(k), n) = (ns, untracked_exit, r.tracked, r.runs)
             && k > 0
         {
             let ct = (ns * n as f64 - (n - k.min(n)) as f64 * cu) / k as f64;
@@ -530,20 +585,15 @@ fn peer_verdicts(rs: &[Value]) -> PeerVerdicts {
             ));
         }
     }
-    for r in kind(rs, "program").filter(|r| r["program"] == "perf_sample_scan") {
-        if let Some(ns) = f(&r["ns_per_run"]) {
+    for r in programs(rs).filter(|r| r.program == "perf_sample_scan") {
+        if let Some(ns) = r.ns_per_run {
             let met = ns <= 1000.0;
             if !met {
                 v.gaps.push(format!(
                     "perf_sample_scan: {ns:.0} ns per sample (target ≤ 1 µs)"
                 ));
             }
-            v.rows.push(bound_row(
-                "perf_sample_scan",
-                r["runs"].as_u64().unwrap_or(0),
-                ns,
-                met,
-            ));
+            v.rows.push(bound_row("perf_sample_scan", r.runs, ns, met));
         }
     }
     v
@@ -551,9 +601,9 @@ fn peer_verdicts(rs: &[Value]) -> PeerVerdicts {
 
 /// Per hook, numatrace's programs against bpftrace's script on the same hooks (guest): the
 /// ≤ ½ target on the hint-fault and migration paths. Returns the missed ones.
-fn hook_peer_table(s: &mut String, rs: &[Value]) -> Vec<String> {
+fn hook_peer_table(s: &mut String, rs: &[Record]) -> Vec<String> {
     let mut gaps = Vec::new();
-    if kind(rs, "hook_peer").next().is_none() {
+    if hook_peers(rs).next().is_none() {
         return gaps;
     }
     let _ = writeln!(
@@ -561,9 +611,9 @@ fn hook_peer_table(s: &mut String, rs: &[Value]) -> Vec<String> {
         "\nPer hook, numatrace's programs against bpftrace's (the overhead script: the same \
          per-task aggregation on the same hooks), same run, Σ run time / events:\n\n| hook | events | numatrace ns/event | bpftrace ns/event | ratio | target |\n|---|---:|---:|---:|---:|---|"
     );
-    for r in kind(rs, "hook_peer") {
-        let hook = r["hook"].as_str().unwrap_or_default();
-        let (ns, bt) = (f(&r["ns_per_event"]), f(&r["bpftrace_ns_per_event"]));
+    for r in hook_peers(rs) {
+        let hook = r.hook.as_str();
+        let (ns, bt) = (r.ns_per_event, r.bpftrace_ns_per_event);
         let ratio = ns.zip(bt).map(|(a, b)| a / b);
         let target = if !on_fault_or_migration_path(hook) {
             "–".to_owned()
@@ -582,7 +632,7 @@ fn hook_peer_table(s: &mut String, rs: &[Value]) -> Vec<String> {
         let _ = writeln!(
             s,
             "| {hook} | {} | {} | {} | {} | {target} |",
-            r["events"],
+            r.events,
             fmt_opt(ns, 0),
             fmt_opt(bt, 0),
             fmt_opt(ratio, 2)
@@ -607,7 +657,7 @@ fn bound_row(name: &str, runs: u64, ns: f64, met: bool) -> [String; 5] {
     ]
 }
 
-fn peer_table(s: &mut String, rs: &[Value]) {
+fn peer_table(s: &mut String, rs: &[Record]) {
     let v = peer_verdicts(rs);
     if v.rows.is_empty() {
         return;
@@ -622,18 +672,14 @@ fn peer_table(s: &mut String, rs: &[Value]) {
     }
 }
 
-fn daemon_table(s: &mut String, rs: &[Value]) {
+fn daemon_table(s: &mut String, rs: &[Record]) {
     let _ = writeln!(
         s,
         "| live tasks | command | CPU (% of a core) | peak RSS (MiB) | start → counting (ms) | scrape (ms) | targets (at 1 000 tasks: ≤ 1 %, ≤ 40 MiB, ≤ 1 s) |\n|---:|---|---:|---:|---:|---:|---|"
     );
-    for r in kind(rs, "daemon") {
-        let tasks = r["tasks"].as_u64().unwrap_or(0);
-        let (cpu, rss, ready) = (
-            f(&r["cpu_pct"]).unwrap_or(f64::NAN),
-            f(&r["peak_rss_mib"]).unwrap_or(f64::NAN),
-            f(&r["ready_ms"]).unwrap_or(f64::NAN),
-        );
+    for r in daemons(rs) {
+        let tasks = r.tasks;
+        let (cpu, rss, ready) = (r.cpu_pct, r.peak_rss_mib, r.ready_ms);
         let verdict = if tasks == 1000 {
             [
                 if cpu <= 1.0 { "CPU met" } else { "CPU GAP" },
@@ -651,51 +697,53 @@ fn daemon_table(s: &mut String, rs: &[Value]) {
         let _ = writeln!(
             s,
             "| {tasks} | {} | {cpu:.2} | {rss:.1} | {ready:.0} | {} | {verdict} |",
-            r["frontend"].as_str().unwrap_or_default(),
-            fmt_opt(f(&r["scrape_ms"]), 1),
+            r.frontend,
+            fmt_opt(r.scrape_ms, 1),
         );
     }
     let _ = writeln!(
         s,
         "\n| live tasks | tasks in the snapshot | summary snapshot (ms) | full snapshot (ms) |\n|---:|---:|---:|---:|"
     );
-    for r in kind(rs, "snapshot") {
+    for r in snapshots(rs) {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} |",
-            r["tasks"],
-            r["tracked"],
-            fmt_opt(f(&r["summary_ms"]), 1),
-            fmt_opt(f(&r["full_ms"]), 1)
+            r.tasks,
+            r.tracked,
+            fmt_opt(Some(r.summary_ms), 1),
+            fmt_opt(Some(r.full_ms), 1)
         );
     }
 }
 
-fn render(host: &str, pkg: &str, guest: &[Value], hostr: &[Value], o: &Opts) -> String {
+fn render(host: &str, pkg: &str, guest: &[Record], hostr: &[Record], o: &Opts) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## Machine\n\n- host: {host}");
-    for r in kind(guest, "machine") {
+    for r in guest.iter() {
+        let Record::Machine {
+            kernel,
+            nodes,
+            cpus,
+            tunables,
+        } = r
+        else {
+            continue;
+        };
         let _ = writeln!(
             s,
             "- guest: {pkg} ({}), {} nodes, {} vCPUs, QEMU TCG (emulated, no KVM here), {}; tunables: {}",
-            r["kernel"].as_str().unwrap_or_default(),
-            r["nodes"],
-            r["cpus"],
-            o.icount.map_or_else(
+            kernel,
+            nodes,
+            cpus,
+            o.icount().map_or_else(
                 || "real-time clock".to_owned(),
                 |s| format!(
                     "-icount shift={s}: a guest ns is 1/{} instruction",
                     1u32 << s
                 )
             ),
-            r["tunables"]
-                .as_array()
-                .map(|a| a
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "))
-                .unwrap_or_default()
+            tunables.join(", ")
         );
     }
     let _ = writeln!(
@@ -706,7 +754,7 @@ fn render(host: &str, pkg: &str, guest: &[Value], hostr: &[Value], o: &Opts) -> 
         o.duration,
         o.tasks,
         o.window,
-        o.icount
+        o.icount()
             .map_or_else(|| " --no-icount".to_owned(), |s| format!(" --icount {s}"))
     );
     let _ = writeln!(s, "\n## 1. Per-event kernel cost (guest)\n");
@@ -721,7 +769,7 @@ fn render(host: &str, pkg: &str, guest: &[Value], hostr: &[Value], o: &Opts) -> 
     overhead_table(&mut s, guest);
     let _ = writeln!(s, "\n## 3. Daemon cost (guest)\n");
     daemon_table(&mut s, guest);
-    if kind(hostr, "daemon").next().is_some() {
+    if daemons(hostr).next().is_some() {
         let _ = writeln!(
             s,
             "\n### Host, native speed (one node: the tasks exist, NUMA balancing has nothing to do with them)\n"
@@ -735,10 +783,7 @@ fn render(host: &str, pkg: &str, guest: &[Value], hostr: &[Value], o: &Opts) -> 
             let _ = writeln!(s, "- {g}");
         }
     }
-    let notes: Vec<&str> = kind(guest, "note")
-        .chain(kind(hostr, "note"))
-        .filter_map(|r| r["text"].as_str())
-        .collect();
+    let notes: Vec<&str> = notes(guest).chain(notes(hostr)).collect();
     if !notes.is_empty() {
         let _ = writeln!(s, "\n## Notes\n");
         for n in notes {
@@ -749,13 +794,13 @@ fn render(host: &str, pkg: &str, guest: &[Value], hostr: &[Value], o: &Opts) -> 
 }
 
 /// Every missed target, with why (what the measurement shows, not a tolerance).
-fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
+fn gaps(guest: &[Record], host: &[Record]) -> Vec<String> {
     let mut out = Vec::new();
-    let ratios: Vec<(String, f64)> = kind(guest, "program")
-        .filter(|r| on_fault_or_migration_path(r["hook"].as_str().unwrap_or_default()))
+    let ratios: Vec<(String, f64)> = programs(guest)
+        .filter(|r| on_fault_or_migration_path(&r.hook))
         .filter_map(|r| {
-            let x = f(&r["ns_per_run"])? / f(&r["floor_ns_per_run"])?;
-            (x > FLOOR_RATIO).then(|| (r["program"].as_str().unwrap_or_default().to_owned(), x))
+            let x = r.ns_per_run? / r.floor_ns_per_run?;
+            (x > FLOOR_RATIO).then(|| (r.program.clone(), x))
         })
         .collect();
     if !ratios.is_empty() {
@@ -791,20 +836,14 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
             loud.join(", ")
         ));
     }
-    for r in kind(guest, "overhead") {
-        let (c, w) = (
-            r["config"].as_str().unwrap_or_default(),
-            r["workload"].as_str().unwrap_or_default(),
-        );
-        if let Some(m) = f(&r["median"])
+    for r in overheads(guest) {
+        let (c, w) = (r.config.as_str(), r.workload.as_str());
+        if let Some(m) = r.median
             && m < 0.99
             && noise.get(w).is_some_and(|n| *n <= JUDGEABLE_NOISE)
             && !matches!(c, "bpftrace" | "empty programs")
         {
-            let rounds: Vec<String> = r["ratios"]
-                .as_array()
-                .map(|a| a.iter().map(|x| fmt_opt(x.as_f64(), 3)).collect())
-                .unwrap_or_default();
+            let rounds = rounds(r);
             out.push(format!(
                 "Throughput under {c} ≥ 0.99 of untraced for {w}: {m:.3} (rounds {}; the empty \
                  programs within ±{:.1} %): see BENCHMARKS.md for where the time goes.",
@@ -814,13 +853,9 @@ fn gaps(guest: &[Value], host: &[Value]) -> Vec<String> {
         }
     }
     for (place, rs) in [("guest", guest), ("host", host)] {
-        for r in kind(rs, "daemon").filter(|r| r["tasks"] == 1000) {
-            let c = r["frontend"].as_str().unwrap_or_default();
-            let (cpu, rss, ready) = (
-                f(&r["cpu_pct"]).unwrap_or(0.0),
-                f(&r["peak_rss_mib"]).unwrap_or(0.0),
-                f(&r["ready_ms"]).unwrap_or(0.0),
-            );
+        for r in daemons(rs).filter(|r| r.tasks == 1000) {
+            let c = r.frontend.as_str();
+            let (cpu, rss, ready) = (r.cpu_pct, r.peak_rss_mib, r.ready_ms);
             if cpu > 1.0 {
                 out.push(format!(
                     "{c} at 1 000 tasks ({place}): {cpu:.1} % of a core (target ≤ 1 %){}",
@@ -866,7 +901,7 @@ mod tests {
         let log = "noise\n\x1b[0mNUMATRACE-BENCH {\"kind\":\"ring\",\"records\":5,\"seconds\":1.0,\"dropped\":0}\r\nx\n";
         let r = records(log);
         assert_eq!(r.len(), 1);
-        assert_eq!(r[0]["records"], 5);
+        assert!(matches!(&r[0], Record::Ring(x) if x.records == 5));
         let mut s = String::new();
         program_table(&mut s, &r);
         assert!(s.contains("5 records in 1.0 s (5/s), 0 dropped"), "{s}");

@@ -3,11 +3,28 @@
 use std::process::Command;
 
 use anyhow::{Context as _, Result};
+use clap::Args;
 
 use crate::{
     process::{check, is_root},
     setup::{Tools, workspace_root},
 };
+
+/// `cargo xtask build`'s options.
+#[derive(Args)]
+pub struct BuildOpts {
+    /// Build static (musl) binaries at target/x86_64-unknown-linux-musl/release/ instead.
+    #[arg(long = "static")]
+    pub static_: bool,
+}
+
+/// `cargo xtask run`'s options.
+#[derive(Args)]
+pub struct RunOpts {
+    /// What to pass to numatrace.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
 
 pub fn build(tools: &Tools) -> Result<()> {
     check(tools.cargo(&tools.pins.stable).args([

@@ -7,6 +7,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use clap::Args;
 
 use crate::{
     process::{check, is_root, output},
@@ -23,6 +24,17 @@ fn timed<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let r = f();
     eprintln!("xtask: {step} took {} s", start.elapsed().as_secs());
     r
+}
+
+/// `cargo xtask test`'s options.
+#[derive(Args)]
+pub struct Opts {
+    /// Skip fmt and clippy.
+    #[arg(long)]
+    pub no_lint: bool,
+    /// Skip the QEMU guests.
+    #[arg(long)]
+    pub no_vm: bool,
 }
 
 pub fn run(tools: &Tools, lint: bool) -> Result<()> {

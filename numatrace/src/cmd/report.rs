@@ -47,7 +47,7 @@ pub struct CaptureInfo {
 pub struct Report {
     pub schema: &'static str,
     pub capture: CaptureInfo,
-    /// The `numatrace.stat/1` report of the captured window, as `stat` prints it (what a hook
+    /// The `numatrace.stat/2` report of the captured window, as `stat` prints it (what a hook
     /// that did not attach feeds is left out).
     #[serde(serialize_with = "crate::report::stat::serialize_measured")]
     pub stat: StatReport,
@@ -397,9 +397,9 @@ mod tests {
             s.first_ns = 1;
             s.runtime_first_ns = 1;
             s.runtime_last_ns = 1 + pte * 200_000;
-            s.scan_runtime_ns = pte * 10_000;
-            s.pte_updates = pte;
-            s.hint_faults = pte / 10;
+            s.scan.runtime_in_scan_ns = pte * 10_000;
+            s.scan.pte_updates = pte;
+            s.hint_faults.faults = pte / 10;
             let mut t = TaskRecord::from_stats(&s, false);
             t.comm = EVIL.into();
             t.cgroup = Some(format!("/x{EVIL}.slice/app"));

@@ -456,13 +456,13 @@ mod tests {
     #[test]
     fn delta_of_tasks_appearing_growing_and_exiting() {
         let mut a = stats(10, 10, 1);
-        a.hint_faults = 5;
+        a.hint_faults.faults = 5;
         let s0 = snap(1_000, &[a], &[]);
         // a grows then exits; b appears.
         let mut a1 = a;
-        a1.hint_faults = 8;
+        a1.hint_faults.faults = 8;
         let mut b = stats(11, 10, 2);
-        b.numa_moves = 2;
+        b.placement.moves = 2;
         let s1 = snap(3_000, &[b], &[a1]);
         let d = s1.delta(&s0);
         assert_eq!(d.span_ns, 2_000);
@@ -487,10 +487,10 @@ mod tests {
     #[test]
     fn a_reused_pid_is_another_task() {
         let mut a = stats(7, 7, 100);
-        a.numa_sticks = 1;
+        a.placement.sticks = 1;
         let s0 = snap(0, &[a], &[]);
         let mut b = stats(7, 7, 200);
-        b.numa_sticks = 2;
+        b.placement.sticks = 2;
         let s1 = snap(1, &[b], &[a]);
         let d = s1.delta(&s0);
         assert_eq!(d.tasks.len(), 2);
@@ -504,7 +504,7 @@ mod tests {
         let mut a = stats(1, 1, 0);
         let mut snaps = Vec::new();
         for i in 0..5u64 {
-            a.pte_updates = i * i * 10;
+            a.scan.pte_updates = i * i * 10;
             a.skip_vma[1] = i;
             snaps.push(snap(i, &[a], &[]));
         }
@@ -521,9 +521,9 @@ mod tests {
     #[test]
     fn decreases_are_reported() {
         let mut a = stats(1, 1, 0);
-        a.hint_faults = 5;
+        a.hint_faults.faults = 5;
         let s0 = snap(0, &[a], &[]);
-        a.hint_faults = 4;
+        a.hint_faults.faults = 4;
         let s1 = snap(1, &[a], &[]);
         // `remote` is derived (faults − local), never compared.
         assert_eq!(s1.decreased(&s0), vec!["task 1/0: hint_faults.faults"]);
@@ -532,14 +532,14 @@ mod tests {
     #[test]
     fn self_is_apart_and_filters_are_views() {
         let mut me = stats(999, 999, 0);
-        me.pte_updates = 50;
+        me.scan.pte_updates = 50;
         let mut a = stats(1, 1, 0);
         a.comm = *b"averyveryverylon";
         a.comm[15] = 0;
-        a.numa_moves = 1;
+        a.placement.moves = 1;
         a.cgroup_id = 5;
         let mut b = stats(2, 2, 0);
-        b.numa_moves = 1;
+        b.placement.moves = 1;
         b.cgroup_id = 6;
         let mut s = snap(0, &[me, a, b], &[]);
         s.tasks[0].cgroup = Some("/app.slice/x".into());
@@ -633,7 +633,7 @@ mod tests {
     #[test]
     fn snapshot_round_trips_through_json() {
         let mut a = stats(3, 3, 9);
-        a.hint_faults = 2;
+        a.hint_faults.faults = 2;
         let mut s = snap(5, &[a], &[]);
         s.vmas.insert(3, vec![VmaRecord::new(0x1000, 0x2000)]);
         s.detail = true;

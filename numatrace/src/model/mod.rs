@@ -23,8 +23,10 @@ use numatrace_common::{
 };
 use serde::{Deserialize, Serialize};
 
-/// Declares a counter struct; each field has a kind that says how it combines:
-/// - `sum`: a count; added, and differenced between snapshots;
+/// Declares a counter struct; each field has a kind that says how it combines (the kinds of
+/// numatrace-common's counter table, plus `nested`):
+/// - `sum`: a count; added, and differenced between snapshots; `computed` likewise (a count
+///   userspace computes from the kernel's values);
 /// - `max`: a high-water mark or a level (longest call, scan sequence): the larger is kept when
 ///   adding, the later value in a difference;
 /// - `level`: an `Option<f64>` measured on one task: the later value in a difference, left alone
@@ -68,12 +70,14 @@ macro_rules! counter_struct {
     // Saturating: counters from a capture can be anything, and a total pinned at u64::MAX
     // says "at least this" where a wrapped one would be small and wrong.
     (@add sum $a:expr, $b:expr) => { $a = $a.saturating_add($b) };
+    (@add computed $a:expr, $b:expr) => { $a = $a.saturating_add($b) };
     (@add max $a:expr, $b:expr) => { $a = $a.max($b) };
     (@add level $a:expr, $b:expr) => { let _ = (&$a, &$b); };
     (@add ratio $a:expr, $b:expr) => { let _ = (&$a, &$b); };
     (@add derived $a:expr, $b:expr) => { let _ = (&$a, &$b); };
     (@add nested $a:expr, $b:expr) => { $a.add(&$b) };
     (@sub sum $a:expr, $b:expr) => { $a.saturating_sub($b) };
+    (@sub computed $a:expr, $b:expr) => { $a.saturating_sub($b) };
     (@sub max $a:expr, $b:expr) => { $a };
     (@sub level $a:expr, $b:expr) => { $a };
     (@sub ratio $a:expr, $b:expr) => { None };
@@ -83,6 +87,9 @@ macro_rules! counter_struct {
         if $a < $b {
             $out.push(format!("{}{}", $p, $n));
         }
+    };
+    (@dec computed $a:expr, $b:expr, $p:expr, $n:expr, $out:expr) => {
+        counter_struct!(@dec sum $a, $b, $p, $n, $out)
     };
     (@dec nested $a:expr, $b:expr, $p:expr, $n:expr, $out:expr) => {
         $a.decreased(&$b, &format!("{}{}.", $p, $n), $out)
@@ -184,257 +191,132 @@ impl<'de> Deserialize<'de> for SkipCounts {
     }
 }
 
-counter_struct! {
-    pub struct Placement {
-        /// Moved to its preferred node (sched_move_numa).
-        sum moves: u64,
-        /// Swapped with a task on another node, as the initiator / as the other task.
-        sum swaps_out: u64,
-        sum swaps_in: u64,
-        /// Placement attempts that changed nothing (sched_stick_numa), of which with no target CPU.
-        sum sticks: u64,
-        sum stick_no_target: u64,
+/// A model field's type by its table kind.
+macro_rules! model_ty {
+    (sum) => { u64 };
+    (max) => { u64 };
+    (computed) => { u64 };
+    (derived) => { u64 };
+    (ratio) => { Option<f64> };
+    (level) => { Option<f64> };
+}
+
+/// A model field's value from the kernel's (only `sum` and `max` are kept there; the others
+/// are filled in by [`Counts::from_stats`] and [`Counts::finished`]).
+macro_rules! from_kernel {
+    (sum, $e:expr) => {
+        $e
+    };
+    (max, $e:expr) => {
+        $e
+    };
+    (computed, $e:expr) => {
+        0
+    };
+    (derived, $e:expr) => {
+        0
+    };
+    (ratio, $e:expr) => {
+        None
+    };
+    (level, $e:expr) => {
+        None
+    };
+}
+
+macro_rules! to_value {
+    (ratio, $e:expr) => {
+        CountValue::Ratio($e)
+    };
+    (level, $e:expr) => {
+        CountValue::Ratio($e)
+    };
+    ($other:ident, $e:expr) => {
+        CountValue::Count($e)
+    };
+}
+
+/// A counter's value, looked up by its one name ([`Counts::value`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CountValue {
+    Count(u64),
+    Ratio(Option<f64>),
+}
+
+impl CountValue {
+    /// As a number (a ratio not measured: None).
+    pub fn as_f64(self) -> Option<f64> {
+        match self {
+            CountValue::Count(n) => Some(n as f64),
+            CountValue::Ratio(r) => r,
+        }
     }
 }
 
-counter_struct! {
-    pub struct Migrations {
-        /// migrate_pages() calls with reason numa_misplaced (tracepoint).
-        sum calls: u64,
-        /// Pages (any size) migrated / not migrated; of which THPs.
-        sum pages_ok: u64,
-        sum pages_failed: u64,
-        sum thp_ok: u64,
-        sum thp_failed: u64,
-        /// migrate_misplaced_folio/_page calls (function hook): migrated, not migrated, and the
-        /// mean latency in nanoseconds.
-        sum attempts: u64,
-        sum succeeded: u64,
-        sum not_migrated: u64,
-        /// Migrations refused before they started (migrate_misplaced_folio_prepare, 6.11+):
-        /// with `not_migrated`, the hint faults whose migration failed (TNF_MIGRATE_FAIL).
-        sum refused: u64,
-        sum latency_ns_total: u64,
-        ratio latency_ns_mean: Option<f64>,
-        /// migration_entry_wait: stalls on a page under migration, and time stalled.
-        sum stalls: u64,
-        sum stall_ns: u64,
-    }
+/// Declares the model's counter groups, [`Counts`] and the mapping from the kernel's entry, from
+/// numatrace-common's counter table (one line there per counter).
+macro_rules! model_groups {
+    (
+        feeds { $($feeds:tt)* }
+        groups { $( $group:ident $Group:ident {
+            $( $(#[doc = $doc:literal])* $kind:ident $f:ident [ $($row:tt)* ]; )*
+        } )* }
+        system { $($system:tt)* }
+    ) => {
+        $(
+            counter_struct! {
+                pub struct $Group { $( $(#[doc = $doc])* $kind $f: model_ty!($kind) ),* }
+            }
+        )*
+
+        counter_struct! {
+            /// The counters of one task, process, cgroup or the whole window.
+            pub struct Counts {
+                /// Skipped VMAs by reason name (only reasons that occurred).
+                nested skipped_vmas: SkipCounts,
+                sum skipped_vmas_total: u64,
+                $( nested $group: $Group, )*
+            }
+        }
+
+        impl Counts {
+            /// The one mapping from the kernel's per-task entry to counts.
+            pub fn from_stats(s: &TaskStats) -> Self {
+                let skipped_vmas = SkipCounts::from_slots(&s.skip_vma);
+                let mut c = Self {
+                    skipped_vmas_total: skipped_vmas.total(),
+                    skipped_vmas,
+                    $( $group: $Group { $( $f: from_kernel!($kind, s.$group.$f) ),* }, )*
+                };
+                c.scan.task_runtime_ns = s.runtime_last_ns.saturating_sub(s.runtime_first_ns);
+                c.scan.share_between_calls = {
+                    let den = s.scan_last_entry_runtime.saturating_sub(s.runtime_first_ns);
+                    let num = s.scan.runtime_in_scan_ns.saturating_sub(s.scan_last_call_rt);
+                    (s.scan.calls >= 2 && den > 0).then(|| num as f64 / den as f64)
+                };
+                c.finished()
+            }
+
+            /// The counter called `path` (`migrations.refused`: its one name in the table).
+            pub fn value(&self, path: &str) -> Option<CountValue> {
+                $( $(
+                    if path == concat!(stringify!($group), ".", stringify!($f)) {
+                        return Some(to_value!($kind, self.$group.$f));
+                    }
+                )* )*
+                None
+            }
+        }
+    };
 }
 
-counter_struct! {
-    /// task_numa_work, change_prot_numa and the sampled fallback.
-    pub struct Scan {
-        /// task_numa_work calls, time inside, longest call (since first seen).
-        sum calls: u64,
-        sum time_ns: u64,
-        max max_ns: u64,
-        /// Σ Δse.sum_exec_runtime and Σ Δnode_stamp across the calls (seed 003: node_stamp
-        /// should advance 32× the runtime spent scanning).
-        sum runtime_in_scan_ns: u64,
-        sum node_stamp_advance_ns: u64,
-        /// Calls entered with node_stamp > sum_exec_runtime (seed 003 invariant 1; expected 0),
-        /// from a task's second seen call on, other than `requeued_calls`.
-        sum stamp_violations: u64,
-        /// Calls queued while the task's previous call ran (longer than the scan period) and
-        /// entered with node_stamp as it left it, after a call whose runtime had passed the
-        /// node_stamp it ran under: the kernel's course, not the underflow.
-        sum requeued_calls: u64,
-        /// Calls during which runtime advanced, and those after which node_stamp had advanced
-        /// less than 32x that runtime (seed 003's cap; expected 0).
-        sum cap_calls: u64,
-        sum cap_violations: u64,
-        /// The task's run time over the window, from its sum_exec_runtime (first to last seen).
-        sum task_runtime_ns: u64,
-        /// runtime_in_scan_ns / task_runtime_ns: the share of the task's CPU time spent in
-        /// task_numa_work (what seed 003 caps near 3%; tick-granular, like sum_exec_runtime).
-        ratio share: Option<f64>,
-        /// time_ns / task_runtime_ns: wall-clock time inside task_numa_work per CPU time; larger
-        /// than `share` when the task is preempted while scanning.
-        ratio wall_share: Option<f64>,
-        /// The CPU share up to the start of the latest call, since the task was first seen:
-        /// what seed 003's cap bounds (the latest call has not been followed by its 32x yet).
-        /// Per task only.
-        level share_between_calls: Option<f64>,
-        /// mm->numa_scan_seq after the last scan: full passes over the address space (the
-        /// highest across tasks when summed).
-        max scan_seq: u64,
-        /// PTEs made PROT_NONE (change_prot_numa) and its calls.
-        sum pte_updates: u64,
-        sum prot_numa_calls: u64,
-        /// Scans skipped because the task's cpuset allows one node (`sched_skip_cpuset_numa`,
-        /// 6.16+).
-        sum cpuset_skips: u64,
-        /// CPU-clock samples of the task, those inside task_numa_work, and their ratio.
-        sum samples: u64,
-        sum scan_samples: u64,
-        ratio sampled_share: Option<f64>,
-    }
-}
-
-counter_struct! {
-    /// task_numa_fault and the fault entry points.
-    pub struct HintFaults {
-        sum faults: u64,
-        sum local: u64,
-        derived remote: u64,
-        sum pages: u64,
-        /// By pages per fault: 1 (4K), 512 (PMD THP), other (mTHP / large folio).
-        sum faults_4k: u64,
-        sum faults_thp: u64,
-        sum faults_large: u64,
-        /// Pages whose fault migrated them (TNF_MIGRATED), faults whose migration failed.
-        sum migrated_pages: u64,
-        sum migrate_failed: u64,
-        sum numa_page_entries: u64,
-        sum huge_pmd_numa_entries: u64,
-        /// Hint faults on COW-shared pages (mpol_misplaced: copy-on-write mapping, mapcount > 1),
-        /// and how many of those pages were migrated. Seed 000 expects ~0 (4K pages).
-        sum cow_shared: u64,
-        sum cow_shared_migrated: u64,
-        /// Of `cow_shared`, faults on large folios (THP), which the kernel's skip does not cover.
-        sum cow_shared_large: u64,
-    }
-}
-
-counter_struct! {
-    /// Memory tiering (NUMA balancing mode 2 or 3, slow nodes in tiers of their own).
-    pub struct TierCounts {
-        /// Pages the hint faults promoted: migrated from a node outside the top tier into it,
-        /// counted where the kernel counts `pgpromote_success` (6.12+: only while the mode has
-        /// the tiering bit).
-        sum promoted_pages: u64,
-        /// Hint faults on slow-tier pages whose migration was refused (6.12+:
-        /// migrate_misplaced_folio_prepare, e.g. the top node short of free pages) or failed
-        /// (TNF_MIGRATE_FAIL).
-        sum promote_failed: u64,
-        /// Hint faults on pages of a node outside the top tier.
-        sum slow_tier_faults: u64,
-        /// The kernel's promotion decisions on those faults (should_numa_migrate_memory, in
-        /// tiering mode), in pages, four disjoint outcomes: hot (hint-fault latency under the
-        /// node's hot threshold) and let through to migrate; hot and held back by the rate
-        /// limit; not hot (latency at or over the threshold); let through past both because the
-        /// node had free room (as the kernel counts `pgpromote_candidate_nrl`, 6.18+).
-        sum promote_hot: u64,
-        sum promote_rate_limited: u64,
-        sum promote_not_hot: u64,
-        sum promote_free_room: u64,
-        /// Hot pages, let through or held back: as the kernel counts `pgpromote_candidate`.
-        derived promote_candidates: u64,
-        /// Slow-tier hint faults whose latency was measured (ms from the scanner's stamp of
-        /// the page to the fault), Σ latency, and the mean.
-        sum hint_latency_faults: u64,
-        sum hint_latency_ms_total: u64,
-        ratio hint_latency_ms_mean: Option<f64>,
-    }
-}
-
-counter_struct! {
-    /// The counters of one task, process, cgroup or the whole window.
-    pub struct Counts {
-        /// Skipped VMAs by reason name (only reasons that occurred).
-        nested skipped_vmas: SkipCounts,
-        sum skipped_vmas_total: u64,
-        nested placement: Placement,
-        nested migrations: Migrations,
-        nested scan: Scan,
-        nested hint_faults: HintFaults,
-        nested tiering: TierCounts,
-    }
-}
+numatrace_common::counter_table!(model_groups);
 
 fn ratio(num: u64, den: u64) -> Option<f64> {
     (den > 0).then(|| num as f64 / den as f64)
 }
 
 impl Counts {
-    /// The one mapping from the kernel's per-task entry to counts.
-    pub fn from_stats(s: &TaskStats) -> Self {
-        let skipped_vmas = SkipCounts::from_slots(&s.skip_vma);
-        Self {
-            skipped_vmas_total: skipped_vmas.total(),
-            skipped_vmas,
-            placement: Placement {
-                moves: s.numa_moves,
-                swaps_out: s.numa_swaps_out,
-                swaps_in: s.numa_swaps_in,
-                sticks: s.numa_sticks,
-                stick_no_target: s.numa_stick_no_target,
-            },
-            migrations: Migrations {
-                calls: s.migrate_calls,
-                pages_ok: s.migrate_ok,
-                pages_failed: s.migrate_failed,
-                thp_ok: s.migrate_thp_ok,
-                thp_failed: s.migrate_thp_failed,
-                attempts: s.migrate_attempts,
-                succeeded: s.migrate_succeeded,
-                not_migrated: s.migrate_not_migrated,
-                refused: s.migrate_refused,
-                latency_ns_total: s.migrate_ns,
-                latency_ns_mean: None,
-                stalls: s.migration_waits,
-                stall_ns: s.migration_wait_ns,
-            },
-            scan: Scan {
-                calls: s.scan_calls,
-                time_ns: s.scan_ns,
-                max_ns: s.scan_max_ns,
-                runtime_in_scan_ns: s.scan_runtime_ns,
-                node_stamp_advance_ns: s.scan_node_stamp_ns,
-                stamp_violations: s.scan_stamp_violations,
-                requeued_calls: s.scan_requeued,
-                cap_calls: s.scan_cap_calls,
-                cap_violations: s.scan_cap_violations,
-                task_runtime_ns: s.runtime_last_ns.saturating_sub(s.runtime_first_ns),
-                scan_seq: s.scan_seq,
-                share: None,
-                wall_share: None,
-                share_between_calls: {
-                    let den = s.scan_last_entry_runtime.saturating_sub(s.runtime_first_ns);
-                    let num = s.scan_runtime_ns.saturating_sub(s.scan_last_call_rt);
-                    (s.scan_calls >= 2 && den > 0).then(|| num as f64 / den as f64)
-                },
-                pte_updates: s.pte_updates,
-                prot_numa_calls: s.prot_numa_calls,
-                cpuset_skips: s.skip_cpuset,
-                samples: s.samples,
-                scan_samples: s.scan_samples,
-                sampled_share: None,
-            },
-            hint_faults: HintFaults {
-                faults: s.hint_faults,
-                local: s.hint_faults_local,
-                remote: s.hint_faults.saturating_sub(s.hint_faults_local),
-                pages: s.hint_pages,
-                faults_4k: s.hint_faults_4k,
-                faults_thp: s.hint_faults_thp,
-                faults_large: s.hint_faults_large,
-                migrated_pages: s.hint_migrated_pages,
-                migrate_failed: s.hint_migrate_failed,
-                numa_page_entries: s.numa_page_entries,
-                huge_pmd_numa_entries: s.huge_pmd_numa_entries,
-                cow_shared: s.cow_shared_faults,
-                cow_shared_migrated: s.cow_shared_migrations,
-                cow_shared_large: s.cow_shared_faults_large,
-            },
-            tiering: TierCounts {
-                promoted_pages: s.promoted_pages,
-                promote_failed: s.promote_failed,
-                slow_tier_faults: s.slow_tier_faults,
-                promote_hot: s.promote_hot,
-                promote_rate_limited: s.promote_rate_limited,
-                promote_not_hot: s.promote_not_hot,
-                promote_free_room: s.promote_free_room,
-                promote_candidates: 0,
-                hint_latency_faults: s.hint_latency_faults,
-                hint_latency_ms_total: s.hint_latency_ms,
-                hint_latency_ms_mean: None,
-            },
-        }
-        .finished()
-    }
-
     /// Computes the ratios, which are not additive: call after summing or differencing.
     pub fn finished(mut self) -> Self {
         let sc = &mut self.scan;
@@ -724,7 +606,7 @@ mod tests {
         s.skip_vma[1] = 3; // shared_ro
         s.skip_vma[4] = 2; // pid_inactive
         s.skip_vma[7] = 1; // a reason newer than this build
-        s.migrate_ok = 10;
+        s.migrations.pages_ok = 10;
         let c = Counts::from_stats(&s);
         assert_eq!(c.skipped_vmas.get("shared_ro"), 3);
         assert_eq!(c.skipped_vmas.get("pid_inactive"), 2);
@@ -742,25 +624,25 @@ mod tests {
     #[test]
     fn shares_are_computed_on_sums_not_summed() {
         let mut a = stats(1, 1, 0);
-        a.scan_calls = 1;
-        a.scan_ns = 20;
-        a.scan_runtime_ns = 10;
+        a.scan.calls = 1;
+        a.scan.time_ns = 20;
+        a.scan.runtime_in_scan_ns = 10;
         a.runtime_first_ns = 100;
         a.runtime_last_ns = 1100; // 1% share
-        a.samples = 100;
-        a.scan_samples = 1;
+        a.scan.samples = 100;
+        a.scan.scan_samples = 1;
         let mut b = stats(2, 1, 0);
-        b.scan_calls = 1;
-        b.scan_ns = 60;
-        b.scan_runtime_ns = 30;
+        b.scan.calls = 1;
+        b.scan.time_ns = 60;
+        b.scan.runtime_in_scan_ns = 30;
         b.runtime_first_ns = 0;
         b.runtime_last_ns = 1000; // 3% share
-        b.samples = 100;
-        b.scan_samples = 3;
-        b.hint_faults = 4;
-        b.hint_faults_local = 1;
-        b.migrate_attempts = 2;
-        b.migrate_ns = 300;
+        b.scan.samples = 100;
+        b.scan.scan_samples = 3;
+        b.hint_faults.faults = 4;
+        b.hint_faults.local = 1;
+        b.migrations.attempts = 2;
+        b.migrations.latency_ns_total = 300;
         let mut t = Counts::from_stats(&a);
         t.add(&Counts::from_stats(&b));
         let t = t.finished();
@@ -775,20 +657,20 @@ mod tests {
     #[test]
     fn delta_differences_sums_keeps_levels_and_recomputes_ratios() {
         let mut a = stats(1, 1, 0);
-        a.scan_calls = 2;
-        a.scan_max_ns = 50;
-        a.scan_runtime_ns = 10;
+        a.scan.calls = 2;
+        a.scan.max_ns = 50;
+        a.scan.runtime_in_scan_ns = 10;
         a.runtime_first_ns = 100;
         a.runtime_last_ns = 1100;
         a.skip_vma[3] = 4;
-        a.scan_seq = 3;
+        a.scan.scan_seq = 3;
         let mut b = a;
-        b.scan_calls = 5;
-        b.scan_max_ns = 40; // cannot shrink in the kernel; the later value is kept anyway
-        b.scan_runtime_ns = 40;
+        b.scan.calls = 5;
+        b.scan.max_ns = 40; // cannot shrink in the kernel; the later value is kept anyway
+        b.scan.runtime_in_scan_ns = 40;
         b.runtime_last_ns = 2100;
         b.skip_vma[3] = 9;
-        b.scan_seq = 7;
+        b.scan.scan_seq = 7;
         let d = Counts::from_stats(&b)
             .delta(&Counts::from_stats(&a))
             .finished();
@@ -816,10 +698,10 @@ mod tests {
     #[test]
     fn samples_alone_are_not_activity() {
         let mut a = stats(1, 1, 0);
-        a.samples = 5;
+        a.scan.samples = 5;
         a.runtime_last_ns = 10;
         assert!(Counts::from_stats(&a).is_empty());
-        a.numa_moves = 1;
+        a.placement.moves = 1;
         assert!(!Counts::from_stats(&a).is_empty());
     }
 
@@ -827,7 +709,7 @@ mod tests {
     fn records_round_trip_through_json() {
         let mut s = stats(7, 5, 99);
         s.skip_vma[2] = 1;
-        s.hint_faults = 3;
+        s.hint_faults.faults = 3;
         s.cgroup_id = 42;
         s.preferred_nid = 2;
         let mut t = TaskRecord::from_stats(&s, true);

@@ -329,24 +329,24 @@ mod tests {
     #[test]
     fn each_rule_fires_on_its_evidence() {
         let r = report(|s| {
-            s.scan_runtime_ns = 50_000_000;
+            s.scan.runtime_in_scan_ns = 50_000_000;
             s.runtime_first_ns = 1;
             s.runtime_last_ns = 1 + 1_000_000_000;
-            s.pte_updates = 5000;
-            s.hint_faults = 400;
-            s.hint_faults_local = 100;
+            s.scan.pte_updates = 5000;
+            s.hint_faults.faults = 400;
+            s.hint_faults.local = 100;
         });
         let got = rules(&r);
         assert!(got.contains(&"scan_share_over_cap".to_owned()), "{got:?}");
         assert!(got.contains(&"remote_without_migration".to_owned()));
         assert!(got.contains(&"scan_without_locality".to_owned()));
         let r = report(|s| {
-            s.migrate_ok = 90;
-            s.migrate_failed = 10;
-            s.cow_shared_faults = 3;
-            s.migration_waits = 2;
-            s.migration_wait_ns = 4_000_000;
-            s.hint_migrated_pages = 90;
+            s.migrations.pages_ok = 90;
+            s.migrations.pages_failed = 10;
+            s.hint_faults.cow_shared = 3;
+            s.migrations.stalls = 2;
+            s.migrations.stall_ns = 4_000_000;
+            s.hint_faults.migrated_pages = 90;
         });
         let got = rules(&r);
         for want in [
@@ -362,10 +362,10 @@ mod tests {
     #[test]
     fn a_zero_whose_hook_did_not_attach_proves_nothing() {
         let scanning = |s: &mut TaskStats| {
-            s.pte_updates = 5000;
-            s.migrate_ok = 90;
-            s.migrate_failed = 10;
-            s.cow_shared_faults = 3;
+            s.scan.pte_updates = 5000;
+            s.migrations.pages_ok = 90;
+            s.migrations.pages_failed = 10;
+            s.hint_faults.cow_shared = 3;
         };
         let all = report(scanning);
         assert!(rules(&all).contains(&"scan_without_locality".to_owned()));

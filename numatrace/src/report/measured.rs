@@ -10,134 +10,21 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::bpf::loader::HookReport;
+pub use numatrace_common::Feed;
+use numatrace_common::{COUNTERS, Counter, SYSTEM, SystemKind};
 
-const MISPLACED: &str = "migrate_misplaced_folio|_page";
 const SHOULD: &str = "should_numa_migrate_memory";
-const XCHG: &str = "folio_xchg_last_cpupid|page_cpupid_xchg_last";
 
-/// A family of counts, named after what it counts; [`Feed::hooks`] says what feeds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Feed {
-    /// Skipped VMAs by reason (`skipped_vmas*`, a VMA's `skips`).
-    SkipVma,
-    /// pid_inactive scan-sequence gaps (seed 002: a VMA's `pid_inactive`).
-    SkipGap,
-    /// `placement.moves`.
-    Moves,
-    /// `placement.swaps_out`, `swaps_in`.
-    Swaps,
-    /// `placement.sticks`, `stick_no_target`.
-    Sticks,
-    /// `migrations.calls`, `pages_ok`, `pages_failed`, `thp_*` (NUMA-misplaced migrate_pages).
-    MigratePages,
-    /// Exit snapshots (`kernel_seen.exit_snapshots`).
-    Exits,
-    /// task_numa_work: `scan.calls` to `cap_violations`, run time, `share`, `wall_share`.
-    Scan,
-    /// CPU samples: `scan.samples`, `scan_samples`, `sampled_share`.
-    Samples,
-    /// The scan share, exact (task_numa_work) or sampled (SCAN%).
-    ScanShare,
-    /// change_prot_numa: `scan.pte_updates`, `prot_numa_calls`, a VMA's PTE updates and calls.
-    Pte,
-    /// task_numa_fault: hint faults, their pages and locality, pages they migrated (also per
-    /// node and node pair).
-    HintFaults,
-    /// Pages migrated, from migrate_pages or from hint faults (top's MIGR/s).
-    PagesMigrated,
-    /// `hint_faults.numa_page_entries`.
-    NumaPage,
-    /// `hint_faults.huge_pmd_numa_entries`.
-    HugePmdNumaPage,
-    /// mpol_misplaced: hint faults on COW-shared pages, faults per region pass (seed 001).
-    Cow,
-    /// COW-shared faults that migrated: mpol_misplaced marks them, migrate_misplaced counts.
-    CowMigrated,
-    /// migrate_misplaced calls: attempts, outcome, latency, per node and node pair.
-    MigrateMisplaced,
-    /// Pages migrated out of a node: the source node is known from migrate_misplaced.
-    MigratedFrom,
-    /// migration_entry_wait: `migrations.stalls`, `stall_ns`.
-    Stalls,
-    /// Promotions: task_numa_fault counts the pages, migrate_misplaced tells where they came
-    /// from (and counts the failed attempts).
-    Promotions,
-    /// `sched_skip_cpuset_numa` (6.16+): `scan.cpuset_skips`.
-    SkipCpuset,
-    /// The kernel's promotion decisions (should_numa_migrate_memory), counted in pages at the
-    /// fault's task_numa_fault, and their hint-fault latency (the access-time exchange inside
-    /// a decision, without which no refusal can be classed): hot, rate-limited, not hot, free
-    /// room.
-    PromoteDecisions,
-    /// migrate_misplaced_folio_prepare (6.11+): `migrations.refused`.
-    MigrateRefused,
-}
+/// The feeds a report did not measure, each with why ("task_numa_fault not attached"). In
+/// JSON: {feed name: why}.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Measured(BTreeMap<Feed, String>);
 
-impl Feed {
-    pub const ALL: [Feed; 24] = [
-        Self::SkipVma,
-        Self::SkipGap,
-        Self::Moves,
-        Self::Swaps,
-        Self::Sticks,
-        Self::MigratePages,
-        Self::Exits,
-        Self::Scan,
-        Self::Samples,
-        Self::ScanShare,
-        Self::Pte,
-        Self::HintFaults,
-        Self::PagesMigrated,
-        Self::NumaPage,
-        Self::HugePmdNumaPage,
-        Self::Cow,
-        Self::CowMigrated,
-        Self::MigrateMisplaced,
-        Self::MigratedFrom,
-        Self::Stalls,
-        Self::Promotions,
-        Self::SkipCpuset,
-        Self::PromoteDecisions,
-        Self::MigrateRefused,
-    ];
-
-    /// The hooks (names of `kernel::catalogue::HOOKS`) it needs: one attached hook of every
-    /// group (the hooks of a group are alternatives).
-    pub const fn hooks(self) -> &'static [&'static [&'static str]] {
-        match self {
-            Self::SkipVma => &[&["sched:sched_skip_vma_numa"]],
-            Self::SkipGap => &[&["tp_btf:sched_skip_vma_numa"]],
-            Self::Moves => &[&["sched:sched_move_numa"]],
-            Self::Swaps => &[&["sched:sched_swap_numa"]],
-            Self::Sticks => &[&["sched:sched_stick_numa"]],
-            Self::MigratePages => &[&["migrate:mm_migrate_pages"]],
-            Self::Exits => &[&["sched:sched_process_exit"]],
-            Self::Scan => &[&["task_numa_work"]],
-            Self::Samples => &[&["sampling:cpu-clock"]],
-            Self::ScanShare => &[&["task_numa_work", "sampling:cpu-clock"]],
-            Self::Pte => &[&["change_prot_numa"]],
-            Self::HintFaults => &[&["task_numa_fault"]],
-            Self::PagesMigrated => &[&["migrate:mm_migrate_pages", "task_numa_fault"]],
-            Self::NumaPage => &[&["do_numa_page"]],
-            Self::HugePmdNumaPage => &[&["do_huge_pmd_numa_page"]],
-            Self::Cow => &[&["mpol_misplaced"]],
-            Self::CowMigrated => &[&["mpol_misplaced"], &[MISPLACED]],
-            Self::MigrateMisplaced => &[&[MISPLACED]],
-            Self::MigratedFrom => &[&["task_numa_fault"], &[MISPLACED]],
-            Self::Stalls => &[&["migration_entry_wait"]],
-            Self::Promotions => &[&["task_numa_fault"], &[MISPLACED]],
-            Self::SkipCpuset => &[&["sched:sched_skip_cpuset_numa"]],
-            Self::PromoteDecisions => &[&[SHOULD], &["task_numa_fault"], &[XCHG]],
-            Self::MigrateRefused => &[&["migrate_misplaced_folio_prepare"]],
-        }
+impl Serialize for Measured {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(f, why)| (f.name(), why)))
     }
 }
-
-/// The feeds a report did not measure, each with why ("task_numa_fault not attached").
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct Measured(BTreeMap<Feed, String>);
 
 impl Measured {
     /// From a report's hooks. No hooks at all (a report made by hand) says nothing: everything
@@ -229,19 +116,21 @@ impl Measured {
         format!("{label}: {}", self.says(f, text))
     }
 
-    /// Leaves every field an unmeasured feed would fill out of a serialized `numatrace.stat/1`
+    /// Leaves every field an unmeasured feed would fill out of a serialized `numatrace.stat/2`
     /// (absent, not null: an absent count reads back as 0, a null one would not read at all)
     /// and adds `not_measured`: {feed: why}.
     pub fn prune_stat_json(&self, v: &mut Value) {
+        let counts = counts_fields();
+        let seen = kernel_seen_fields();
         for (key, table) in [
-            ("tasks", COUNTS),
-            ("processes", COUNTS),
-            ("cgroups", COUNTS),
-            ("totals", COUNTS),
-            ("self", COUNTS),
+            ("tasks", &counts[..]),
+            ("processes", &counts),
+            ("cgroups", &counts),
+            ("totals", &counts),
+            ("self", &counts),
             ("nodes", NODE),
             ("node_matrix", FLOW),
-            ("kernel_seen", KERNEL_SEEN),
+            ("kernel_seen", &seen),
             ("histograms", HISTOGRAMS),
             ("tiering", TIERING),
         ] {
@@ -265,235 +154,147 @@ impl Measured {
     }
 
     /// Prunes `v`, or each element where it is an array.
-    fn prune_each(&self, v: &mut Value, table: Table) {
+    fn prune_each(&self, v: &mut Value, table: &[(Feed, &str)]) {
         match v {
             Value::Array(a) => a.iter_mut().for_each(|x| self.prune(x, table)),
             x => self.prune(x, table),
         }
     }
 
-    fn prune(&self, v: &mut Value, table: Table) {
-        for (f, paths) in table {
+    fn prune(&self, v: &mut Value, table: &[(Feed, &str)]) {
+        for (f, path) in table {
             if !self.is(*f) {
-                paths.iter().for_each(|p| remove(v, p));
+                remove(v, path);
             }
         }
     }
 }
 
-/// Feeds and the fields they fill (`group.field` within the object).
-type Table = &'static [(Feed, &'static [&'static str])];
+/// The fields of a `Counts` (flattened into tasks, processes and cgroups) and the feed of each:
+/// the skipped VMAs, then every counter of the table.
+fn counts_fields() -> Vec<(Feed, &'static str)> {
+    [
+        (Feed::SkipVma, "skipped_vmas"),
+        (Feed::SkipVma, "skipped_vmas_total"),
+    ]
+    .into_iter()
+    .chain(COUNTERS.iter().map(|d| (d.feed, d.path)))
+    .collect()
+}
 
-/// A `Counts` (flattened into tasks, processes and cgroups).
-const COUNTS: Table = &[
-    (Feed::SkipVma, &["skipped_vmas", "skipped_vmas_total"]),
-    (Feed::Moves, &["placement.moves"]),
-    (Feed::Swaps, &["placement.swaps_out", "placement.swaps_in"]),
-    (
-        Feed::Sticks,
-        &["placement.sticks", "placement.stick_no_target"],
-    ),
-    (
-        Feed::MigratePages,
-        &[
-            "migrations.calls",
-            "migrations.pages_ok",
-            "migrations.pages_failed",
-            "migrations.thp_ok",
-            "migrations.thp_failed",
-        ],
-    ),
-    (
-        Feed::MigrateMisplaced,
-        &[
-            "migrations.attempts",
-            "migrations.succeeded",
-            "migrations.not_migrated",
-            "migrations.latency_ns_total",
-            "migrations.latency_ns_mean",
-        ],
-    ),
-    (Feed::Stalls, &["migrations.stalls", "migrations.stall_ns"]),
-    (
-        Feed::Scan,
-        &[
-            "scan.calls",
-            "scan.time_ns",
-            "scan.max_ns",
-            "scan.runtime_in_scan_ns",
-            "scan.node_stamp_advance_ns",
-            "scan.stamp_violations",
-            "scan.requeued_calls",
-            "scan.cap_calls",
-            "scan.cap_violations",
-            "scan.task_runtime_ns",
-            "scan.scan_seq",
-            "scan.share",
-            "scan.wall_share",
-            "scan.share_between_calls",
-        ],
-    ),
-    (Feed::Pte, &["scan.pte_updates", "scan.prot_numa_calls"]),
-    (
-        Feed::Samples,
-        &["scan.samples", "scan.scan_samples", "scan.sampled_share"],
-    ),
-    (
-        Feed::HintFaults,
-        &[
-            "hint_faults.faults",
-            "hint_faults.local",
-            "hint_faults.remote",
-            "hint_faults.pages",
-            "hint_faults.faults_4k",
-            "hint_faults.faults_thp",
-            "hint_faults.faults_large",
-            "hint_faults.migrated_pages",
-            "hint_faults.migrate_failed",
-        ],
-    ),
-    (Feed::NumaPage, &["hint_faults.numa_page_entries"]),
-    (
-        Feed::HugePmdNumaPage,
-        &["hint_faults.huge_pmd_numa_entries"],
-    ),
-    (
-        Feed::Cow,
-        &["hint_faults.cow_shared", "hint_faults.cow_shared_large"],
-    ),
-    (Feed::CowMigrated, &["hint_faults.cow_shared_migrated"]),
-    (Feed::MigrateRefused, &["migrations.refused"]),
-    (Feed::SkipCpuset, &["scan.cpuset_skips"]),
-    (Feed::Promotions, &["tiering.promoted_pages"]),
-    (
-        Feed::HintFaults,
-        &["tiering.slow_tier_faults", "tiering.promote_failed"],
-    ),
-    (
-        Feed::PromoteDecisions,
-        &[
-            "tiering.promote_hot",
-            "tiering.promote_rate_limited",
-            "tiering.promote_not_hot",
-            "tiering.promote_free_room",
-            "tiering.promote_candidates",
-            "tiering.hint_latency_faults",
-            "tiering.hint_latency_ms_total",
-            "tiering.hint_latency_ms_mean",
-        ],
-    ),
-];
+/// `kernel_seen`'s fields: each name, its feed and its slot (a twin's feed is its counter's).
+/// Lives here, not in `stat`, because `measured` sits below `stat`.
+pub fn kernel_seen_slots() -> impl Iterator<Item = (Feed, &'static str, Counter)> {
+    COUNTERS
+        .iter()
+        .filter_map(|d| Some((d.feed, d.path, d.slot?)))
+        .chain(
+            SYSTEM
+                .iter()
+                .filter(|d| d.kind != SystemKind::Loss)
+                .map(|d| (d.feed, d.name, d.counter)),
+        )
+}
+
+fn kernel_seen_fields() -> Vec<(Feed, &'static str)> {
+    kernel_seen_slots()
+        .map(|(feed, name, _)| (feed, name))
+        .collect()
+}
+
+/// Feeds and the fields they fill (`group.field` within the object).
+type Table = &'static [(Feed, &'static str)];
 
 const NODE: Table = &[
-    (
-        Feed::HintFaults,
-        &[
-            "hint_faults",
-            "hint_faults_local",
-            "hint_faults_remote",
-            "hint_pages",
-            "pages_migrated_in",
-        ],
-    ),
-    (Feed::MigratedFrom, &["pages_migrated_out"]),
-    (Feed::MigrateMisplaced, &["migrations_in", "migrations_out"]),
+    (Feed::HintFaults, "hint_faults"),
+    (Feed::HintFaults, "hint_faults_local"),
+    (Feed::HintFaults, "hint_faults_remote"),
+    (Feed::HintFaults, "hint_pages"),
+    (Feed::HintFaults, "pages_migrated_in"),
+    (Feed::MigratedFrom, "pages_migrated_out"),
+    (Feed::MigrateMisplaced, "migrations_in"),
+    (Feed::MigrateMisplaced, "migrations_out"),
 ];
 
 const FLOW: Table = &[
-    (Feed::MigrateMisplaced, &["migrated", "not_migrated"]),
-    (Feed::HintFaults, &["pages"]),
-];
-
-const KERNEL_SEEN: Table = &[
-    (Feed::SkipVma, &["skip_vma"]),
-    (Feed::SkipGap, &["skip_vma_tp_btf", "skip_gap"]),
-    (Feed::Moves, &["numa_move"]),
-    (Feed::Swaps, &["numa_swap"]),
-    (Feed::Sticks, &["numa_stick"]),
-    (Feed::MigratePages, &["migrate_numa"]),
-    (Feed::Exits, &["exit_snapshots"]),
-    (
-        Feed::HintFaults,
-        &[
-            "hint_faults",
-            "hint_faults_local",
-            "hint_pages",
-            "hint_migrated_pages",
-        ],
-    ),
-    (Feed::Pte, &["pte_updates"]),
-    (Feed::Scan, &["scan_calls"]),
-    (
-        Feed::MigrateMisplaced,
-        &["migrate_attempts", "migrate_succeeded"],
-    ),
-    (Feed::Stalls, &["migration_waits"]),
-    (Feed::MigrateRefused, &["migrate_refused"]),
-    (Feed::Cow, &["cow_shared_faults"]),
-    (Feed::CowMigrated, &["cow_shared_migrations"]),
-    (Feed::Samples, &["samples", "scan_samples"]),
-    (
-        Feed::MigratePages,
-        &[
-            "demote_calls",
-            "demoted_pages",
-            "demote_failed",
-            "demoted_kswapd",
-            "demoted_khugepaged",
-        ],
-    ),
-    (Feed::SkipCpuset, &["skip_cpuset"]),
-    (Feed::Promotions, &["promoted_pages"]),
-    (Feed::HintFaults, &["slow_tier_faults"]),
-    (
-        Feed::PromoteDecisions,
-        &[
-            "promote_hot",
-            "promote_rate_limited",
-            "promote_not_hot",
-            "promote_free_room",
-            "hint_latency_faults",
-            "hint_latency_ms",
-        ],
-    ),
+    (Feed::MigrateMisplaced, "migrated"),
+    (Feed::MigrateMisplaced, "not_migrated"),
+    (Feed::HintFaults, "pages"),
 ];
 
 const TIERING: Table = &[
-    (Feed::Promotions, &["promoted_pages"]),
-    (Feed::HintFaults, &["slow_tier_faults", "promote_failed"]),
-    (
-        Feed::PromoteDecisions,
-        &[
-            "promote_hot",
-            "promote_rate_limited",
-            "promote_not_hot",
-            "promote_free_room",
-            "promote_candidates",
-            "hint_latency_faults",
-            "hint_latency_ms_mean",
-        ],
-    ),
-    (Feed::MigratePages, &["demotions"]),
+    (Feed::Promotions, "promoted_pages"),
+    (Feed::HintFaults, "slow_tier_faults"),
+    (Feed::HintFaults, "promote_failed"),
+    (Feed::PromoteDecisions, "promote_hot"),
+    (Feed::PromoteDecisions, "promote_rate_limited"),
+    (Feed::PromoteDecisions, "promote_not_hot"),
+    (Feed::PromoteDecisions, "promote_free_room"),
+    (Feed::PromoteDecisions, "promote_candidates"),
+    (Feed::PromoteDecisions, "hint_latency_faults"),
+    (Feed::PromoteDecisions, "hint_latency_ms_mean"),
+    (Feed::MigratePages, "demotions"),
 ];
 
 const HISTOGRAMS: Table = &[
-    (Feed::MigrateMisplaced, &["migrate_latency_ns"]),
-    (Feed::HintFaults, &["pages_per_hint_fault"]),
-    (
-        Feed::Cow,
-        &[
-            "hint_faults_per_region_pass",
-            "region_passes",
-            "mean_hint_faults_per_region_pass",
-        ],
-    ),
+    (Feed::MigrateMisplaced, "migrate_latency_ns"),
+    (Feed::HintFaults, "pages_per_hint_fault"),
+    (Feed::Cow, "hint_faults_per_region_pass"),
+    (Feed::Cow, "region_passes"),
+    (Feed::Cow, "mean_hint_faults_per_region_pass"),
 ];
 
 const VMA: Table = &[
-    (Feed::Pte, &["pte_updates", "calls", "scan_times_ns"]),
-    (Feed::SkipVma, &["skips"]),
-    (Feed::SkipGap, &["pid_inactive"]),
+    (Feed::Pte, "pte_updates"),
+    (Feed::Pte, "calls"),
+    (Feed::Pte, "scan_times_ns"),
+    (Feed::SkipVma, "skips"),
+    (Feed::SkipGap, "pid_inactive"),
 ];
+
+/// The feeds, their hooks and every JSON field each fills, as a Markdown table: the generated
+/// part of docs/json-schema.md (the pruning tables above are what it lists).
+pub fn feed_table_markdown() -> String {
+    let counts = counts_fields();
+    let seen = kernel_seen_fields();
+    let places: [(&str, &[(Feed, &str)]); 7] = [
+        ("", &counts),
+        ("`kernel_seen.`", &seen),
+        ("a node's ", NODE),
+        ("`node_matrix[].`", FLOW),
+        ("`histograms.`", HISTOGRAMS),
+        ("the `tiering` block's ", TIERING),
+        ("a VMA's ", VMA),
+    ];
+    let mut s = String::from("| feed | hook(s) | fields |\n|---|---|---|\n");
+    for f in Feed::ALL {
+        let hooks = if f.hooks().is_empty() {
+            "(none: always measured)".to_owned()
+        } else {
+            f.hooks()
+                .iter()
+                .map(|g| g.join(" or ").replace('|', "\\|"))
+                .collect::<Vec<_>>()
+                .join(", and ")
+        };
+        let fields: Vec<String> = places
+            .iter()
+            .flat_map(|(at, table)| {
+                table
+                    .iter()
+                    .filter(move |(g, _)| *g == f)
+                    .map(move |(_, p)| format!("{at}`{p}`").replace("``", ""))
+            })
+            .collect();
+        let fields = if fields.is_empty() {
+            "— (says whether a text column is measured)".to_owned()
+        } else {
+            fields.join(", ")
+        };
+        s.push_str(&format!("| `{}` | {hooks} | {fields} |\n", f.name()));
+    }
+    s
+}
 
 /// Removes `path` (`a.b`) from `v`, keeping the order of what stays.
 fn remove(v: &mut Value, path: &str) {
@@ -596,11 +397,40 @@ pub(crate) mod tests {
             m.why(Feed::ScanShare),
             Some("task_numa_work or sampling:cpu-clock not attached")
         );
-        let m = Measured::from_hooks(&all_but(&[MISPLACED]));
+        let m = Measured::from_hooks(&all_but(&["migrate_misplaced_folio|_page"]));
         assert!(m.is(Feed::Cow));
         assert_eq!(
             m.why(Feed::CowMigrated),
             Some("migrate_misplaced_folio|_page not attached")
+        );
+    }
+
+    /// docs/json-schema.md's feed table is generated from the counter table and the pruning
+    /// tables: regenerated with `NUMATRACE_UPDATE_DOCS=1 cargo test -p numatrace --lib
+    /// measured`, checked otherwise.
+    #[test]
+    fn the_docs_feed_table_is_the_pruning() {
+        const START: &str = "<!-- generated from the counter table by `NUMATRACE_UPDATE_DOCS=1 \
+                             cargo test -p numatrace --lib measured`; do not edit -->\n";
+        const END: &str = "<!-- end of generated part -->\n";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/json-schema.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let a = doc
+            .find(START)
+            .expect("docs/json-schema.md lacks the start marker")
+            + START.len();
+        let b = doc[a..]
+            .find(END)
+            .expect("docs/json-schema.md lacks the end marker")
+            + a;
+        let want = format!("{}{}{}", &doc[..a], feed_table_markdown(), &doc[b..]);
+        if std::env::var("NUMATRACE_UPDATE_DOCS").is_ok_and(|v| v == "1") {
+            std::fs::write(&path, &want).unwrap();
+        }
+        assert!(
+            doc == want,
+            "docs/json-schema.md's feed table differs from the counter table: run with \
+             NUMATRACE_UPDATE_DOCS=1"
         );
     }
 

@@ -4,6 +4,13 @@
 
 use std::fmt::Write as _;
 
+use numatrace_common::{COUNTERS, CountKind, CounterDef, SKIP_REASON_SLOTS, Unit};
+
+use crate::{
+    model::{Counts, skip_reason_name},
+    report::measured::{Feed, Measured},
+};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Counter,
@@ -99,76 +106,460 @@ pub mod scope {
     pub const SELF: &str = "numatrace_self_";
 }
 
-/// Families exported at each level of aggregation: in total (`numatrace_`), per cgroup
-/// (`numatrace_cgroup_`, label `cgroup`), per task (`numatrace_task_`, labels `comm`, `pid`) and
-/// for numatrace's own threads (`numatrace_self_`).
-pub const WORKLOAD: [(&str, &[&str], &str); 12] = [
-    (
-        workload::SCAN_SECONDS,
-        &[],
-        "Wall-clock time inside task_numa_work, the PTE scanner (seconds).",
-    ),
-    (
-        workload::SCAN_CPU_SECONDS,
-        &[],
-        "CPU time spent inside task_numa_work (sum_exec_runtime across the calls, seconds); \
-         divided by run_seconds_total it is the scan share that the 3% cap bounds.",
-    ),
-    (workload::SCAN_CALLS, &[], "task_numa_work calls."),
-    (
-        workload::RUN_SECONDS,
-        &[],
-        "CPU time of the tasks between the first and the latest event numatrace saw of each \
-         (sum_exec_runtime, seconds).",
-    ),
-    (
-        workload::PTE_UPDATES,
-        &[],
-        "Page-table entries change_prot_numa made PROT_NONE (the kernel's numa_pte_updates).",
-    ),
-    (
-        workload::HINT_FAULTS,
-        &["locality"],
-        "NUMA hint faults, local (the page was on the faulting CPU's node) or remote.",
-    ),
-    (
-        workload::MIGRATED_PAGES,
-        &[],
-        "Pages migrated by NUMA hint faults (TNF_MIGRATED; the kernel's numa_pages_migrated).",
-    ),
-    (
-        workload::PROMOTED_PAGES,
-        &[],
-        "Pages NUMA hint faults promoted: migrated from a node outside the top memory tier \
-         into it (memory tiering; the kernel's pgpromote_success).",
-    ),
-    (
-        workload::PROMOTE_DECISIONS,
-        &["decision"],
-        "Pages of slow-tier NUMA hint faults by the kernel's promotion decision \
-         (should_numa_migrate_memory, tiering mode): hot (latency under the node's hot \
-         threshold, decided to promote), rate_limited (as hot, held back by the promotion rate \
-         limit; hot + rate_limited is the kernel's pgpromote_candidate), not_hot, free_room \
-         (decided to promote past both: the node had room; pgpromote_candidate_nrl). A decision \
-         to promote can still be refused or fail.",
-    ),
-    (
-        workload::HINT_LATENCY_SECONDS,
-        &[],
-        "Sum of the hint-fault latency of slow-tier faults: time from the scanner's stamp of \
-         the page to the fault, what the kernel compares with the hot threshold (seconds).",
-    ),
-    (
-        workload::HINT_LATENCY_FAULTS,
-        &[],
-        "Slow-tier hint faults whose latency was measured (divide the latency sum by it).",
-    ),
-    (
-        workload::SKIPPED_VMAS,
-        &["reason"],
-        "VMAs the scanner skipped (sched_skip_vma_numa), by the kernel's reason.",
-    ),
+/// Label values and the value of one sample.
+pub type Sample = (Vec<&'static str>, f64);
+
+/// A family built from counts, as data: exported per scope (`scoped`: in total as
+/// `numatrace_NAME`, per cgroup, per task and for numatrace itself, see [`SCOPES`]) or in total
+/// only. Several rows may fill one family (one per feed). A row is left out of a scrape where its
+/// feed was not measured: [`counted`] is the one place that says so.
+pub struct CountFamily {
+    /// The family's name after the scope's prefix (scoped), or its whole name.
+    pub name: &'static str,
+    pub scoped: bool,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+    pub feed: Feed,
+    /// The counters it exports (their one names in the counter table): every other counter of
+    /// the table gets a family of its own ([`AUTO`]).
+    pub counters: &'static [&'static str],
+    /// The samples of one scope's counts; `whole`: a scope without labels of its own (all
+    /// tasks, numatrace itself), whose series exist from the start even at 0.
+    pub samples: fn(&Counts, bool) -> Vec<Sample>,
+}
+
+fn one(v: u64) -> Vec<Sample> {
+    vec![(Vec::new(), v as f64)]
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The families built from counts.
+pub const COUNT_FAMILIES: &[CountFamily] = &[
+    CountFamily {
+        name: workload::SCAN_SECONDS,
+        scoped: true,
+        labels: &[],
+        help: "Wall-clock time inside task_numa_work, the PTE scanner (seconds).",
+        feed: Feed::Scan,
+        counters: &["scan.time_ns"],
+        samples: |c, _| vec![(vec![], secs(c.scan.time_ns))],
+    },
+    CountFamily {
+        name: workload::SCAN_CPU_SECONDS,
+        scoped: true,
+        labels: &[],
+        help: "CPU time spent inside task_numa_work (sum_exec_runtime across the calls, \
+               seconds); divided by run_seconds_total it is the scan share that the 3% cap \
+               bounds.",
+        feed: Feed::Scan,
+        counters: &["scan.runtime_in_scan_ns"],
+        samples: |c, _| vec![(vec![], secs(c.scan.runtime_in_scan_ns))],
+    },
+    CountFamily {
+        name: workload::SCAN_CALLS,
+        scoped: true,
+        labels: &[],
+        help: "task_numa_work calls.",
+        feed: Feed::Scan,
+        counters: &["scan.calls"],
+        samples: |c, _| one(c.scan.calls),
+    },
+    CountFamily {
+        name: workload::RUN_SECONDS,
+        scoped: true,
+        labels: &[],
+        help: "CPU time of the tasks between the first and the latest event numatrace saw of \
+               each (sum_exec_runtime, seconds).",
+        feed: Feed::Scan,
+        counters: &["scan.task_runtime_ns"],
+        samples: |c, _| vec![(vec![], secs(c.scan.task_runtime_ns))],
+    },
+    CountFamily {
+        name: workload::PTE_UPDATES,
+        scoped: true,
+        labels: &[],
+        help: "Page-table entries change_prot_numa made PROT_NONE (the kernel's \
+               numa_pte_updates).",
+        feed: Feed::Pte,
+        counters: &["scan.pte_updates"],
+        samples: |c, _| one(c.scan.pte_updates),
+    },
+    CountFamily {
+        name: workload::HINT_FAULTS,
+        scoped: true,
+        labels: &["locality"],
+        help: "NUMA hint faults, local (the page was on the faulting CPU's node) or remote.",
+        feed: Feed::HintFaults,
+        counters: &[
+            "hint_faults.faults",
+            "hint_faults.local",
+            "hint_faults.remote",
+        ],
+        samples: |c, _| {
+            let local = c.hint_faults.local;
+            let remote = c.hint_faults.faults.saturating_sub(local);
+            vec![
+                (vec!["local"], local as f64),
+                (vec!["remote"], remote as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: workload::MIGRATED_PAGES,
+        scoped: true,
+        labels: &[],
+        help: "Pages migrated by NUMA hint faults (TNF_MIGRATED; the kernel's \
+               numa_pages_migrated).",
+        feed: Feed::HintFaults,
+        counters: &["hint_faults.migrated_pages"],
+        samples: |c, _| one(c.hint_faults.migrated_pages),
+    },
+    CountFamily {
+        name: workload::PROMOTED_PAGES,
+        scoped: true,
+        labels: &[],
+        help: "Pages NUMA hint faults promoted: migrated from a node outside the top memory \
+               tier into it (memory tiering; the kernel's pgpromote_success).",
+        feed: Feed::Promotions,
+        counters: &["tiering.promoted_pages"],
+        samples: |c, _| one(c.tiering.promoted_pages),
+    },
+    CountFamily {
+        name: workload::PROMOTE_DECISIONS,
+        scoped: true,
+        labels: &["decision"],
+        help: "Pages of slow-tier NUMA hint faults by the kernel's promotion decision \
+               (should_numa_migrate_memory, tiering mode): hot (latency under the node's hot \
+               threshold, decided to promote), rate_limited (as hot, held back by the promotion \
+               rate limit; hot + rate_limited is the kernel's pgpromote_candidate), not_hot, \
+               free_room (decided to promote past both: the node had room; \
+               pgpromote_candidate_nrl). A decision to promote can still be refused or fail.",
+        feed: Feed::PromoteDecisions,
+        counters: &[
+            "tiering.promote_hot",
+            "tiering.promote_rate_limited",
+            "tiering.promote_not_hot",
+            "tiering.promote_free_room",
+            "tiering.promote_candidates",
+        ],
+        samples: |c, total| {
+            let t = &c.tiering;
+            // Per cgroup and task only where there were slow-tier faults: a scrape should not
+            // grow by zero series per task on a machine without tiers.
+            if !total && t.slow_tier_faults == 0 {
+                return Vec::new();
+            }
+            vec![
+                (vec!["hot"], t.promote_hot as f64),
+                (vec!["rate_limited"], t.promote_rate_limited as f64),
+                (vec!["not_hot"], t.promote_not_hot as f64),
+                (vec!["free_room"], t.promote_free_room as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: workload::HINT_LATENCY_SECONDS,
+        scoped: true,
+        labels: &[],
+        help: "Sum of the hint-fault latency of slow-tier faults: time from the scanner's stamp \
+               of the page to the fault, what the kernel compares with the hot threshold \
+               (seconds).",
+        feed: Feed::PromoteDecisions,
+        counters: &[
+            "tiering.hint_latency_ms_total",
+            "tiering.hint_latency_ms_mean",
+        ],
+        samples: |c, total| {
+            if !total && c.tiering.slow_tier_faults == 0 {
+                return Vec::new();
+            }
+            vec![(vec![], c.tiering.hint_latency_ms_total as f64 / 1e3)]
+        },
+    },
+    CountFamily {
+        name: workload::HINT_LATENCY_FAULTS,
+        scoped: true,
+        labels: &[],
+        help: "Slow-tier hint faults whose latency was measured (divide the latency sum by it).",
+        feed: Feed::PromoteDecisions,
+        counters: &["tiering.hint_latency_faults"],
+        samples: |c, total| {
+            if !total && c.tiering.slow_tier_faults == 0 {
+                return Vec::new();
+            }
+            one(c.tiering.hint_latency_faults)
+        },
+    },
+    CountFamily {
+        name: workload::SKIPPED_VMAS,
+        scoped: true,
+        labels: &["reason"],
+        help: "VMAs the scanner skipped (sched_skip_vma_numa), by the kernel's reason.",
+        feed: Feed::SkipVma,
+        counters: &[],
+        samples: |c, total| {
+            // Reasons that occurred (all of them in total, where the set is fixed and small).
+            (0..SKIP_REASON_SLOTS)
+                .filter(|&slot| total || c.skipped_vmas.0[slot] > 0)
+                .map(|slot| (vec![skip_reason_name(slot)], c.skipped_vmas.0[slot] as f64))
+                .collect()
+        },
+    },
+    CountFamily {
+        name: family::HINT_FAULT_PAGES,
+        scoped: false,
+        labels: &[],
+        help: "Pages the hint faults covered (a PMD THP fault covers 512).",
+        feed: Feed::HintFaults,
+        counters: &["hint_faults.pages"],
+        samples: |c, _| one(c.hint_faults.pages),
+    },
+    CountFamily {
+        name: family::HINT_FAULTS_BY_PAGE_SIZE,
+        scoped: false,
+        labels: &["page_size"],
+        help: "Hint faults by the size of the faulting page: base, pmd (THP) or large (other \
+               large folios).",
+        feed: Feed::HintFaults,
+        counters: &[
+            "hint_faults.faults_4k",
+            "hint_faults.faults_thp",
+            "hint_faults.faults_large",
+        ],
+        samples: |c, _| {
+            let h = &c.hint_faults;
+            vec![
+                (vec!["base"], h.faults_4k as f64),
+                (vec!["pmd"], h.faults_thp as f64),
+                (vec!["large"], h.faults_large as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: family::HINT_FAULT_MIGRATE_FAILURES,
+        scoped: false,
+        labels: &[],
+        help: "Hint faults whose page migration failed (TNF_MIGRATE_FAIL).",
+        feed: Feed::HintFaults,
+        counters: &["hint_faults.migrate_failed"],
+        samples: |c, _| one(c.hint_faults.migrate_failed),
+    },
+    CountFamily {
+        name: family::COW_SHARED_HINT_FAULTS,
+        scoped: false,
+        labels: &["page_size"],
+        help: "Hint faults on copy-on-write pages mapped more than once (seed 000), base or \
+               large.",
+        feed: Feed::Cow,
+        counters: &["hint_faults.cow_shared", "hint_faults.cow_shared_large"],
+        samples: |c, _| {
+            let h = &c.hint_faults;
+            vec![
+                (
+                    vec!["base"],
+                    h.cow_shared.saturating_sub(h.cow_shared_large) as f64,
+                ),
+                (vec!["large"], h.cow_shared_large as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: family::COW_SHARED_MIGRATIONS,
+        scoped: false,
+        labels: &[],
+        help: "COW-shared pages those faults migrated.",
+        feed: Feed::CowMigrated,
+        counters: &["hint_faults.cow_shared_migrated"],
+        samples: |c, _| one(c.hint_faults.cow_shared_migrated),
+    },
+    CountFamily {
+        name: family::MIGRATE_CALLS,
+        scoped: false,
+        labels: &[],
+        help: "migrate_pages() calls for NUMA balancing (mm_migrate_pages, reason \
+               numa_misplaced).",
+        feed: Feed::MigratePages,
+        counters: &["migrations.calls"],
+        samples: |c, _| one(c.migrations.calls),
+    },
+    CountFamily {
+        name: family::MIGRATE_PAGES,
+        scoped: false,
+        labels: &["result"],
+        help: "Pages those calls migrated (succeeded) or not (failed), from mm_migrate_pages.",
+        feed: Feed::MigratePages,
+        counters: &["migrations.pages_ok", "migrations.pages_failed"],
+        samples: |c, _| {
+            vec![
+                (vec!["succeeded"], c.migrations.pages_ok as f64),
+                (vec!["failed"], c.migrations.pages_failed as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: family::MIGRATE_THPS,
+        scoped: false,
+        labels: &["result"],
+        help: "Transparent huge pages among them.",
+        feed: Feed::MigratePages,
+        counters: &["migrations.thp_ok", "migrations.thp_failed"],
+        samples: |c, _| {
+            vec![
+                (vec!["succeeded"], c.migrations.thp_ok as f64),
+                (vec!["failed"], c.migrations.thp_failed as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: family::MIGRATE_MISPLACED,
+        scoped: false,
+        labels: &["result"],
+        help: "migrate_misplaced_folio/_page calls that migrated or not_migrated.",
+        feed: Feed::MigrateMisplaced,
+        counters: &[
+            "migrations.attempts",
+            "migrations.succeeded",
+            "migrations.not_migrated",
+        ],
+        samples: |c, _| {
+            vec![
+                (vec!["migrated"], c.migrations.succeeded as f64),
+                (vec!["not_migrated"], c.migrations.not_migrated as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: family::MIGRATION_STALLS,
+        scoped: false,
+        labels: &[],
+        help: "Waits on a page under migration (migration_entry_wait).",
+        feed: Feed::Stalls,
+        counters: &["migrations.stalls"],
+        samples: |c, _| one(c.migrations.stalls),
+    },
+    CountFamily {
+        name: family::MIGRATION_STALL_SECONDS,
+        scoped: false,
+        labels: &[],
+        help: "Time spent in those waits (seconds).",
+        feed: Feed::Stalls,
+        counters: &["migrations.stall_ns"],
+        samples: |c, _| vec![(vec![], secs(c.migrations.stall_ns))],
+    },
+    CountFamily {
+        name: family::PLACEMENT_EVENTS,
+        scoped: false,
+        labels: &["kind"],
+        help: "Task placement: move (sched_move_numa), swap_out / swap_in (sched_swap_numa as \
+               initiator / as the other task), stick and stick_no_target (sched_stick_numa).",
+        feed: Feed::Moves,
+        counters: &["placement.moves"],
+        samples: |c, _| vec![(vec!["move"], c.placement.moves as f64)],
+    },
+    CountFamily {
+        name: family::PLACEMENT_EVENTS,
+        scoped: false,
+        labels: &["kind"],
+        help: "",
+        feed: Feed::Swaps,
+        counters: &["placement.swaps_out", "placement.swaps_in"],
+        samples: |c, _| {
+            vec![
+                (vec!["swap_out"], c.placement.swaps_out as f64),
+                (vec!["swap_in"], c.placement.swaps_in as f64),
+            ]
+        },
+    },
+    CountFamily {
+        name: family::PLACEMENT_EVENTS,
+        scoped: false,
+        labels: &["kind"],
+        help: "",
+        feed: Feed::Sticks,
+        counters: &["placement.sticks", "placement.stick_no_target"],
+        samples: |c, _| {
+            vec![
+                (vec!["stick"], c.placement.sticks as f64),
+                (vec!["stick_no_target"], c.placement.stick_no_target as f64),
+            ]
+        },
+    },
 ];
+
+/// Counters exported by families built from something besides the counts (the migration
+/// latency histogram's sum).
+const EXPORTED_ELSEWHERE: &[&str] = &["migrations.latency_ns_total", "migrations.latency_ns_mean"];
+
+/// A family of its own for a counter no [`COUNT_FAMILIES`] row exports, named after the
+/// counter's one name: `numatrace_GROUP_NAME_total` (durations in seconds:
+/// `..._seconds_total`; a level: a gauge without `_total`). In total only.
+pub struct AutoFamily {
+    pub counter: &'static CounterDef,
+    pub name: String,
+    pub kind: Kind,
+    /// What the counter's value is multiplied by (durations into seconds).
+    pub scale: f64,
+}
+
+/// The families of their own, in the table's order: every counter of kind sum, computed or
+/// max that no row exports (derived counters and ratios follow from others).
+pub fn auto_families() -> Vec<AutoFamily> {
+    COUNTERS
+        .iter()
+        .filter(|d| {
+            matches!(
+                d.kind,
+                CountKind::Sum | CountKind::Computed | CountKind::Max
+            )
+        })
+        .filter(|d| {
+            !EXPORTED_ELSEWHERE.contains(&d.path)
+                && !COUNT_FAMILIES.iter().any(|f| f.counters.contains(&d.path))
+        })
+        .map(|d| {
+            let (stem, scale) = match d.unit {
+                Unit::Ns => (time_stem(d.name, "ns"), 1e-9),
+                Unit::Ms => (time_stem(d.name, "ms"), 1e-3),
+                _ => (d.name.to_owned(), 1.0),
+            };
+            let seconds = matches!(d.unit, Unit::Ns | Unit::Ms);
+            let (kind, suffix) = match (d.kind, seconds) {
+                (CountKind::Max, true) => (Kind::Gauge, "_seconds"),
+                (CountKind::Max, false) => (Kind::Gauge, ""),
+                (_, true) => (Kind::Counter, "_seconds_total"),
+                (_, false) => (Kind::Counter, "_total"),
+            };
+            AutoFamily {
+                counter: d,
+                name: format!("numatrace_{}_{stem}{suffix}", d.group),
+                kind,
+                scale,
+            }
+        })
+        .collect()
+}
+
+/// A duration counter's name without its unit: `time_ns` → `time`, `latency_ms_total` →
+/// `latency`.
+fn time_stem(name: &str, unit: &str) -> String {
+    let name = name.strip_suffix("_total").unwrap_or(name);
+    name.strip_suffix(&format!("_{unit}"))
+        .unwrap_or(name)
+        .to_owned()
+}
+
+/// The row's samples where its feed was measured, none where it was not: a family whose hook
+/// did not attach is absent from a scrape, never 0.
+pub fn counted(f: &CountFamily, c: &Counts, total: bool, m: &Measured) -> Vec<Sample> {
+    if m.is(f.feed) {
+        (f.samples)(c, total)
+    } else {
+        Vec::new()
+    }
+}
 
 pub const SCOPES: [(&str, &[&str], &str); 4] = [
     (scope::ALL, &[], "All traced tasks"),
@@ -229,84 +620,10 @@ fn fixed() -> Vec<Spec> {
              rate limit.",
         ),
         spec(
-            family::HINT_FAULT_PAGES,
-            Counter,
-            &[],
-            "Pages the hint faults covered (a PMD THP fault covers 512).",
-        ),
-        spec(
-            family::HINT_FAULTS_BY_PAGE_SIZE,
-            Counter,
-            &["page_size"],
-            "Hint faults by the size of the faulting page: base, pmd (THP) or large (other \
-             large folios).",
-        ),
-        spec(
-            family::HINT_FAULT_MIGRATE_FAILURES,
-            Counter,
-            &[],
-            "Hint faults whose page migration failed (TNF_MIGRATE_FAIL).",
-        ),
-        spec(
-            family::COW_SHARED_HINT_FAULTS,
-            Counter,
-            &["page_size"],
-            "Hint faults on copy-on-write pages mapped more than once (seed 000), base or large.",
-        ),
-        spec(
-            family::COW_SHARED_MIGRATIONS,
-            Counter,
-            &[],
-            "COW-shared pages those faults migrated.",
-        ),
-        spec(
-            family::MIGRATE_CALLS,
-            Counter,
-            &[],
-            "migrate_pages() calls for NUMA balancing (mm_migrate_pages, reason numa_misplaced).",
-        ),
-        spec(
-            family::MIGRATE_PAGES,
-            Counter,
-            &["result"],
-            "Pages those calls migrated (succeeded) or not (failed), from mm_migrate_pages.",
-        ),
-        spec(
-            family::MIGRATE_THPS,
-            Counter,
-            &["result"],
-            "Transparent huge pages among them.",
-        ),
-        spec(
-            family::MIGRATE_MISPLACED,
-            Counter,
-            &["result"],
-            "migrate_misplaced_folio/_page calls that migrated or not_migrated.",
-        ),
-        spec(
             family::MIGRATION_LATENCY_SECONDS,
             Histogram,
             &[],
             "Duration of migrate_misplaced_folio/_page calls (seconds, from log2 buckets).",
-        ),
-        spec(
-            family::MIGRATION_STALLS,
-            Counter,
-            &[],
-            "Waits on a page under migration (migration_entry_wait).",
-        ),
-        spec(
-            family::MIGRATION_STALL_SECONDS,
-            Counter,
-            &[],
-            "Time spent in those waits (seconds).",
-        ),
-        spec(
-            family::PLACEMENT_EVENTS,
-            Counter,
-            &["kind"],
-            "Task placement: move (sched_move_numa), swap_out / swap_in (sched_swap_numa as \
-             initiator / as the other task), stick and stick_no_target (sched_stick_numa).",
         ),
         spec(
             family::PID_INACTIVE_SKIPS,
@@ -458,16 +775,34 @@ pub fn vmstat_family(name: &str) -> String {
 pub fn families<'a>(vmstat_names: impl IntoIterator<Item = &'a String>) -> Vec<Spec> {
     let mut out = Vec::new();
     for (prefix, scope_labels, scope) in SCOPES {
-        for (suffix, labels, help) in WORKLOAD {
+        for f in COUNT_FAMILIES.iter().filter(|f| f.scoped) {
             let mut l = scope_labels.to_vec();
-            l.extend_from_slice(labels);
+            l.extend_from_slice(f.labels);
             out.push(Spec {
-                name: format!("{prefix}{suffix}"),
-                help: format!("{scope}: {help}"),
+                name: format!("{prefix}{}", f.name),
+                help: format!("{scope}: {}", f.help),
                 kind: Kind::Counter,
                 labels: l,
             });
         }
+    }
+    // One spec per family: the first row of a family says what it is.
+    for f in COUNT_FAMILIES.iter().filter(|f| !f.scoped) {
+        if !out.iter().any(|s| s.name == f.name) {
+            out.push(spec(f.name, Kind::Counter, f.labels, f.help));
+        }
+    }
+    for a in auto_families() {
+        out.push(Spec {
+            name: a.name,
+            help: format!(
+                "{} (counter {}; in total).",
+                a.counter.doc.trim().trim_end_matches('.'),
+                a.counter.path
+            ),
+            kind: a.kind,
+            labels: Vec::new(),
+        });
     }
     out.extend(fixed());
     for n in vmstat_names.into_iter().filter(|n| vmstat_exported(n)) {
@@ -547,8 +882,114 @@ pub fn describe() -> String {
     s
 }
 
+/// Where the counter `path` goes in a scrape.
+fn prometheus_of(path: &str) -> String {
+    let rows: Vec<&CountFamily> = COUNT_FAMILIES
+        .iter()
+        .filter(|f| f.counters.contains(&path))
+        .collect();
+    if let Some(f) = rows.first() {
+        return if f.scoped {
+            format!("`numatrace_{}` (and per scope)", f.name)
+        } else {
+            format!("`{}`", f.name)
+        };
+    }
+    if EXPORTED_ELSEWHERE.contains(&path) {
+        return format!("`{}` (sum)", family::MIGRATION_LATENCY_SECONDS);
+    }
+    auto_families()
+        .into_iter()
+        .find(|a| a.counter.path == path)
+        .map_or_else(
+            || "— (follows from the others)".to_owned(),
+            |a| format!("`{}`", a.name),
+        )
+}
+
+/// Every counter of numatrace-common's table: its one name (the JSON path in COUNTS and, where
+/// the kernel side keeps a twin, in `kernel_seen`), kind, unit, the hooks that feed it, where
+/// it goes in a scrape and what it means. The generated part of docs/counters.md.
+pub fn counters_markdown() -> String {
+    let mut s = String::from(
+        "| counter | kind | unit | feed (hooks) | `kernel_seen` | Prometheus | meaning |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for d in COUNTERS {
+        let hooks = d
+            .feed
+            .hooks()
+            .iter()
+            .map(|g| g.join(" or "))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let seen = match d.slot {
+            Some(_) => "yes",
+            None => "",
+        };
+        let _ = writeln!(
+            s,
+            "| `{}` | {:?} | {:?} | `{}` ({hooks}) | {seen} | {} | {} |",
+            d.path,
+            d.kind,
+            d.unit,
+            d.feed.name(),
+            prometheus_of(d.path),
+            d.doc.trim()
+        );
+    }
+    s.replace("|_page", "\\|_page")
+        .replace("|page_cpupid", "\\|page_cpupid")
+}
+
 #[cfg(test)]
 mod tests {
+    /// docs/counters.md ends with the counter table: regenerated with
+    /// `NUMATRACE_UPDATE_DOCS=1 cargo test -p numatrace --lib metrics`, checked otherwise.
+    #[test]
+    fn the_counters_doc_is_the_table() {
+        const MARK: &str = "<!-- generated from numatrace-common/src/table.rs by \
+                            `NUMATRACE_UPDATE_DOCS=1 cargo test -p numatrace --lib metrics`; \
+                            do not edit below -->\n";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/counters.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let at = doc
+            .find(MARK)
+            .expect("docs/counters.md lacks the generated-part marker");
+        let want = format!("{}{MARK}\n{}", &doc[..at], super::counters_markdown());
+        if std::env::var("NUMATRACE_UPDATE_DOCS").is_ok_and(|v| v == "1") {
+            std::fs::write(&path, &want).unwrap();
+        }
+        assert!(
+            doc == want,
+            "docs/counters.md differs from the counter table: run with NUMATRACE_UPDATE_DOCS=1"
+        );
+    }
+
+    /// Every counter of the table reaches Prometheus: a row exports it, or a family of its
+    /// own, or it follows from others (derived, ratio, level).
+    #[test]
+    fn every_counter_reaches_prometheus() {
+        use numatrace_common::{COUNTERS, CountKind};
+        for d in COUNTERS {
+            let place = super::prometheus_of(d.path);
+            let follows = matches!(
+                d.kind,
+                CountKind::Derived | CountKind::Ratio | CountKind::Level
+            );
+            assert!(
+                follows || !place.starts_with('—'),
+                "{} goes nowhere in a scrape",
+                d.path
+            );
+        }
+        for f in super::COUNT_FAMILIES {
+            for p in f.counters {
+                assert!(COUNTERS.iter().any(|d| d.path == *p), "{}: {p}", f.name);
+            }
+        }
+    }
+
     /// docs/metrics.md ends with the catalogue's table: regenerated with
     /// `NUMATRACE_UPDATE_DOCS=1 cargo test -p numatrace --lib metrics`, checked otherwise.
     #[test]

@@ -13,6 +13,7 @@ pub mod probes;
 pub mod stat;
 pub mod tiering;
 pub mod verdicts;
+pub mod words;
 
 /// Left-aligned table cells, widths from the content.
 pub(crate) fn table(rows: &[Vec<String>]) -> String {

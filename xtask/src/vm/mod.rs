@@ -84,11 +84,23 @@ const HOST_ONLY: &[(&str, &str)] = &[
 
 /// What to run: kernel lines and test binaries (empty: all), a test-name filter, and how many
 /// times the check tests repeat each check on every line (`None`: each line's own count).
-#[derive(Default)]
-pub struct Selection<'a> {
-    pub kernels: &'a [String],
-    pub only: &'a [String],
-    pub filter: Option<&'a str>,
+/// `cargo xtask vm-test`'s options: which lines and tests (none: all; what `test` runs).
+#[derive(clap::Args, Default)]
+pub struct Selection {
+    /// Only these kernel lines (e.g. `--kernels 5.10,7.x`).
+    #[arg(long, value_delimiter = ',')]
+    pub kernels: Vec<String>,
+    /// Only these test binaries (e.g. `--only probes,numa_guest`).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Only the tests whose name contains this (passed to each test binary, e.g.
+    /// `--filter check_002`).
+    #[arg(long, value_parser = parse_filter)]
+    pub filter: Option<String>,
+    /// Run each seed's check this many times (`numatrace check --repeat N`) in the check
+    /// tests on every line, which then assert that the verdicts agree (default: 3 on 6.12
+    /// and 7.x, once elsewhere).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
     pub check_repeat: Option<u32>,
 }
 
@@ -98,7 +110,9 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
         only,
         filter,
         check_repeat,
-    } = *sel;
+    } = sel;
+    let (kernels, only, filter, check_repeat) =
+        (&kernels[..], &only[..], filter.as_deref(), *check_repeat);
     if let Some(k) = kernels
         .iter()
         .find(|k| !KERNELS.iter().any(|g| g.label == k.as_str()))

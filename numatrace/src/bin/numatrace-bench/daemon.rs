@@ -8,41 +8,15 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::record::{DaemonCost, SnapshotCost};
 use anyhow::{Context as _, Result, bail};
 use numatrace::engine::{Detail, Engine};
-use serde::Serialize;
 
 use crate::{
     frontends::{self, Bins, Kind},
     overhead::median,
     procfs,
 };
-
-#[derive(Serialize)]
-pub struct DaemonCost {
-    pub frontend: String,
-    pub tasks: usize,
-    /// % of one core over the window (after it was ready).
-    pub cpu_pct: f64,
-    pub peak_rss_mib: f64,
-    /// Start to counting: first frame (top), first complete scrape (serve), "counting" (others).
-    pub ready_ms: f64,
-    /// serve: median scrape time, and scrapes that failed.
-    pub scrape_ms: Option<f64>,
-    pub scrape_errors: u64,
-    /// top: frames printed over the window.
-    pub frames: u64,
-    pub window_s: f64,
-}
-
-#[derive(Serialize)]
-pub struct SnapshotCost {
-    pub tasks: usize,
-    /// Tasks in the snapshot (live tasks the kernel side has seen).
-    pub tracked: usize,
-    pub summary_ms: f64,
-    pub full_ms: f64,
-}
 
 /// `tasks` sleeping threads that NUMA balancing sees; killed (with their processes) on drop.
 struct Sleepers(Child);

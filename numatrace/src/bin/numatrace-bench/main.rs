@@ -10,6 +10,7 @@ mod overhead;
 mod peer;
 mod procfs;
 mod programs;
+mod record;
 mod workloads;
 
 use std::{collections::HashSet, path::PathBuf, time::Duration};
@@ -17,7 +18,7 @@ use std::{collections::HashSet, path::PathBuf, time::Duration};
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use numatrace::{bpf::loader::LoadOptions, engine::Engine, kernel::tunables::Tunables};
-use serde::Serialize;
+pub use record::Record;
 
 #[derive(Parser)]
 #[command(
@@ -63,35 +64,13 @@ enum Phase {
     },
 }
 
-/// One result line.
-#[derive(Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Record {
-    Machine {
-        kernel: String,
-        nodes: u32,
-        cpus: usize,
-        tunables: Vec<String>,
-    },
-    Program(programs::ProgramCost),
-    Peer(programs::PeerCost),
-    HookPeer(programs::HookPeer),
-    Ring(programs::RingLoad),
-    Overhead(overhead::Overhead),
-    Daemon(daemon::DaemonCost),
-    Snapshot(daemon::SnapshotCost),
-    Note {
-        text: String,
-    },
-}
-
 pub fn note(text: String) -> Record {
     Record::Note { text }
 }
 
 fn emit(r: Record) {
     match serde_json::to_string(&r) {
-        Ok(j) => println!("NUMATRACE-BENCH {j}"),
+        Ok(j) => println!("{}{j}", record::MARK),
         Err(e) => eprintln!("numatrace-bench: {e}"),
     }
 }

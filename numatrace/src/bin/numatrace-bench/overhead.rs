@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::record::Overhead;
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::{
     floor,
@@ -39,15 +39,6 @@ pub const CONFIGS: [Config; 7] = [
     Config::Tracer(Kind::Record),
     Config::Tracer(Kind::Bpftrace),
 ];
-
-#[derive(Serialize)]
-pub struct Overhead {
-    pub workload: String,
-    pub config: String,
-    /// Throughput / untraced throughput of the same round, per round.
-    pub ratios: Vec<f64>,
-    pub median: Option<f64>,
-}
 
 pub fn median(v: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();

@@ -6,60 +6,12 @@ use std::time::Duration;
 use anyhow::Result;
 use numatrace::engine::{Detail, Engine};
 use numatrace_common::Counter;
-use serde::Serialize;
 
-use crate::{floor, peer, workloads::Mix};
-
-#[derive(Serialize)]
-pub struct ProgramCost {
-    pub hook: String,
-    pub mechanism: String,
-    pub program: String,
-    pub runs: u64,
-    pub ns_per_run: Option<f64>,
-    pub floor_runs: u64,
-    pub floor_ns_per_run: Option<f64>,
-}
-
-#[derive(Serialize)]
-pub struct RingLoad {
-    /// Records the kernel side submitted and userspace decoded during the run.
-    pub records: u64,
-    pub seconds: f64,
-    /// Records the kernel could not submit (ring buffer full).
-    pub dropped: u64,
-}
-
-/// A numatrace program and a bpftrace one-liner on the same tracepoint, in the same run.
-#[derive(Serialize)]
-pub struct PeerCost {
-    /// `system-wide`: numatrace attached as `record` attaches, the mix running; `untracked`:
-    /// numatrace following nobody (every task untracked), short-lived tasks only.
-    pub pass: &'static str,
-    pub program: String,
-    pub runs: u64,
-    pub ns_per_run: Option<f64>,
-    pub peer: String,
-    pub peer_runs: u64,
-    pub peer_ns_per_run: Option<f64>,
-    /// tp_sched_process_exit: runs that handed a tracked task's entry over (its exit record).
-    pub tracked: Option<u64>,
-}
-
-/// One hook: numatrace's programs on it against bpftrace's (the overhead script, the same
-/// aggregation per task), in the same run.
-#[derive(Serialize)]
-pub struct HookPeer {
-    pub hook: String,
-    /// Runs of numatrace's first program on the hook (its events).
-    pub events: u64,
-    /// Σ run time of numatrace's programs on the hook / events.
-    pub ns_per_event: Option<f64>,
-    /// Σ run time of bpftrace's programs on the hook / events.
-    pub bpftrace_ns_per_event: Option<f64>,
-    /// bpftrace's programs found on the hook (by name).
-    pub bpftrace_programs: usize,
-}
+use crate::{
+    floor, peer,
+    record::{HookPeer, PeerCost, ProgramCost, RingLoad},
+    workloads::Mix,
+};
 
 /// bpftrace's name for a program on `target` (a function or tracepoint name).
 fn bpftrace_name(target: &str) -> &str {
@@ -118,7 +70,7 @@ fn peer_rows(
             let ((t0, n0), (t1, n1)) = (stat_of(real0, p.program), stat_of(real1, p.program));
             let (pt1, pn1) = peer.stats();
             PeerCost {
-                pass,
+                pass: pass.to_owned(),
                 program: p.program.to_owned(),
                 runs: n1 - n0,
                 ns_per_run: per_run(t1 - t0, n1 - n0),

@@ -72,16 +72,29 @@ impl Auth {
     }
 
     /// Whether the request's `Authorization: Basic` credentials, from `peer`, are a user's.
+    #[cfg(test)]
     pub async fn allows(self: &Arc<Self>, headers: &HeaderMap, peer: IpAddr) -> bool {
+        self.check(headers, peer, || ()).await.0
+    }
+
+    /// As `allows`, and `hold()` is called when bcrypt runs, its result kept until bcrypt is
+    /// done and returned: the server marks the one connection being checked so that it is
+    /// not evicted mid-check (one at a time, so it can hold one slot at most).
+    pub async fn check<H>(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        peer: IpAddr,
+        hold: impl FnOnce() -> H,
+    ) -> (bool, Option<H>) {
         let Some((user, password)) = basic_credentials(headers) else {
-            return false;
+            return (false, None);
         };
         let tag = self.tag(&user, &password);
         if self.verified.lock().unwrap().contains(tag.as_ref()) {
-            return true;
+            return (true, None);
         }
         if self.refused.lock().unwrap().contains(tag.as_ref()) {
-            return false;
+            return (false, None);
         }
         if self
             .penalized
@@ -90,7 +103,7 @@ impl Auth {
             .get(&peer)
             .is_some_and(|t| t.elapsed() < PENALTY)
         {
-            return false;
+            return (false, None);
         }
         // An unknown user is verified against some user's hash: the same cost, then refused.
         let (known, hash) = match self.users.get(&user) {
@@ -102,8 +115,9 @@ impl Auth {
         };
         // One at a time, and no queue: busy means refused now (the client may retry).
         let Ok(_one_at_a_time) = self.bcrypt.try_acquire() else {
-            return false;
+            return (false, None);
         };
+        let held = hold();
         let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
             .await
             .is_ok_and(|r| r.unwrap_or(false))
@@ -130,7 +144,7 @@ impl Auth {
             }
             p.insert(peer, Instant::now());
         }
-        ok
+        (ok, Some(held))
     }
 
     fn tag(&self, user: &str, password: &str) -> hmac::Tag {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use numatrace_common::{MAX_NODES, NODE_FAULT_FIELDS, SKIP_REASON_SLOTS};
+use numatrace_common::{MAX_NODES, NODE_FAULT_FIELDS};
 use prometheus::{
     core::{Collector, Desc},
     proto::{self, LabelPair, Metric, MetricFamily, MetricType},
@@ -13,11 +13,14 @@ use super::fold::{Fold, OTHER};
 use crate::{
     bpf::loader::HookReport,
     engine::Snapshot,
+    model::Counts,
     model::Filter,
-    model::{Counts, skip_reason_name},
     report::{
         measured::{Feed, Measured},
-        metrics::{Kind, Spec, family, scope, vmstat_exported, vmstat_family, workload},
+        metrics::{
+            COUNT_FAMILIES, Kind, Spec, auto_families, counted, family, scope, vmstat_exported,
+            vmstat_family,
+        },
         stat::Dropped,
     },
 };
@@ -124,98 +127,32 @@ impl<'s> Builder<'s> {
         self.out.entry(name.to_owned()).or_default().push(m);
     }
 
-    /// The workload families of one scope for one set of counts.
-    fn workload(&mut self, prefix: &str, scope: &[&str], c: &Counts, m: &Measured) {
-        let with = |extra: &[&'static str]| -> Vec<String> {
-            scope
-                .iter()
-                .map(|s| (*s).to_owned())
-                .chain(extra.iter().map(|s| (*s).to_owned()))
-                .collect()
-        };
-        let put = |b: &mut Self, suffix: &str, extra: &[&'static str], v: f64| {
-            let labels = with(extra);
-            let refs: Vec<&str> = labels.iter().map(String::as_str).collect();
-            b.sample(&format!("{prefix}{suffix}"), &refs, v);
-        };
-        let secs = |ns: u64| ns as f64 / 1e9;
-        if m.is(Feed::Scan) {
-            put(self, workload::SCAN_SECONDS, &[], secs(c.scan.time_ns));
-            put(
-                self,
-                workload::SCAN_CPU_SECONDS,
-                &[],
-                secs(c.scan.runtime_in_scan_ns),
-            );
-            put(self, workload::SCAN_CALLS, &[], c.scan.calls as f64);
-            put(
-                self,
-                workload::RUN_SECONDS,
-                &[],
-                secs(c.scan.task_runtime_ns),
-            );
-        }
-        if m.is(Feed::Pte) {
-            put(self, workload::PTE_UPDATES, &[], c.scan.pte_updates as f64);
-        }
-        if m.is(Feed::HintFaults) {
-            let local = c.hint_faults.local;
-            let remote = c.hint_faults.faults.saturating_sub(local);
-            put(self, workload::HINT_FAULTS, &["local"], local as f64);
-            put(self, workload::HINT_FAULTS, &["remote"], remote as f64);
-            put(
-                self,
-                workload::MIGRATED_PAGES,
-                &[],
-                c.hint_faults.migrated_pages as f64,
-            );
-        }
-        if m.is(Feed::Promotions) {
-            put(
-                self,
-                workload::PROMOTED_PAGES,
-                &[],
-                c.tiering.promoted_pages as f64,
-            );
-        }
-        // Per cgroup and task only where there were slow-tier faults (in total always): a
-        // scrape should not grow by six zero series per task on a machine without tiers.
-        let t = &c.tiering;
-        if m.is(Feed::PromoteDecisions) && (t.slow_tier_faults > 0 || scope.is_empty()) {
-            for (decision, pages) in [
-                ("hot", t.promote_hot),
-                ("rate_limited", t.promote_rate_limited),
-                ("not_hot", t.promote_not_hot),
-                ("free_room", t.promote_free_room),
-            ] {
-                put(self, workload::PROMOTE_DECISIONS, &[decision], pages as f64);
+    /// The families of one scope built from its counts ([`COUNT_FAMILIES`]): the per-scope
+    /// ones under `prefix` with the scope's label values in front (a scope without labels —
+    /// all tasks, numatrace itself — shows series that are 0 from the start), and, for all
+    /// tasks, the total-only ones and the counters' families of their own.
+    fn counts(&mut self, prefix: &str, scope: &[&str], c: &Counts, m: &Measured) {
+        let all_tasks = prefix == scope::ALL;
+        for f in COUNT_FAMILIES.iter().filter(|f| f.scoped || all_tasks) {
+            let name = if f.scoped {
+                format!("{prefix}{}", f.name)
+            } else {
+                f.name.to_owned()
+            };
+            for (labels, v) in counted(f, c, scope.is_empty(), m) {
+                let all: Vec<&str> = scope.iter().copied().chain(labels).collect();
+                self.sample(&name, &all, v);
             }
-            put(
-                self,
-                workload::HINT_LATENCY_SECONDS,
-                &[],
-                t.hint_latency_ms_total as f64 / 1e3,
-            );
-            put(
-                self,
-                workload::HINT_LATENCY_FAULTS,
-                &[],
-                t.hint_latency_faults as f64,
-            );
         }
-        if !m.is(Feed::SkipVma) {
+        if !all_tasks {
             return;
         }
-        // Reasons that occurred (all of them in total, where the set is fixed and small).
-        for slot in 0..SKIP_REASON_SLOTS {
-            let n = c.skipped_vmas.0[slot];
-            if n > 0 || scope.is_empty() {
-                put(
-                    self,
-                    workload::SKIPPED_VMAS,
-                    &[skip_reason_name(slot)],
-                    n as f64,
-                );
+        for a in auto_families() {
+            if !m.is(a.counter.feed) {
+                continue;
+            }
+            if let Some(v) = c.value(a.counter.path).and_then(|v| v.as_f64()) {
+                self.sample(&a.name, &[], v * a.scale);
             }
         }
     }
@@ -302,36 +239,19 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
     let t = &fold.totals;
 
     let m = i.measured;
-    b.workload(scope::ALL, &[], t, m);
-    b.workload(scope::SELF, &[], &fold.own, m);
+    b.counts(scope::ALL, &[], t, m);
+    b.counts(scope::SELF, &[], &fold.own, m);
     for (cg, c) in &fold.cgroups {
-        b.workload(scope::CGROUP, &[cg.as_str()], c, m);
+        b.counts(scope::CGROUP, &[cg.as_str()], c, m);
     }
     for s in &fold.tasks {
-        b.workload(
-            scope::TASK,
-            &[s.comm.as_str(), &s.pid.to_string()],
-            &s.counts,
-            m,
-        );
+        let pid = s.pid.to_string();
+        b.counts(scope::TASK, &[s.comm.as_str(), &pid], &s.counts, m);
     }
     // Always there, so that the per-task families exist before any task qualifies.
-    b.workload(scope::TASK, &[OTHER, OTHER], &fold.other_tasks, m);
+    b.counts(scope::TASK, &[OTHER, OTHER], &fold.other_tasks, m);
 
-    hint_families(&mut b, t, m);
-    migration_families(&mut b, t, &snap.migrate_latency, m);
-    let p = &t.placement;
-    for (feed, kind, n) in [
-        (Feed::Moves, "move", p.moves),
-        (Feed::Swaps, "swap_out", p.swaps_out),
-        (Feed::Swaps, "swap_in", p.swaps_in),
-        (Feed::Sticks, "stick", p.sticks),
-        (Feed::Sticks, "stick_no_target", p.stick_no_target),
-    ] {
-        if m.is(feed) {
-            b.sample(family::PLACEMENT_EVENTS, &[kind], n as f64);
-        }
-    }
+    migration_latency(&mut b, t, &snap.migrate_latency, m);
     if m.is(Feed::SkipGap) {
         let (skips, over, at) = i.gaps;
         b.sample(family::PID_INACTIVE_SKIPS, &[], skips as f64);
@@ -354,81 +274,21 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
     b.finish()
 }
 
-/// Hint faults by pages and page size, and those on COW-shared pages.
-fn hint_families(b: &mut Builder, t: &Counts, m: &Measured) {
-    let h = &t.hint_faults;
-    if m.is(Feed::HintFaults) {
-        b.sample(family::HINT_FAULT_PAGES, &[], h.pages as f64);
-        for (size, n) in [
-            ("base", h.faults_4k),
-            ("pmd", h.faults_thp),
-            ("large", h.faults_large),
-        ] {
-            b.sample(family::HINT_FAULTS_BY_PAGE_SIZE, &[size], n as f64);
-        }
-        b.sample(
-            family::HINT_FAULT_MIGRATE_FAILURES,
-            &[],
-            h.migrate_failed as f64,
-        );
+/// migrate_misplaced's latency histogram (from the snapshot's log2 buckets).
+fn migration_latency(b: &mut Builder, t: &Counts, lat: &[u64], m: &Measured) {
+    if !m.is(Feed::MigrateMisplaced) {
+        return;
     }
-    if m.is(Feed::Cow) {
-        let cow_base = h.cow_shared.saturating_sub(h.cow_shared_large);
-        b.sample(family::COW_SHARED_HINT_FAULTS, &["base"], cow_base as f64);
-        b.sample(
-            family::COW_SHARED_HINT_FAULTS,
-            &["large"],
-            h.cow_shared_large as f64,
-        );
-    }
-    if m.is(Feed::CowMigrated) {
-        b.sample(
-            family::COW_SHARED_MIGRATIONS,
-            &[],
-            h.cow_shared_migrated as f64,
-        );
-    }
-}
-
-/// migrate_pages' and migrate_misplaced's migrations, their latency, and migration stalls.
-fn migration_families(b: &mut Builder, t: &Counts, lat: &[u64], m: &Measured) {
-    let g = &t.migrations;
-    if m.is(Feed::MigratePages) {
-        b.sample(family::MIGRATE_CALLS, &[], g.calls as f64);
-        for (result, pages, thps) in [
-            ("succeeded", g.pages_ok, g.thp_ok),
-            ("failed", g.pages_failed, g.thp_failed),
-        ] {
-            b.sample(family::MIGRATE_PAGES, &[result], pages as f64);
-            b.sample(family::MIGRATE_THPS, &[result], thps as f64);
-        }
-    }
-    if m.is(Feed::MigrateMisplaced) {
-        b.sample(family::MIGRATE_MISPLACED, &["migrated"], g.succeeded as f64);
-        b.sample(
-            family::MIGRATE_MISPLACED,
-            &["not_migrated"],
-            g.not_migrated as f64,
-        );
-        let cum = |upto: usize| -> u64 { lat.iter().take(upto + 1).sum() };
-        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
-            .map(|b| ((1u64 << b) as f64 / 1e9, cum(b)))
-            .collect();
-        b.histogram(
-            family::MIGRATION_LATENCY_SECONDS,
-            &buckets,
-            lat.iter().sum(),
-            g.latency_ns_total as f64 / 1e9,
-        );
-    }
-    if m.is(Feed::Stalls) {
-        b.sample(family::MIGRATION_STALLS, &[], g.stalls as f64);
-        b.sample(
-            family::MIGRATION_STALL_SECONDS,
-            &[],
-            g.stall_ns as f64 / 1e9,
-        );
-    }
+    let cum = |upto: usize| -> u64 { lat.iter().take(upto + 1).sum() };
+    let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+        .map(|b| ((1u64 << b) as f64 / 1e9, cum(b)))
+        .collect();
+    b.histogram(
+        family::MIGRATION_LATENCY_SECONDS,
+        &buckets,
+        lat.iter().sum(),
+        t.migrations.latency_ns_total as f64 / 1e9,
+    );
 }
 
 fn nodes(b: &mut Builder, snap: &Snapshot, m: &Measured) {
@@ -696,21 +556,21 @@ mod tests {
         let mut s = TaskStats::new(pid, pid);
         s.comm[..comm.len()].copy_from_slice(comm.as_bytes());
         s.first_ns = 1;
-        s.scan_calls = 2 * k;
-        s.scan_ns = 3_000_000 * k;
-        s.scan_runtime_ns = 2_000_000 * k;
+        s.scan.calls = 2 * k;
+        s.scan.time_ns = 3_000_000 * k;
+        s.scan.runtime_in_scan_ns = 2_000_000 * k;
         s.runtime_first_ns = 1;
         s.runtime_last_ns = 1 + 100_000_000 * k;
-        s.pte_updates = 4096 * k;
-        s.hint_faults = 100 * k;
-        s.hint_faults_local = 60 * k;
-        s.hint_pages = 100 * k;
-        s.hint_migrated_pages = 30 * k;
-        s.promoted_pages = 10 * k;
+        s.scan.pte_updates = 4096 * k;
+        s.hint_faults.faults = 100 * k;
+        s.hint_faults.local = 60 * k;
+        s.hint_faults.pages = 100 * k;
+        s.hint_faults.migrated_pages = 30 * k;
+        s.tiering.promoted_pages = 10 * k;
         s.skip_vma[1] = k;
-        s.migrate_attempts = 30 * k;
-        s.migrate_succeeded = 30 * k;
-        s.migrate_ns = 30 * k * 50_000;
+        s.migrations.attempts = 30 * k;
+        s.migrations.succeeded = 30 * k;
+        s.migrations.latency_ns_total = 30 * k * 50_000;
         let mut t = TaskRecord::from_stats(&s, false);
         t.cgroup = Some(cgroup.to_owned());
         t.cgroup_id = 7;

@@ -9,8 +9,8 @@
 //!   keep-alive by when it went idle), or is closed at once if every connection is being
 //!   answered: nothing queues, and a flood of half-open connections cannot keep a scrape out.
 //! - A request header larger than `max_header_bytes` is answered 431; bodies are never read.
-//! - With basic auth, a connection counts as being answered only once its password is checked,
-//!   and a 401 closes it: clients without the password can neither queue on the password check
+//! - With basic auth, a connection counts as being answered only once its password is checked
+//!   (or while bcrypt checks it: one at a time), and a 401 closes it: clients without the password can neither queue on the password check
 //!   nor hold a slot (see `auth`).
 //! - On stop, no more connections are accepted; those without an answer in progress close at
 //!   once, answers in progress finish.
@@ -424,13 +424,15 @@ impl Server {
             // holds a pipelined request's future until its write buffer drains, and a client
             // that never reads would otherwise sit "busy" with no deadline. And only once the
             // password is checked: a connection whose client has not proven who it is never
-            // counts as busy, so it can always be evicted for a new one (issue 33).
+            // counts as busy, so it can always be evicted for a new one (issue 33) — except
+            // the one whose password bcrypt is checking right now (one at a time): evicting it
+            // would let a flood of new connections cut off a scraper's first request.
             async move {
-                let allowed = match &me.auth {
-                    Some(auth) => auth.allows(req.headers(), peer).await,
-                    None => true,
+                let (allowed, checked) = match &me.auth {
+                    Some(auth) => auth.check(req.headers(), peer, || c.begin()).await,
+                    None => (true, None),
                 };
-                let answering = c.begin();
+                let answering = checked.unwrap_or_else(|| c.begin());
                 Ok::<_, Infallible>(me.answer(req, allowed, answering).await)
             }
         });

@@ -6,7 +6,9 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState},
+    widgets::{
+        Block, Borders, Cell, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState, Wrap,
+    },
 };
 
 use super::{
@@ -164,11 +166,14 @@ fn draw_detail(f: &mut Frame, area: Rect, app: &App, view: &FrameView, ctx: &Con
         .map(|l| Line::from(l.clone()))
         .collect();
     f.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::TOP).title(format!(
-            " {} {} (Esc: back) ",
-            app.view.title(),
-            app.detail.unwrap_or(0)
-        ))),
+        Paragraph::new(lines)
+            // Long lines (a row's counts) wrap rather than run off the pane.
+            .wrap(Wrap { trim: false })
+            .block(Block::default().borders(Borders::TOP).title(format!(
+                " {} {} (Esc: back) ",
+                app.view.title(),
+                app.detail.unwrap_or(0)
+            ))),
         text,
     );
     // Without task_numa_fault the line would be flat at a 0 never counted: only the title.
@@ -352,20 +357,20 @@ mod tests {
             let mut s = TaskStats::new(pid, 100);
             s.comm[..comm.len()].copy_from_slice(comm);
             s.first_ns = 1;
-            s.scan_calls = 4 * k;
-            s.scan_runtime_ns = 2_000_000 * k;
+            s.scan.calls = 4 * k;
+            s.scan.runtime_in_scan_ns = 2_000_000 * k;
             s.runtime_first_ns = 1;
             s.runtime_last_ns = 1 + 100_000_000 * k;
-            s.pte_updates = 4096 * k;
-            s.hint_faults = 1000 * k;
-            s.hint_faults_local = 250 * k;
-            s.hint_faults_thp = 10 * k;
-            s.migrate_ok = 700 * k;
-            s.migrate_attempts = 700 * k;
-            s.migrate_succeeded = 700 * k;
-            s.migrate_ns = 700 * k * 40_000;
+            s.scan.pte_updates = 4096 * k;
+            s.hint_faults.faults = 1000 * k;
+            s.hint_faults.local = 250 * k;
+            s.hint_faults.faults_thp = 10 * k;
+            s.migrations.pages_ok = 700 * k;
+            s.migrations.attempts = 700 * k;
+            s.migrations.succeeded = 700 * k;
+            s.migrations.latency_ns_total = 700 * k * 40_000;
             s.skip_vma[1] = 5 * k;
-            s.numa_moves = k;
+            s.placement.moves = k;
             s.cgroup_id = 7;
             s.preferred_nid = 1;
             s.last_nid = 2;

@@ -74,64 +74,245 @@ pub enum Column {
     Cgroup,
 }
 
-pub const COLUMNS: [Column; 17] = [
-    Column::Pid,
-    Column::Comm,
-    Column::ScanPct,
-    Column::PteRate,
-    Column::HintRate,
-    Column::LocalPct,
-    Column::MigrRate,
-    Column::SkipRate,
-    Column::Node,
-    Column::ThpPct,
-    Column::MigrFail,
-    Column::Latency,
-    Column::CowRate,
-    Column::Stalls,
-    Column::Reason,
-    Column::Moves,
-    Column::Cgroup,
+pub const COLUMNS: [Column; 17] = {
+    let mut all = [Column::Pid; 17];
+    let mut i = 0;
+    while i < COLUMN_DEFS.len() {
+        all[i] = COLUMN_DEFS[i].column;
+        i += 1;
+    }
+    all
+};
+
+/// A column as data: its title, width in cells (the last columns only show on wide
+/// terminals), whether it sorts as a number (largest first) or as text, the feed it needs (`-`
+/// where that was not measured, never 0) and its cell with its sort key.
+struct ColumnDef {
+    column: Column,
+    title: &'static str,
+    width: u16,
+    numeric: bool,
+    feed: Option<Feed>,
+    cell: fn(&Cells) -> (String, f64),
+}
+
+/// What a cell is computed from: one row's counts over `secs` and its text columns.
+struct Cells<'a> {
+    c: &'a Counts,
+    secs: f64,
+    /// The scan share is the sampled estimate (task_numa_work not hooked).
+    sampled: bool,
+    pid: &'a str,
+    comm: &'a str,
+    node: &'a str,
+    cgroup: &'a str,
+}
+
+fn rate_cell(n: u64, secs: f64) -> (String, f64) {
+    let r = rate(n, secs);
+    (fmt_rate(r), r)
+}
+
+fn pct_cell(n: u64, d: u64) -> (String, f64) {
+    match pct(n, d) {
+        Some(p) => (format!("{p:.0}"), p),
+        None => ("-".into(), -1.0),
+    }
+}
+
+/// The columns, in display order.
+const COLUMN_DEFS: [ColumnDef; 17] = [
+    ColumnDef {
+        column: Column::Pid,
+        title: "PID",
+        width: 7,
+        numeric: true,
+        feed: None,
+        cell: |x| (x.pid.to_owned(), x.pid.parse().unwrap_or(0.0)),
+    },
+    ColumnDef {
+        column: Column::Comm,
+        title: "COMM",
+        width: 15,
+        numeric: false,
+        feed: None,
+        cell: |x| (x.comm.to_owned(), 0.0),
+    },
+    ColumnDef {
+        column: Column::ScanPct,
+        title: "SCAN%",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::ScanShare),
+        cell: |x| {
+            let share = if x.sampled {
+                x.c.scan.sampled_share
+            } else {
+                x.c.scan.share
+            };
+            match share {
+                Some(s) => (
+                    format!("{}{:.2}", if x.sampled { "~" } else { "" }, s * 100.0),
+                    s,
+                ),
+                // No run time (or no sample) seen in the interval: unknown, not 0.
+                None => ("-".into(), -1.0),
+            }
+        },
+    },
+    ColumnDef {
+        column: Column::PteRate,
+        title: "PTE/s",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::Pte),
+        cell: |x| rate_cell(x.c.scan.pte_updates, x.secs),
+    },
+    ColumnDef {
+        column: Column::HintRate,
+        title: "HINT/s",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::HintFaults),
+        cell: |x| rate_cell(x.c.hint_faults.faults, x.secs),
+    },
+    ColumnDef {
+        column: Column::LocalPct,
+        title: "LOCAL%",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::HintFaults),
+        cell: |x| pct_cell(x.c.hint_faults.local, x.c.hint_faults.faults),
+    },
+    ColumnDef {
+        column: Column::MigrRate,
+        title: "MIGR/s",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::PagesMigrated),
+        // Pages, from mm_migrate_pages or from the hint faults' TNF_MIGRATED (whichever this
+        // kernel supplies; both count pages).
+        cell: |x| {
+            rate_cell(
+                x.c.migrations.pages_ok.max(x.c.hint_faults.migrated_pages),
+                x.secs,
+            )
+        },
+    },
+    ColumnDef {
+        column: Column::SkipRate,
+        title: "SKIP/s",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::SkipVma),
+        cell: |x| rate_cell(x.c.skipped_vmas_total, x.secs),
+    },
+    ColumnDef {
+        column: Column::Node,
+        title: "NODE",
+        width: 5,
+        numeric: false,
+        feed: None,
+        cell: |x| (x.node.to_owned(), 0.0),
+    },
+    ColumnDef {
+        column: Column::ThpPct,
+        title: "THP%",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::HintFaults),
+        cell: |x| pct_cell(x.c.hint_faults.faults_thp, x.c.hint_faults.faults),
+    },
+    ColumnDef {
+        column: Column::MigrFail,
+        title: "FAIL",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::MigratePages),
+        cell: |x| {
+            let n = x.c.migrations.pages_failed;
+            (n.to_string(), n as f64)
+        },
+    },
+    ColumnDef {
+        column: Column::Latency,
+        title: "LAT",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::MigrateMisplaced),
+        cell: |x| match x.c.migrations.latency_ns_mean {
+            Some(ns) => (fmt_ns(ns), ns),
+            None => ("-".into(), -1.0),
+        },
+    },
+    ColumnDef {
+        column: Column::CowRate,
+        title: "COW/s",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::Cow),
+        cell: |x| rate_cell(x.c.hint_faults.cow_shared, x.secs),
+    },
+    ColumnDef {
+        column: Column::Stalls,
+        title: "STALLS",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::Stalls),
+        cell: |x| {
+            let n = x.c.migrations.stalls;
+            (n.to_string(), n as f64)
+        },
+    },
+    ColumnDef {
+        column: Column::Reason,
+        title: "SKIP WHY",
+        width: 12,
+        numeric: false,
+        feed: Some(Feed::SkipVma),
+        cell: |x| (x.c.skipped_vmas.top().unwrap_or("-").to_owned(), 0.0),
+    },
+    ColumnDef {
+        column: Column::Moves,
+        title: "MOVES",
+        width: 7,
+        numeric: true,
+        feed: Some(Feed::Moves),
+        cell: |x| {
+            let n = x.c.placement.moves;
+            (n.to_string(), n as f64)
+        },
+    },
+    ColumnDef {
+        column: Column::Cgroup,
+        title: "CGROUP",
+        width: 24,
+        numeric: false,
+        feed: None,
+        cell: |x| (x.cgroup.to_owned(), 0.0),
+    },
 ];
 
 impl Column {
+    fn def(self) -> &'static ColumnDef {
+        COLUMN_DEFS
+            .iter()
+            .find(|d| d.column == self)
+            .expect("every column has a definition")
+    }
+
     pub fn title(self) -> &'static str {
-        match self {
-            Self::Pid => "PID",
-            Self::Comm => "COMM",
-            Self::ScanPct => "SCAN%",
-            Self::PteRate => "PTE/s",
-            Self::HintRate => "HINT/s",
-            Self::LocalPct => "LOCAL%",
-            Self::MigrRate => "MIGR/s",
-            Self::SkipRate => "SKIP/s",
-            Self::Node => "NODE",
-            Self::ThpPct => "THP%",
-            Self::MigrFail => "FAIL",
-            Self::Latency => "LAT",
-            Self::CowRate => "COW/s",
-            Self::Stalls => "STALLS",
-            Self::Reason => "SKIP WHY",
-            Self::Moves => "MOVES",
-            Self::Cgroup => "CGROUP",
-        }
+        self.def().title
     }
 
     /// Width in cells (the last columns only show on wide terminals).
     pub fn width(self) -> u16 {
-        match self {
-            Self::Pid => 7,
-            Self::Comm => 15,
-            Self::Cgroup => 24,
-            Self::Reason => 12,
-            Self::Node => 5,
-            _ => 7,
-        }
+        self.def().width
     }
 
     /// Text columns sort ascending first; numbers, largest first.
     pub fn numeric(self) -> bool {
-        !matches!(self, Self::Comm | Self::Cgroup | Self::Reason | Self::Node)
+        self.def().numeric
     }
 }
 
@@ -173,88 +354,29 @@ fn fmt_ns(v: f64) -> String {
 /// Cells and sort keys of one set of counts (a task, a process or a cgroup).
 fn counts_row(
     c: &Counts,
-    caps: &Caps,
+    m: &Measured,
     secs: f64,
     pid: String,
     comm: String,
     node: String,
     cgroup: String,
 ) -> (Vec<String>, Vec<f64>) {
-    let dash = || "-".to_owned();
-    let h = &c.hint_faults;
-    let m = &c.migrations;
-    let share = if caps.scan_sampled {
-        c.scan.sampled_share
-    } else {
-        c.scan.share
+    let x = Cells {
+        c,
+        secs,
+        sampled: !m.is(Feed::Scan) && m.is(Feed::Samples),
+        pid: &pid,
+        comm: &comm,
+        node: &node,
+        cgroup: &cgroup,
     };
-    // Pages, from mm_migrate_pages or from the hint faults' TNF_MIGRATED (whichever this
-    // kernel supplies; both count pages).
-    let migrated = m.pages_ok.max(h.migrated_pages);
-    let mut cells = Vec::with_capacity(COLUMNS.len());
-    let mut sort = Vec::with_capacity(COLUMNS.len());
-    for col in COLUMNS {
-        let (cell, key) = match col {
-            Column::Pid => (pid.clone(), pid.parse().unwrap_or(0.0)),
-            Column::Comm => (comm.clone(), 0.0),
-            Column::ScanPct if caps.scan => match share {
-                Some(s) => (
-                    format!(
-                        "{}{:.2}",
-                        if caps.scan_sampled { "~" } else { "" },
-                        s * 100.0
-                    ),
-                    s,
-                ),
-                // No run time (or no sample) seen in the interval: unknown, not 0.
-                None => ("-".into(), -1.0),
-            },
-            Column::PteRate if caps.pte => {
-                let r = rate(c.scan.pte_updates, secs);
-                (fmt_rate(r), r)
-            }
-            Column::HintRate if caps.hint => {
-                let r = rate(h.faults, secs);
-                (fmt_rate(r), r)
-            }
-            Column::LocalPct if caps.hint => match pct(h.local, h.faults) {
-                Some(p) => (format!("{p:.0}"), p),
-                None => (dash(), -1.0),
-            },
-            Column::MigrRate if caps.migr => {
-                let r = rate(migrated, secs);
-                (fmt_rate(r), r)
-            }
-            Column::SkipRate if caps.skip => {
-                let r = rate(c.skipped_vmas_total, secs);
-                (fmt_rate(r), r)
-            }
-            Column::Node => (node.clone(), 0.0),
-            Column::ThpPct if caps.hint => match pct(h.faults_thp, h.faults) {
-                Some(p) => (format!("{p:.0}"), p),
-                None => (dash(), -1.0),
-            },
-            Column::MigrFail if caps.fail => (m.pages_failed.to_string(), m.pages_failed as f64),
-            Column::Latency if caps.lat => match m.latency_ns_mean {
-                Some(ns) => (fmt_ns(ns), ns),
-                None => (dash(), -1.0),
-            },
-            Column::CowRate if caps.cow => {
-                let r = rate(h.cow_shared, secs);
-                (fmt_rate(r), r)
-            }
-            Column::Stalls if caps.stalls => (m.stalls.to_string(), m.stalls as f64),
-            Column::Reason if caps.skip => (c.skipped_vmas.top().unwrap_or("-").to_owned(), 0.0),
-            Column::Moves if caps.moves => {
-                (c.placement.moves.to_string(), c.placement.moves as f64)
-            }
-            Column::Cgroup => (cgroup.clone(), 0.0),
-            _ => (dash(), -1.0),
-        };
-        cells.push(cell);
-        sort.push(key);
-    }
-    (cells, sort)
+    COLUMN_DEFS
+        .iter()
+        .map(|d| match d.feed {
+            Some(f) if !m.is(f) => ("-".to_owned(), -1.0),
+            _ => (d.cell)(&x),
+        })
+        .unzip()
 }
 
 /// The last component of a cgroup path, which is what tells containers and services apart
@@ -485,7 +607,7 @@ impl FrameView {
             .map(|t| {
                 let (cells, sort) = counts_row(
                     &t.counts,
-                    &caps,
+                    &measured,
                     secs,
                     t.pid.to_string(),
                     escape(&t.comm).into_owned(),
@@ -505,7 +627,7 @@ impl FrameView {
             .map(|p| {
                 let (cells, sort) = counts_row(
                     &p.counts,
-                    &caps,
+                    &measured,
                     secs,
                     p.tgid.to_string(),
                     format!("{} ({})", Escaped(&p.comm), p.threads),
@@ -525,7 +647,7 @@ impl FrameView {
             .map(|c| {
                 let (cells, sort) = counts_row(
                     &c.counts,
-                    &caps,
+                    &measured,
                     secs,
                     c.tasks.to_string(),
                     c.path

@@ -1,4 +1,4 @@
-//! `numatrace stat` report: schema `numatrace.stat/1` (documented in docs/json-schema.md), built from
+//! `numatrace stat` report: schema `numatrace.stat/2` (documented in docs/json-schema.md), built from
 //! the delta of two snapshots. Owned types, serde both ways: a capture file and an offline
 //! report read it back. Text rendering lives in [`text`].
 
@@ -21,7 +21,7 @@ use crate::{
 };
 use numatrace_common::Counter;
 
-pub const SCHEMA: &str = "numatrace.stat/1";
+pub const SCHEMA: &str = "numatrace.stat/2";
 
 /// Everything that could not be counted or delivered. `total` = 0 means the report is complete.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,70 +121,70 @@ impl Dropped {
     }
 }
 
-/// Declares [`KernelSeen`] and its mapping from [`Counter`]s in one list (a counter whose hook
-/// did not attach is left out of the JSON: see `StatReport::to_json`).
-macro_rules! kernel_seen {
-    ($( $(#[$m:meta])* $f:ident = $c:ident ),* $(,)?) => {
-        /// What the kernel programs counted themselves, independently of the per-task map,
-        /// after the pid filter and without numatrace's own activity: with nothing dropped,
-        /// these equal the unfiltered `totals`.
-        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-        pub struct KernelSeen { $( $(#[$m])* #[serde(default)] pub $f: u64 ),* }
+/// What the kernel programs counted themselves, independently of the per-task map, after the
+/// pid filter and without numatrace's own activity: with nothing dropped, the per-task twins
+/// equal the unfiltered `totals` at the same path (`kernel_seen.hint_faults.faults` beside
+/// `totals.hint_faults.faults`). Keyed by the counter table: each per-task counter with a
+/// system-wide twin under its one name, then the system-wide-only tallies, bookkeeping and
+/// reclaim counters under theirs (losses are in `dropped`). In JSON the dotted names nest, as
+/// in `totals`; a counter whose hook did not attach is left out (`StatReport::to_json`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelSeen(pub Vec<(&'static str, u64)>);
 
-        impl From<&Counters> for KernelSeen {
-            fn from(c: &Counters) -> Self {
-                Self { $( $f: c.get(Counter::$c) ),* }
-            }
-        }
-    };
+impl KernelSeen {
+    /// The twins' and system counters' names, in the table's order.
+    pub fn names() -> impl Iterator<Item = (&'static str, Counter)> {
+        crate::report::measured::kernel_seen_slots().map(|(_, name, counter)| (name, counter))
+    }
+
+    /// The value under `name` (0 if it has none).
+    pub fn get(&self, name: &str) -> u64 {
+        self.0
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    }
 }
 
-kernel_seen! {
-    skip_vma = SeenSkipVma,
-    /// The same events as seen by the tp_btf program.
-    skip_vma_tp_btf = SeenSkipVmaBtf,
-    /// pid_inactive skips the tp_btf program examined (seed 002).
-    skip_gap = SeenSkipGap,
-    numa_move = SeenMove,
-    numa_swap = SeenSwap,
-    numa_stick = SeenStick,
-    migrate_numa = SeenMigrateNuma,
-    exit_snapshots = ExitSnapshots,
-    task_entries_created = TasksCreated,
-    /// Function-hook totals (per-CPU counters on the hot paths).
-    hint_faults = HintFaults,
-    hint_faults_local = HintFaultsLocal,
-    hint_pages = HintPages,
-    hint_migrated_pages = HintMigratedPages,
-    pte_updates = PteUpdates,
-    scan_calls = ScanCalls,
-    migrate_attempts = MigrateAttempts,
-    migrate_succeeded = MigrateSucceeded,
-    migration_waits = MigrationWaits,
-    cow_shared_faults = CowSharedFaults,
-    cow_shared_migrations = CowSharedMigrations,
-    samples = Samples,
-    scan_samples = ScanSamples,
-    /// Demotions (mm_migrate_pages, reason demotion), system-wide: calls, pages demoted and
-    /// not, and the pages kswapd and khugepaged demoted (the rest: direct or proactive reclaim).
-    demote_calls = DemoteCalls,
-    demoted_pages = DemotePages,
-    demote_failed = DemoteFailed,
-    demoted_kswapd = DemoteKswapd,
-    demoted_khugepaged = DemoteKhugepaged,
-    skip_cpuset = SeenSkipCpuset,
-    /// Pages promoted by the followed tasks' hint faults, and their faults on slow-tier pages.
-    promoted_pages = PromotedPages,
-    slow_tier_faults = SlowTierFaults,
-    /// Their promotion decisions, in pages, and the faults whose latency was measured.
-    promote_hot = PromoteHot,
-    promote_rate_limited = PromoteRateLimited,
-    promote_not_hot = PromoteNotHot,
-    promote_free_room = PromoteFreeRoom,
-    hint_latency_faults = HintLatencyFaults,
-    hint_latency_ms = HintLatencyMs,
-    /// Hint-fault migrations refused before they started.
-    migrate_refused = MigrateRefused,
+impl From<&Counters> for KernelSeen {
+    fn from(c: &Counters) -> Self {
+        Self(Self::names().map(|(n, k)| (n, c.get(k))).collect())
+    }
+}
+
+impl Serialize for KernelSeen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut root = serde_json::Map::new();
+        for (name, v) in &self.0 {
+            match name.split_once('.') {
+                Some((group, field)) => {
+                    let g = root
+                        .entry(group)
+                        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+                    if let Some(o) = g.as_object_mut() {
+                        o.insert(field.to_owned(), (*v).into());
+                    }
+                }
+                None => {
+                    root.insert((*name).to_owned(), (*v).into());
+                }
+            }
+        }
+        root.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for KernelSeen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        let at = |path: &str| {
+            path.split('.')
+                .try_fold(&v, |x, k| x.get(k))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        Ok(Self(Self::names().map(|(n, _)| (n, at(n))).collect()))
+    }
 }
 
 /// System-wide histograms of the function hooks.
@@ -335,7 +335,7 @@ impl StatReport {
         Measured::of_window(&self.hooks, &self.tiering.source)
     }
 
-    /// `numatrace.stat/1` as tools get it: the counts whose hooks did not attach left out, and
+    /// `numatrace.stat/2` as tools get it: the counts whose hooks did not attach left out, and
     /// `not_measured` saying why (a raw serialization would show them as 0).
     pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
         let mut v = serde_json::to_value(self)?;
@@ -397,10 +397,10 @@ pub(crate) mod tests {
         s.comm[..3].copy_from_slice(b"app");
         s.skip_vma[1] = 4;
         s.skip_vma[2] = 2;
-        s.migrate_ok = 7;
+        s.migrations.pages_ok = 7;
         s.cgroup_id = 9;
         let mut me = TaskStats::new(5, 5);
-        me.hint_faults = 3;
+        me.hint_faults.faults = 3;
         let mut snap = Snapshot {
             self_tgid: 5,
             tasks: Snapshot::tasks_from(&[s, me], &BTreeMap::new()),
@@ -436,7 +436,7 @@ pub(crate) mod tests {
     #[test]
     fn json_schema_v1_shape() {
         let v = serde_json::to_value(sample()).unwrap();
-        assert_eq!(v["schema"], "numatrace.stat/1");
+        assert_eq!(v["schema"], "numatrace.stat/2");
         for key in [
             "numatrace_version",
             "kernel",
@@ -523,7 +523,7 @@ pub(crate) mod tests {
             assert!(counts["scan"].get("calls").is_some());
         }
         assert_eq!(v["tasks"][0]["skipped_vmas_total"], 6);
-        assert!(v["kernel_seen"].get("hint_faults").is_none());
+        assert!(v["kernel_seen"]["hint_faults"].get("faults").is_none());
         assert_eq!(v["kernel_seen"]["skip_vma"], 6);
         assert!(v["histograms"].get("pages_per_hint_fault").is_none());
         assert_eq!(

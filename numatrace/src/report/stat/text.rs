@@ -2,10 +2,10 @@
 
 use super::StatReport;
 use crate::model::Scope;
-use crate::model::{Counts, SkipCounts};
 use crate::report::{
     measured::{Feed, Measured},
     table,
+    words::{self, pct, reasons, scan_share},
 };
 use crate::text_escape::{Escaped, escape};
 
@@ -65,9 +65,16 @@ impl StatReport {
         let m = self.measured();
         self.push_tasks(&m, max_rows, &mut out);
         out.push('\n');
-        out.push_str(&totals_line(&m, &self.totals));
-        out.push_str(&scan_line(&m, &self.totals));
-        out.push_str(&hint_line(&m, &self.totals));
+        // The tiering block below says the tiering counters.
+        let tiering: Vec<&str> = numatrace_common::COUNTERS
+            .iter()
+            .filter(|d| d.group == "tiering")
+            .map(|d| d.path)
+            .collect();
+        for line in words::lines(&self.totals, &m, &tiering) {
+            out.push_str(&line.joined());
+            out.push('\n');
+        }
         if !self.node_matrix.is_empty() {
             out.push_str(&format!(
                 "migrations by node: {}\n",
@@ -313,143 +320,6 @@ impl StatReport {
         out.push_str("by node (hint faults by the node of the faulting CPU; pages migrated by hint faults):\n");
         out.push_str(&table(&rows));
     }
-}
-
-/// Skipped VMAs, placement and migrate_pages' migrations.
-fn totals_line(m: &Measured, t: &Counts) -> String {
-    let p = &t.placement;
-    let g = &t.migrations;
-    let parts = [
-        m.clause(Feed::SkipVma, "skipped VMAs", || {
-            format!(
-                "{} ({})",
-                t.skipped_vmas_total,
-                if t.skipped_vmas.is_empty() {
-                    "-".into()
-                } else {
-                    reasons(&t.skipped_vmas)
-                }
-            )
-        }),
-        m.clause(Feed::Moves, "moves", || p.moves.to_string()),
-        m.clause(Feed::Swaps, "swaps", || {
-            format!("{}/{}", p.swaps_out, p.swaps_in)
-        }),
-        m.clause(Feed::Sticks, "sticks", || {
-            format!("{} ({} without target)", p.sticks, p.stick_no_target)
-        }),
-        m.clause(Feed::MigratePages, "NUMA migrations", || {
-            format!(
-                "{} pages ok, {} failed in {} calls (THP {} ok, {} failed)",
-                g.pages_ok, g.pages_failed, g.calls, g.thp_ok, g.thp_failed
-            )
-        }),
-    ];
-    format!("totals: {}\n", parts.join("; "))
-}
-
-/// task_numa_work, the scan share and change_prot_numa.
-fn scan_line(m: &Measured, t: &Counts) -> String {
-    let s = &t.scan;
-    let parts = [
-        m.clause(Feed::Scan, "task_numa_work", || {
-            format!(
-                "{} calls, {} in them (longest {}), node_stamp advanced {} for {} of scan \
-                 runtime, {} node_stamp>runtime violations",
-                s.calls,
-                ns(s.time_ns),
-                ns(s.max_ns),
-                ns(s.node_stamp_advance_ns),
-                ns(s.runtime_in_scan_ns),
-                s.stamp_violations,
-            )
-        }),
-        m.clause(Feed::ScanShare, "share", || scan_share(t)),
-        m.clause(Feed::Pte, "change_prot_numa", || {
-            format!(
-                "{} PTEs updated in {} calls",
-                s.pte_updates, s.prot_numa_calls
-            )
-        }),
-    ];
-    format!("scan: {}\n", parts.join("; "))
-}
-
-/// Hint faults, COW-shared ones, migrate_misplaced and migration stalls.
-fn hint_line(m: &Measured, t: &Counts) -> String {
-    let h = &t.hint_faults;
-    let g = &t.migrations;
-    let parts = [
-        m.clause(Feed::HintFaults, "hint faults", || {
-            format!(
-                "{} ({} local, {} remote; {} 4K, {} THP, {} large folio; {} pages), {} pages \
-                 migrated, {} failed",
-                h.faults,
-                h.local,
-                h.remote,
-                h.faults_4k,
-                h.faults_thp,
-                h.faults_large,
-                h.pages,
-                h.migrated_pages,
-                h.migrate_failed,
-            )
-        }),
-        m.clause(Feed::Cow, "COW-shared", || {
-            format!(
-                "{} ({})",
-                h.cow_shared,
-                m.clause(Feed::CowMigrated, "migrated", || h
-                    .cow_shared_migrated
-                    .to_string())
-            )
-        }),
-        m.clause(Feed::MigrateMisplaced, "migrate_misplaced", || {
-            format!(
-                "{} calls, {} migrated, mean {}",
-                g.attempts,
-                g.succeeded,
-                g.latency_ns_mean.map_or("-".into(), |v| ns(v as u64))
-            )
-        }),
-        m.clause(Feed::Stalls, "migration stalls", || {
-            format!("{} ({})", g.stalls, ns(g.stall_ns))
-        }),
-    ];
-    format!("{}\n", parts.join("; "))
-}
-
-fn pct(n: u64, d: u64) -> String {
-    if d == 0 {
-        "-".into()
-    } else {
-        format!("{:.0}", 100.0 * n as f64 / d as f64)
-    }
-}
-
-/// Measured share, else the sampled estimate marked with `~`, else `-`.
-fn scan_share(c: &Counts) -> String {
-    match (c.scan.share, c.scan.sampled_share) {
-        (Some(s), _) => format!("{:.2}", s * 100.0),
-        (None, Some(s)) => format!("~{:.2}", s * 100.0),
-        _ => "-".into(),
-    }
-}
-
-fn ns(v: u64) -> String {
-    match v {
-        0..1_000 => format!("{v} ns"),
-        1_000..1_000_000 => format!("{:.1} us", v as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.1} ms", v as f64 / 1e6),
-        _ => format!("{:.2} s", v as f64 / 1e9),
-    }
-}
-
-fn reasons(m: &SkipCounts) -> String {
-    m.iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]

@@ -1,0 +1,132 @@
+//! What numatrace-bench prints, one `NUMATRACE-BENCH {json}` line per record: the typed record
+//! both sides use — the bench binary writes it, `cargo xtask bench` reads it back (xtask includes
+//! this file: it depends on serde alone).
+
+use serde::{Deserialize, Serialize};
+
+/// One result line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    Machine {
+        kernel: String,
+        nodes: u32,
+        cpus: usize,
+        tunables: Vec<String>,
+    },
+    Program(ProgramCost),
+    Peer(PeerCost),
+    HookPeer(HookPeer),
+    Ring(RingLoad),
+    Overhead(Overhead),
+    Daemon(DaemonCost),
+    Snapshot(SnapshotCost),
+    Note {
+        text: String,
+    },
+}
+
+/// A program's BPF run time per run against the empty program on the same hook.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgramCost {
+    pub hook: String,
+    pub mechanism: String,
+    pub program: String,
+    pub runs: u64,
+    pub ns_per_run: Option<f64>,
+    pub floor_runs: u64,
+    pub floor_ns_per_run: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RingLoad {
+    /// Records the kernel side submitted and userspace decoded during the run.
+    pub records: u64,
+    pub seconds: f64,
+    /// Records the kernel could not submit (ring buffer full).
+    pub dropped: u64,
+}
+
+/// A numatrace program and a bpftrace one-liner on the same tracepoint, in the same run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerCost {
+    /// `system-wide`: numatrace attached as `record` attaches, the mix running; `untracked`:
+    /// numatrace following nobody (every task untracked), short-lived tasks only.
+    pub pass: String,
+    pub program: String,
+    pub runs: u64,
+    pub ns_per_run: Option<f64>,
+    pub peer: String,
+    pub peer_runs: u64,
+    pub peer_ns_per_run: Option<f64>,
+    /// tp_sched_process_exit: runs that handed a tracked task's entry over (its exit record).
+    pub tracked: Option<u64>,
+}
+
+/// One hook: numatrace's programs on it against bpftrace's (the overhead script, the same
+/// aggregation per task), in the same run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HookPeer {
+    pub hook: String,
+    /// Runs of numatrace's first program on the hook (its events).
+    pub events: u64,
+    /// Σ run time of numatrace's programs on the hook / events.
+    pub ns_per_event: Option<f64>,
+    /// Σ run time of bpftrace's programs on the hook / events.
+    pub bpftrace_ns_per_event: Option<f64>,
+    /// bpftrace's programs found on the hook (by name).
+    pub bpftrace_programs: usize,
+}
+
+/// A workload's throughput under one tracer against untraced, per round.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Overhead {
+    pub workload: String,
+    pub config: String,
+    /// Throughput / untraced throughput of the same round, per round.
+    pub ratios: Vec<f64>,
+    pub median: Option<f64>,
+}
+
+/// A long-running command's cost with `tasks` live tasks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DaemonCost {
+    pub frontend: String,
+    pub tasks: usize,
+    /// % of one core over the window (after it was ready).
+    pub cpu_pct: f64,
+    pub peak_rss_mib: f64,
+    /// Start to counting: first frame (top), first complete scrape (serve), "counting" (others).
+    pub ready_ms: f64,
+    /// serve: median scrape time, and scrapes that failed.
+    pub scrape_ms: Option<f64>,
+    pub scrape_errors: u64,
+    /// top: frames printed over the window.
+    pub frames: u64,
+    pub window_s: f64,
+}
+
+/// The engine's snapshot time with `tasks` live tasks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotCost {
+    pub tasks: usize,
+    /// Tasks in the snapshot (live tasks the kernel side has seen).
+    pub tracked: usize,
+    pub summary_ms: f64,
+    pub full_ms: f64,
+}
+
+/// The marker of a record line in a log.
+pub const MARK: &str = "NUMATRACE-BENCH ";
+
+/// The records in `log` (a console or a program's output), in order; lines that are not one are
+/// skipped. (xtask's: the bench binary only writes.)
+#[allow(dead_code)]
+pub fn read(log: &str) -> Vec<Record> {
+    log.lines()
+        .filter_map(|l| {
+            let i = l.find(MARK)?;
+            serde_json::from_str(l[i + MARK.len()..].trim_end_matches('\r')).ok()
+        })
+        .collect()
+}
