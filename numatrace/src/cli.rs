@@ -137,6 +137,24 @@ pub enum Command {
     /// but 002 need the function hooks (fentry or kprobes); all need kernel.numa_balancing=1,
     /// and 000 and 001 also 2+ NUMA nodes.
     Check(CheckArgs),
+    /// Put any kernel under test in QEMU guests with real NUMA nodes: a patched build, two side by side.
+    ///
+    /// Boots each --kernel in a guest of its own (2 nodes by default, no disk, no network),
+    /// with this numatrace as the guest's init, runs the numatrace SUBCOMMAND after `--`
+    /// (check, stat, record or probes) there and brings the results out; with two or more
+    /// kernels, a table side by side (and for record, `report --diff` of the first two
+    /// captures). Needs no root and never touches the host kernel: QEMU runs as you, with KVM
+    /// when /dev/kvm really boots a guest, else TCG (slower; said so). Before booting, each
+    /// kernel's config is checked for what numatrace needs (`--config-fragment` prints the
+    /// fragment that turns it all on). Inside the guest only numatrace and numatrace-workload
+    /// exist: `stat -- numatrace-workload threads` runs, your own programs do not.
+    #[command(after_help = "Examples:\n  \
+        numatrace lab --kernel debian:6.12 -- check --patch 000\n  \
+        numatrace lab --kernel ~/linux --kernel debian:6.12 -- check --patch 000   a tree against stock\n  \
+        numatrace lab --kernel debian:6.1 --kernel debian:6.12 --out ab -- record -d 20s -- numatrace-workload migrate\n  \
+        numatrace lab --kernel /boot/vmlinuz-$(uname -r) --slow-node -- probes\n  \
+        numatrace lab --config-fragment > numatrace.config   (merge_config.sh, then make bzImage)")]
+    Lab(LabArgs),
     /// Print the completion script for SHELL (bash, zsh or fish) on stdout.
     #[command(
         after_help = "Where to put it (the Debian package of `cargo xtask deb` installs all \
@@ -160,6 +178,88 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: std::path::PathBuf,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    /// A kernel to boot: an image file (bzImage, vmlinuz), a built kernel tree, or a line
+    /// fetched once into the cache (debian:5.10, debian:6.1, debian:6.12, debian:7.x,
+    /// ubuntu:6.8). Repeat it to compare kernels.
+    #[arg(
+        long = "kernel",
+        value_name = "SPEC",
+        required_unless_present = "config_fragment"
+    )]
+    pub kernels: Vec<String>,
+
+    /// Nodes with CPUs and memory.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub nodes: u32,
+
+    /// vCPUs, spread over the nodes (default: one per node).
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u32>,
+
+    /// Memory of each node, in MiB (or with a G suffix: 2G).
+    #[arg(long, default_value = "1024", value_name = "MIB", value_parser = parse_mib)]
+    pub node_mem: u64,
+
+    /// Add a CPU-less node of this much memory (default 512 MiB) that the ACPI HMAT describes
+    /// as slower: a lower memory tier on kernels that place nodes in tiers by HMAT (6.10+).
+    #[arg(long, value_name = "MIB", num_args = 0..=1, default_missing_value = "512", value_parser = parse_mib)]
+    pub slow_node: Option<u64>,
+
+    /// Extra kernel command-line arguments (e.g. "numa_balancing=2 transparent_hugepage=always").
+    #[arg(long, value_name = "ARGS", default_value = "")]
+    pub cmdline: String,
+
+    /// A guest that has not finished by then is stopped (its console log kept in --out).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// Keep results here: captures, outputs and each guest's console log (created if missing;
+    /// an existing file is never overwritten). record writes its capture here (default
+    /// ./numatrace-lab when record runs without --out).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+
+    /// Print one JSON document (schema numatrace.lab/1) with each kernel's result.
+    #[arg(long)]
+    pub json: bool,
+
+    /// How QEMU runs the guest: kvm, tcg, or auto (KVM when it boots a guest here, else TCG).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "kvm", "tcg"])]
+    pub accel: String,
+
+    /// Show each guest's console as it runs (indented), not only progress.
+    #[arg(long)]
+    pub console: bool,
+
+    /// Print the kernel config fragment that turns on everything numatrace uses, and exit.
+    #[arg(long, conflicts_with_all = ["kernels", "command"])]
+    pub config_fragment: bool,
+
+    /// The numatrace subcommand to run in each guest, and its arguments.
+    #[arg(
+        last = true,
+        value_name = "SUBCOMMAND",
+        required_unless_present = "config_fragment"
+    )]
+    pub command: Vec<String>,
+}
+
+/// MiB, or GiB with a G suffix.
+pub fn parse_mib(s: &str) -> Result<u64, String> {
+    let (n, scale) = match s.strip_suffix(['G', 'g']) {
+        Some(n) => (n, 1024),
+        None => (s.strip_suffix(['M', 'm']).unwrap_or(s), 1),
+    };
+    n.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|n| (128..=1 << 20).contains(n))
+        .ok_or_else(|| "MiB from 128 (or 1G, 2G...)".to_owned())
 }
 
 #[derive(Debug, Args)]

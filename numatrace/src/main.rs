@@ -31,13 +31,24 @@ fn main() -> ExitCode {
         exec_gated(fd, identity, args.get(5..).unwrap_or_default());
     }
 
+    // PID 1 of a `numatrace lab` guest: runs the lab's subcommand and powers the guest off.
+    if args
+        .first()
+        .is_some_and(|a| numatrace_lab::guest::is_lab_init(&a.to_string_lossy()))
+    {
+        numatrace_lab::guest::run();
+    }
+
     // Before any thread exists, so that every thread of numatrace inherits it.
     let policy = kernel::mempolicy::keep_out_of_numa_balancing();
     let cli = Cli::parse();
     // Reading a capture, the man pages, completions and the metric catalogue need no
     // privilege: under sudo they run as the user who ran it, before any path is touched.
     let unprivileged = match &cli.command {
-        Command::Report(_) | Command::Completions { .. } | Command::Manpages { .. } => true,
+        Command::Report(_)
+        | Command::Completions { .. }
+        | Command::Manpages { .. }
+        | Command::Lab(_) => true,
         Command::Serve(a) => a.metrics,
         _ => false,
     };
@@ -94,6 +105,10 @@ fn main() -> ExitCode {
     if let Command::Report(args) = &cli.command {
         return exit(cmd::report::run(args));
     }
+    // Nor does booting other kernels in QEMU: the host kernel is never touched.
+    if let Command::Lab(args) = &cli.command {
+        return exit(cmd::lab::run(args));
+    }
 
     if let Err(why) = kernel::caps::check_tracing_allowed() {
         eprintln!("numatrace: {why}");
@@ -114,7 +129,10 @@ fn main() -> ExitCode {
         Command::Record(args) => {
             runtime().and_then(|rt| rt.block_on(cmd::record::run(args, cli.no_fentry)))
         }
-        Command::Report(_) | Command::Completions { .. } | Command::Manpages { .. } => {
+        Command::Report(_)
+        | Command::Completions { .. }
+        | Command::Manpages { .. }
+        | Command::Lab(_) => {
             unreachable!("handled above")
         }
         Command::Check(args) => {

@@ -35,6 +35,8 @@ const LINTIAN_OVERRIDES: &str = "\
 # copy of libyaml: no C library is linked in.
 numatrace: embedded-library libyaml [usr/bin/numatrace]
 ";
+/// `numatrace lab` boots guests with QEMU and fetches distribution kernels with curl and xz.
+const RECOMMENDS: &str = "qemu-system-x86, curl, xz-utils";
 /// Where the systemd units pointed the binary before packaging.
 const UNPACKAGED_BIN: &str = "/usr/local/bin/numatrace";
 
@@ -566,6 +568,7 @@ fn control(version: &str, arch: &str, maintainer: &str, size: u64, depends: &str
          Maintainer: {maintainer}\n\
          Installed-Size: {size}\n\
          {depends}\
+         Recommends: {RECOMMENDS}\n\
          Section: admin\n\
          Priority: optional\n\
          Description: live tracer of the Linux kernel's automatic NUMA balancing\n \
@@ -579,8 +582,9 @@ fn control(version: &str, arch: &str, maintainer: &str, size: u64, depends: &str
          .\n \
          Commands: a live view (top), a summary over a window or a command (stat),\n \
          a Prometheus endpoint (serve, with systemd units), capture files for bug\n \
-         reports (record, report) and reproducers that check whether the running\n \
-         kernel behaves as specific NUMA balancing patches intend (check);\n \
+         reports (record, report), reproducers that check whether the running\n \
+         kernel behaves as specific NUMA balancing patches intend (check), and a\n \
+         lab that runs them in QEMU guests of any other kernel (lab);\n \
          numatrace-workload runs their workloads. Tracing needs root (CAP_BPF and\n \
          CAP_PERFMON, or CAP_SYS_ADMIN).\n"
     )
@@ -700,6 +704,7 @@ mod tests {
         assert!(c.lines().all(|l| l.len() <= 80));
         let ctl = control("0.1.0", "amd64", "A <a@b.invalid>", 10, "libc6 (>= 2.34)");
         assert!(ctl.contains("\nDepends: libc6 (>= 2.34)\n"));
+        assert!(ctl.contains("\nRecommends: qemu-system-x86, curl, xz-utils\n"));
         assert!(!control("0.1.0", "amd64", "A", 10, "").contains("Depends"));
         // Every continuation line of the description starts with a space; none is empty.
         let desc = ctl.split_once("Description: ").unwrap().1;

@@ -50,16 +50,7 @@ fn pins() -> Result<Pins> {
 }
 
 /// Where downloads and builds that outlive a clone are cached.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = env::var_os("NUMATRACE_CACHE") {
-        return d.into();
-    }
-    let base = env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/var/cache"));
-    base.join("numatrace")
-}
+pub use numatrace_lab::cache_dir;
 
 pub struct Tools {
     pub pins: Pins,

@@ -79,13 +79,24 @@ fn host_tests(tools: &Tools) -> Result<()> {
     let stable = &tools.pins.stable;
     // `top` is tested in a real terminal: tmux (and pgrep) from Debian; `serve`'s exposition
     // and deploy/'s scrape config by promtool, from Debian's prometheus package; the kernel's
-    // BPF object lists by bpftool and mount namespaces by unshare (util-linux). As root.
+    // BPF object lists by bpftool and mount namespaces by unshare (util-linux); `numatrace lab`
+    // boots guests with QEMU and fetches kernels with curl and xz. As root.
     if is_root() {
-        ensure_packages(&["tmux", "procps", "prometheus", "bpftool", "util-linux"])?;
+        ensure_packages(&[
+            "tmux",
+            "procps",
+            "prometheus",
+            "bpftool",
+            "util-linux",
+            "qemu-system-x86",
+            "curl",
+            "xz-utils",
+        ])?;
     } else {
         eprintln!(
-            "xtask: not root: tmux, promtool and bpftool are not installed, the terminal test \
-             of `top`, the promtool checks and the reliability suite will skip"
+            "xtask: not root: tmux, promtool, bpftool and QEMU are not installed, the terminal \
+             test of `top`, the promtool checks, the reliability suite and the lab's boots \
+             will skip"
         );
     }
     // Real-kernel tests share kernel state (sysctls, tracefs, attached programs): one at a time.
@@ -107,6 +118,8 @@ pub const HOST_PACKAGES: &[&str] = &[
     "numatrace",
     "--package",
     "numatrace-common",
+    "--package",
+    "numatrace-lab",
     "--package",
     "xtask",
 ];

@@ -128,7 +128,7 @@ pub fn build_guest_binaries(tools: &Tools) -> Result<GuestBinaries> {
     }
     let mut libs = Vec::new();
     for exe in bins.values().chain(tests.values()) {
-        for (file, at) in shared_libraries(exe)? {
+        for (file, at) in numatrace_lab::shared_libraries(exe)? {
             let inside = at.strip_prefix("/")?.to_owned();
             if !libs.iter().any(|(_, i)| *i == inside) {
                 libs.push((file, inside));
@@ -136,36 +136,4 @@ pub fn build_guest_binaries(tools: &Tools) -> Result<GuestBinaries> {
         }
     }
     Ok(GuestBinaries { bins, tests, libs })
-}
-
-/// The shared libraries `exe` loads, the dynamic loader included, as `ldd` resolves them here:
-/// (file, absolute path the guest needs it at). The loader is needed where the executable
-/// names it (`/lib64/ld-linux-x86-64.so.2 => /usr/lib64/...` on some distributions).
-pub fn shared_libraries(exe: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
-    let ldd = output(Command::new("ldd").arg(exe))?;
-    let mut libs = Vec::new();
-    for line in ldd.lines() {
-        // `libx.so.1 => /lib/x/libx.so.1 (0x...)` or `/lib64/ld-linux-x86-64.so.2 (0x...)`.
-        if line.contains("not found") {
-            bail!(
-                "{}: a shared library is missing: {}",
-                exe.display(),
-                line.trim()
-            );
-        }
-        let (left, right) = line.split_once("=>").unwrap_or(("", line));
-        let Some(file) = right
-            .split_whitespace()
-            .next()
-            .filter(|p| p.starts_with('/'))
-        else {
-            continue;
-        };
-        libs.push((PathBuf::from(file), PathBuf::from(file)));
-        let named = left.trim();
-        if named.starts_with('/') && named != file {
-            libs.push((PathBuf::from(file), PathBuf::from(named)));
-        }
-    }
-    Ok(libs)
 }

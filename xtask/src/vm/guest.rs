@@ -1,18 +1,20 @@
-//! A guest: its initramfs (busybox, the binaries, /init) and its boot in a QEMU TCG machine
-//! with two nodes and a slower, CPU-less third one, whose serial console is returned.
+//! A test guest: its initramfs (busybox, the binaries, /init) and its boot in the lab's QEMU
+//! machine (numatrace-lab: what `numatrace lab` boots) with two nodes and a slower, CPU-less
+//! third one, whose serial console is returned.
 
 use std::{
     fs,
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
+use numatrace_lab::{
+    initramfs::Initramfs,
+    machine::{Accel, Boot, Machine, Outcome},
+};
 
 use super::build::GuestBinaries;
-use crate::process::check;
 
 /// A guest that has not powered off by then has hung.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(20 * 60);
@@ -107,33 +109,18 @@ pub fn pack_initramfs(built: &GuestBinaries, filter: Option<&str>, out: &Path) -
 
 /// A gzipped initramfs with busybox, `files` (source, path inside) and `init` as /init.
 pub fn pack_root(files: &[(PathBuf, PathBuf)], init: &str, out: &Path) -> Result<()> {
-    let root = out.with_extension("d");
-    let _ = fs::remove_dir_all(&root);
+    let mut root = Initramfs::new();
     for d in ["bin", "proc", "sys", "dev", "tmp"] {
-        fs::create_dir_all(root.join(d))?;
+        root.dir(d)?;
     }
-    fs::copy("/bin/busybox", root.join("bin/busybox")).context("busybox-static")?;
+    root.char_device("dev/console", 5, 1)?;
+    root.file("bin/busybox", Path::new("/bin/busybox"))?;
     for (src, dest) in files {
-        let to = root.join(dest);
-        if let Some(dir) = to.parent() {
-            fs::create_dir_all(dir)?;
-        }
-        fs::copy(src, &to).with_context(|| format!("copying {}", src.display()))?;
+        root.file(&dest.to_string_lossy(), src)?;
     }
-    fs::write(root.join("init"), init)?;
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
-    check(
-        Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
-                out.display()
-            ))
-            .current_dir(&root),
-    )?;
-    let _ = fs::remove_dir_all(&root);
-    Ok(())
+    root.bytes("init", init.as_bytes(), 0o755)?;
+    let _ = fs::remove_file(out);
+    root.write(out)
 }
 
 /// The guest died of an `int3` Oops at a patched instruction: the kernel was live-patching its
@@ -149,14 +136,22 @@ pub fn tcg_text_patch_flake(log: &str) -> bool {
 
 /// How QEMU runs the guest's vCPUs: one host thread each (the default, faster), or all on one
 /// thread, where emulated cross-modifying code is coherent (the retry after a text-patch flake),
-/// or on one thread with guest time counting executed instructions (`-icount shift=N`: 2^N ns
-/// per instruction, no sleeping, no alignment with the host clock), so that what the guest
-/// measures in nanoseconds is a count of instructions and repeats from run to run.
+/// or with guest time counting instructions ([`Accel::Icount`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Tcg {
     Multi,
     Single,
     Icount(u8),
+}
+
+impl Tcg {
+    fn accel(self) -> Accel {
+        match self {
+            Tcg::Multi => Accel::Tcg,
+            Tcg::Single => Accel::TcgSingle,
+            Tcg::Icount(s) => Accel::Icount(s),
+        }
+    }
 }
 
 pub fn boot(
@@ -181,59 +176,6 @@ pub struct Line {
     pub check_repeat: u32,
 }
 
-/// Two nodes with a CPU and 1 GiB each, and a third, CPU-less node of 512 MiB that the ACPI
-/// HMAT describes as slower (latency 4x, bandwidth 1/4 of local): kernels that place boot-time
-/// nodes in memory tiers by HMAT (about 6.10+; 6.12 and 7.3 here, not 6.1 or 6.8) put it in a
-/// tier of its own below nodes 0-1, which memory
-/// tiering (`kernel.numa_balancing=2`) promotes from and demotion demotes to. Older kernels
-/// see a plain third node, which nothing uses unless told to.
-pub fn topology() -> Vec<String> {
-    let mut a: Vec<String> = [
-        "-machine",
-        "hmat=on",
-        "-object",
-        "memory-backend-ram,id=m0,size=1G",
-        "-object",
-        "memory-backend-ram,id=m1,size=1G",
-        "-object",
-        "memory-backend-ram,id=m2,size=512M",
-        "-numa",
-        "node,nodeid=0,cpus=0,memdev=m0",
-        "-numa",
-        "node,nodeid=1,cpus=1,memdev=m1",
-        "-numa",
-        "node,nodeid=2,memdev=m2,initiator=0",
-        "-numa",
-        "dist,src=0,dst=1,val=20",
-        "-numa",
-        "dist,src=0,dst=2,val=30",
-        "-numa",
-        "dist,src=1,dst=2,val=30",
-    ]
-    .map(String::from)
-    .to_vec();
-    for initiator in 0..2 {
-        for target in 0..3 {
-            let (latency, bandwidth) = match (initiator == target, target) {
-                (true, _) => (10, "8G"),
-                (false, 2) => (40, "2G"),
-                (false, _) => (20, "4G"),
-            };
-            a.push("-numa".into());
-            a.push(format!(
-                "hmat-lb,initiator={initiator},target={target},hierarchy=memory,\
-                 data-type=access-latency,latency={latency}"
-            ));
-            a.push("-numa".into());
-            a.push(format!(
-                "hmat-lb,initiator={initiator},target={target},hierarchy=memory,\
-                 data-type=access-bandwidth,bandwidth={bandwidth}"
-            ));
-        }
-    }
-    a
-}
-
 pub fn boot_for(
     vmlinuz: &Path,
     initrd: &Path,
@@ -253,64 +195,25 @@ pub fn boot_for(
     if !skip.is_empty() {
         append.push_str(&format!(" numatrace.skip={}", skip.join(",")));
     }
-    let mut qemu = Command::new("qemu-system-x86_64");
-    if let Tcg::Icount(shift) = tcg {
-        qemu.args(["-icount", &format!("shift={shift},sleep=off,align=off")]);
+    let booted = Machine::harness(tcg.accel()).boot(
+        &Boot {
+            kernel: vmlinuz,
+            initrd,
+            append: &append,
+            timeout,
+            data: None,
+            sign: None,
+        },
+        &mut |line| println!("  | {line}"),
+    )?;
+    match &booted.outcome {
+        Outcome::TimedOut(t) => eprintln!("xtask: guest hung: killed after {t:?}"),
+        Outcome::Failed(status) => eprintln!("xtask: qemu exited: {status}"),
+        Outcome::Interrupted => anyhow::bail!("interrupted"),
+        Outcome::Exited | Outcome::NoSign => {}
     }
-    let mut child = qemu
-        .args([
-            "-accel",
-            match tcg {
-                Tcg::Multi => "tcg,thread=multi",
-                Tcg::Single | Tcg::Icount(_) => "tcg,thread=single",
-            },
-            "-cpu",
-            "max",
-            "-m",
-            "2560M",
-            "-smp",
-            "2",
-        ])
-        .args(topology())
-        .arg("-kernel")
-        .arg(vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        .args(["-nographic", "-no-reboot", "-serial", "mon:stdio"])
-        .arg("-append")
-        .arg(&append)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("starting qemu-system-x86_64")?;
-    let stdout = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut log = String::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            println!("  | {line}");
-            log.push_str(&line);
-            log.push('\n');
-        }
-        log
-    });
-    let start = Instant::now();
-    loop {
-        if child.try_wait()?.is_some() {
-            break;
-        }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            eprintln!("xtask: guest hung: killed after {timeout:?}");
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let log = reader.join().unwrap_or_default();
-    fs::write(log_path, &log)?;
-    Ok(log)
+    fs::write(log_path, &booted.console)?;
+    Ok(booted.console)
 }
 
 #[cfg(test)]

@@ -9,13 +9,13 @@
 //! reads the serial console and prints a table. A guest that panics, hangs or stops early
 //! fails the run.
 //!
-//! Modules, none of which imports another: `kernels` (package indexes, downloads, the cache),
-//! `build` (the static binaries and test executables), `guest` (initramfs, QEMU, boot),
-//! `report` (the console read back, the results table); this file runs them in order.
+//! Modules, none of which imports another: `build` (the static binaries and test executables),
+//! `guest` (the tests' initramfs and boot, on numatrace-lab's machine: what `numatrace lab`
+//! boots), `report` (the console read back, the results table); the kernel lines and their
+//! cache are numatrace-lab's `kernels`. This file runs them in order.
 
 mod build;
 mod guest;
-mod kernels;
 mod report;
 
 use std::{fs, time::Instant};
@@ -28,10 +28,19 @@ use self::{
     report::{compare_facts, guest_captures, host_report, parse_console, print_table},
 };
 pub use self::{
-    build::{build_static, shared_libraries},
+    build::build_static,
     guest::{INIT_SETUP, Line, Tcg, boot_for, pack_root, parse_filter, tcg_text_patch_flake},
-    kernels::{GuestKernel, KERNELS, kernel_image},
 };
+pub use numatrace_lab::{
+    kernels::{GuestKernel, KERNELS},
+    shared_libraries,
+};
+
+/// A kernel line's image, fetched once into the cache: (package, image).
+pub fn kernel_image(k: &GuestKernel) -> Result<(String, std::path::PathBuf)> {
+    let files = numatrace_lab::kernels::kernel_image(k, false, &|s| eprintln!("xtask: {s}"))?;
+    Ok((files.package, files.image))
+}
 use crate::setup::{Tools, ensure_packages, workspace_root};
 
 /// The kernel line whose guest also runs the tests that need 2 nodes but nothing of a line.
@@ -75,6 +84,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
     (
         "reliability",
         "ends by signal and panic, hostile mounts: checked in the host kernel's BPF object lists",
+    ),
+    (
+        "lab",
+        "boots QEMU guests of its own, from the host (the guests have no QEMU)",
     ),
     (
         "scan_share",
@@ -125,12 +138,12 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
     }
     if !crate::process::is_root() {
         eprintln!(
-            "SKIPPED vm-test: needs root (apt-get install of qemu-system-x86, busybox-static, cpio, \
-             curl; download of the guest kernels); CI runs it as root"
+            "SKIPPED vm-test: needs root (apt-get install of qemu-system-x86, busybox-static, curl; \
+             download of the guest kernels); CI runs it as root"
         );
         return Ok(());
     }
-    ensure_packages(&["qemu-system-x86", "busybox-static", "cpio", "curl"])?;
+    ensure_packages(&["qemu-system-x86", "busybox-static", "curl", "xz-utils"])?;
     let mut built = build_guest_binaries(tools)?;
     built
         .tests

@@ -1,5 +1,6 @@
 //! The guests' kernels: one per kernel line a user runs, found in Debian's package indexes on
-//! the machine's own mirror (or a pinned Ubuntu package), downloaded once and cached.
+//! the machine's own mirror (or a pinned Ubuntu package), downloaded once and cached with the
+//! config the package ships (`debian:6.12` in `numatrace lab`, the lines of `vm-test`).
 
 use std::{
     fs,
@@ -9,13 +10,12 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{
-    process::{check, output},
-    setup::cache_dir,
-};
+use crate::{cache_dir, check, output};
 
 pub struct GuestKernel {
     pub label: &'static str,
+    /// How a user names it in `numatrace lab --kernel` (`debian:6.12`).
+    pub distro: &'static str,
     source: KernelSource,
     /// Test binaries not run on this kernel, with why.
     pub skip: &'static [(&'static str, &'static str)],
@@ -40,10 +40,16 @@ enum KernelSource {
     },
 }
 
+/// The line labelled `label` (`6.12`), if there is one.
+pub fn line(label: &str) -> Option<&'static GuestKernel> {
+    KERNELS.iter().find(|k| k.label == label)
+}
+
 /// One boot per kernel line a user runs: Debian 11, 12, 13, 13's backports, Ubuntu 24.04.
 pub const KERNELS: [GuestKernel; 5] = [
     GuestKernel {
         label: "5.10",
+        distro: "debian",
         check_repeat: 1,
         source: KernelSource::Index {
             suites: &[
@@ -57,6 +63,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     },
     GuestKernel {
         label: "6.1",
+        distro: "debian",
         check_repeat: 1,
         source: KernelSource::Index {
             suites: &[
@@ -72,6 +79,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     // backport of seed 002 (6.8.0-1xx carry it), so the guest where 002 behaves unpatched.
     GuestKernel {
         label: "6.8",
+        distro: "ubuntu",
         check_repeat: 1,
         source: KernelSource::Url {
             url: "http://archive.ubuntu.com/ubuntu/pool/main/l/linux/\
@@ -82,6 +90,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     },
     GuestKernel {
         label: "6.12",
+        distro: "debian",
         check_repeat: 3,
         source: KernelSource::Index {
             suites: &[("debian", "trixie"), ("debian-security", "trixie-security")],
@@ -93,6 +102,7 @@ pub const KERNELS: [GuestKernel; 5] = [
     // From Debian 13 the image package is a meta package: the kernel is in linux-binary-*.
     GuestKernel {
         label: "7.x",
+        distro: "debian",
         check_repeat: 3,
         source: KernelSource::Index {
             suites: &[("debian", "trixie-backports")],
@@ -188,6 +198,7 @@ fn candidates_in_indexes(
     suites: &[(&str, &str)],
     prefix: &str,
     suffix: &str,
+    say: &dyn Fn(&str),
 ) -> Result<Vec<(IndexEntry, String)>> {
     let mut all: Vec<(IndexEntry, String)> = Vec::new();
     for (archive, suite) in suites {
@@ -199,10 +210,10 @@ fn candidates_in_indexes(
                 "set -o pipefail; curl -fsSL --retry 3 '{url}' | xz -dc"
             ))
             .output()
-            .context("curl | xz")?;
+            .context("curl | xz (Debian's curl and xz-utils)")?;
         if !out.status.success() {
             // A suite the mirror lacks is not fatal while another has the line.
-            eprintln!("xtask: {url}: not readable, skipped");
+            say(&format!("{url}: not readable, skipped"));
             continue;
         }
         let index = String::from_utf8_lossy(&out.stdout);
@@ -256,16 +267,26 @@ fn find_vmlinuz(root: &Path) -> Option<PathBuf> {
     })
 }
 
+/// A kernel line's files in the cache.
+pub struct KernelFiles {
+    /// The package it came from (the cache key).
+    pub package: String,
+    pub image: PathBuf,
+    /// The config the package ships, if it ships one (not in caches made before the lab).
+    pub config: Option<PathBuf>,
+}
+
 /// The kernel image of `k`, downloaded once into the cache (keyed by package name). From a
 /// package index, the newest package whose file the mirror serves (an index can name a file
-/// its pool no longer has, as bullseye-security does for 5.10).
-pub fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
+/// its pool no longer has, as bullseye-security does for 5.10). `need_config`: a cached image
+/// without its config is fetched again. `say` hears what is downloaded.
+pub fn kernel_image(k: &GuestKernel, need_config: bool, say: &dyn Fn(&str)) -> Result<KernelFiles> {
     let candidates: Vec<(String, String, Option<&str>)> = match &k.source {
         KernelSource::Index {
             suites,
             prefix,
             suffix,
-        } => candidates_in_indexes(&debian_mirror(), suites, prefix, suffix)?
+        } => candidates_in_indexes(&debian_mirror(), suites, prefix, suffix, say)?
             .into_iter()
             .map(|(e, base)| (e.name, format!("{base}/{}", e.filename), None))
             .collect(),
@@ -282,19 +303,26 @@ pub fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
     let mut last_err = None;
     for (pkg, url, sha256) in candidates {
         let dir = cache_dir().join("kernels").join(&pkg);
-        let vmlinuz = dir.join("vmlinuz");
-        if vmlinuz.exists() {
-            return Ok((pkg, vmlinuz));
+        let files = |package: String| {
+            let config = dir.join("config");
+            KernelFiles {
+                package,
+                image: dir.join("vmlinuz"),
+                config: config.exists().then_some(config),
+            }
+        };
+        if dir.join("vmlinuz").exists() && (!need_config || dir.join("config").exists()) {
+            return Ok(files(pkg));
         }
         // A file the mirror did not serve is not asked for again on every run.
         let missing = cache_dir().join("kernels").join(format!("{pkg}.missing"));
         if missing.exists() {
             continue;
         }
-        match download_kernel(&pkg, &url, sha256, &vmlinuz) {
-            Ok(()) => return Ok((pkg, vmlinuz)),
+        match download_kernel(&pkg, &url, sha256, &dir, say) {
+            Ok(()) => return Ok(files(pkg)),
             Err(e) => {
-                eprintln!("xtask: {pkg}: {e:#}; trying the next older package");
+                say(&format!("{pkg}: {e:#}; trying the next older package"));
                 let _ = fs::write(&missing, format!("{url}: {e:#}\n"));
                 last_err = Some(e);
             }
@@ -303,10 +331,33 @@ pub fn kernel_image(k: &GuestKernel) -> Result<(String, PathBuf)> {
     Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no kernel package for {}", k.label)))
 }
 
-/// Downloads one kernel package and keeps only its image, at `vmlinuz`.
-fn download_kernel(pkg: &str, url: &str, sha256: Option<&str>, vmlinuz: &Path) -> Result<()> {
-    let dir = vmlinuz.parent().context("cache path")?;
-    eprintln!("xtask: downloading {pkg} ({url})");
+/// `config-*` beside the image in `/boot`, or `config` in `/usr/lib/modules/VERSION/`.
+fn find_config(root: &Path) -> Option<PathBuf> {
+    let in_boot = fs::read_dir(root.join("boot")).ok().and_then(|d| {
+        d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("config-"))
+        })
+    });
+    in_boot.or_else(|| {
+        fs::read_dir(root.join("usr/lib/modules"))
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("config"))
+            .find(|p| p.exists())
+    })
+}
+
+/// Downloads one kernel package and keeps only its image (`vmlinuz`) and config (`config`) in
+/// `dir`, replaced whole (a partial download never looks cached).
+fn download_kernel(
+    pkg: &str,
+    url: &str,
+    sha256: Option<&str>,
+    dir: &Path,
+    say: &dyn Fn(&str),
+) -> Result<()> {
+    say(&format!("downloading {pkg} ({url})"));
     let tmp = dir.with_file_name(format!("{pkg}.partial"));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
@@ -324,8 +375,17 @@ fn download_kernel(pkg: &str, url: &str, sha256: Option<&str>, vmlinuz: &Path) -
                 .arg(tmp.join("x")),
         )?;
         let image = find_vmlinuz(&tmp.join("x")).context("no vmlinuz in the package")?;
-        fs::create_dir_all(dir)?;
-        fs::copy(&image, vmlinuz)?;
+        let done = tmp.join("done");
+        fs::create_dir_all(&done)?;
+        fs::copy(&image, done.join("vmlinuz"))?;
+        if let Some(config) = find_config(&tmp.join("x")) {
+            fs::copy(config, done.join("config"))?;
+        }
+        let _ = fs::remove_dir_all(dir);
+        if let Some(parent) = dir.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::rename(&done, dir)?;
         Ok(())
     })();
     let _ = fs::remove_dir_all(&tmp);
