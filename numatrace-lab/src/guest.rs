@@ -172,7 +172,15 @@ fn run_inner() -> Result<()> {
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
         let reserved = ["guest.json", "rc", "stdout", "stderr"].contains(&name.as_str());
-        if !e.file_type()?.is_file() || !results::plain_name(&name) || reserved {
+        let too_big = match e.metadata() {
+            Ok(m) => m.len() > results::MAX_FILE as u64,
+            Err(_) => true,
+        };
+        if !e.file_type()?.is_file()
+            || !results::plain_name(&format!("out.{name}"))
+            || reserved
+            || too_big
+        {
             skipped.push(name);
             continue;
         }
@@ -180,7 +188,7 @@ fn run_inner() -> Result<()> {
     }
     if !skipped.is_empty() {
         println!(
-            "{SAY} not sent (not a plain file name or not a file): {}",
+            "{SAY} not sent (not a file, not a plain name of at most 96 bytes, or over 1 GiB): {}",
             skipped.join(", ").escape_debug()
         );
     }

@@ -124,6 +124,9 @@ fn debian_mirror() -> String {
         };
         let uri = text.lines().find_map(|l| {
             let l = l.trim();
+            if l.starts_with('#') {
+                return None;
+            }
             l.strip_prefix("URIs:")
                 .map(|u| u.trim().to_owned())
                 .or_else(|| {
@@ -131,7 +134,8 @@ fn debian_mirror() -> String {
                         .and_then(|r| r.split_whitespace().find(|w| w.contains("://")))
                         .map(str::to_owned)
                 })
-                .filter(|u| !u.contains("security") && !u.starts_with('#'))
+                // The Debian archive itself: not its security half, not a third party's.
+                .filter(|u| !u.contains("security") && u.trim_end_matches('/').ends_with("/debian"))
         });
         // `http://host/debian` -> `http://host`: the security archive sits beside it.
         if let Some(uri) = uri {
@@ -141,6 +145,11 @@ fn debian_mirror() -> String {
     }
     "http://deb.debian.org".to_owned()
 }
+
+/// The mirror answered 404: its index names a file its pool no longer has.
+#[derive(Debug, thiserror::Error)]
+#[error("not served: {0}")]
+struct NotServed(String);
 
 /// A package in an index: its name, Debian version and path on the mirror.
 #[derive(Debug, PartialEq)]
@@ -206,9 +215,9 @@ fn candidates_in_indexes(
         let url = format!("{base}/dists/{suite}/main/binary-amd64/Packages.xz");
         let out = Command::new("bash")
             .arg("-c")
-            .arg(format!(
-                "set -o pipefail; curl -fsSL --retry 3 '{url}' | xz -dc"
-            ))
+            .arg("set -o pipefail; curl -fsSL --retry 3 \"$1\" | xz -dc")
+            .arg("bash")
+            .arg(&url)
             .output()
             .context("curl | xz (Debian's curl and xz-utils)")?;
         if !out.status.success() {
@@ -234,12 +243,21 @@ fn candidates_in_indexes(
 fn download_deb(url: &str, sha256: Option<&str>, dir: &Path) -> Result<()> {
     let name = url.rsplit('/').next().unwrap_or("kernel.deb");
     let deb = dir.join(name);
-    check(
-        Command::new("curl")
-            .args(["-fsSL", "--retry", "3", "-o"])
-            .arg(&deb)
-            .arg(url),
-    )?;
+    let out = Command::new("curl")
+        .args(["-fsSL", "--show-error", "--retry", "3", "-o"])
+        .arg(&deb)
+        .arg(url)
+        .output()
+        .context("running curl (Debian's curl)")?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        // Only a file the mirror says it does not have is remembered as missing: a network
+        // failure or an interrupted download is tried again next time.
+        if err.contains("404") {
+            return Err(NotServed(err).into());
+        }
+        bail!("curl {url}: {err}");
+    }
     if let Some(sha256) = sha256 {
         let sum = output(Command::new("sha256sum").arg(&deb))?;
         if sum.split_whitespace().next() != Some(sha256) {
@@ -286,10 +304,23 @@ pub fn kernel_image(k: &GuestKernel, need_config: bool, say: &dyn Fn(&str)) -> R
             suites,
             prefix,
             suffix,
-        } => candidates_in_indexes(&debian_mirror(), suites, prefix, suffix, say)?
-            .into_iter()
-            .map(|(e, base)| (e.name, format!("{base}/{}", e.filename), None))
-            .collect(),
+        } => match candidates_in_indexes(&debian_mirror(), suites, prefix, suffix, say) {
+            Ok(c) => c
+                .into_iter()
+                .map(|(e, base)| (e.name, format!("{base}/{}", e.filename), None))
+                .collect(),
+            // Offline: the newest package of the line already in the cache, if any.
+            Err(e) => match newest_cached(prefix, suffix, need_config) {
+                Some(files) => {
+                    say(&format!(
+                        "package indexes not readable ({e:#}): using the cached {}",
+                        files.package
+                    ));
+                    return Ok(files);
+                }
+                None => return Err(e),
+            },
+        },
         KernelSource::Url { url, sha256 } => vec![(
             url.rsplit('/')
                 .next()
@@ -321,14 +352,41 @@ pub fn kernel_image(k: &GuestKernel, need_config: bool, say: &dyn Fn(&str)) -> R
         }
         match download_kernel(&pkg, &url, sha256, &dir, say) {
             Ok(()) => return Ok(files(pkg)),
-            Err(e) => {
+            Err(e) if e.downcast_ref::<NotServed>().is_some() => {
                 say(&format!("{pkg}: {e:#}; trying the next older package"));
                 let _ = fs::write(&missing, format!("{url}: {e:#}\n"));
                 last_err = Some(e);
             }
+            Err(e) => return Err(e),
         }
     }
     Err(last_err.unwrap_or_else(|| anyhow::anyhow!("no kernel package for {}", k.label)))
+}
+
+/// The newest cached package named `prefix`…`suffix` with an image (and a config if needed).
+fn newest_cached(prefix: &str, suffix: &str, need_config: bool) -> Option<KernelFiles> {
+    let dir = cache_dir().join("kernels");
+    fs::read_dir(&dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ok = name.starts_with(prefix)
+                && name.ends_with(suffix)
+                && e.path().join("vmlinuz").exists()
+                && (!need_config || e.path().join("config").exists());
+            ok.then_some(name)
+        })
+        .max_by_key(|n| version_key(n))
+        .map(|package| {
+            let d = dir.join(&package);
+            let config = d.join("config");
+            KernelFiles {
+                package,
+                image: d.join("vmlinuz"),
+                config: config.exists().then_some(config),
+            }
+        })
 }
 
 /// `config-*` beside the image in `/boot`, or `config` in `/usr/lib/modules/VERSION/`.

@@ -123,16 +123,7 @@ pub fn pack_root(files: &[(PathBuf, PathBuf)], init: &str, out: &Path) -> Result
     root.write(out)
 }
 
-/// The guest died of an `int3` Oops at a patched instruction: the kernel was live-patching its
-/// text (static keys or ftrace, e.g. when a tracefs instance starts pid filtering) and a vCPU
-/// executed a stale breakpoint after the patch had completed — a race of emulated
-/// cross-modifying code under multi-threaded TCG, seen once in many runs on 6.12 while the
-/// stat_skip_vma test set up its tracefs reference (6.12, and 6.8 with `__text_poke` on the
-/// stack). A crash of any other kind is not retried. 6.12 prints `Oops: int3: 0000 [#1]`,
-/// 6.8 `int3: 0000 [#1]`.
-pub fn tcg_text_patch_flake(log: &str) -> bool {
-    log.lines().any(|l| l.contains("int3: 0000 [#"))
-}
+pub use numatrace_lab::machine::tcg_text_patch_flake;
 
 /// How QEMU runs the guest's vCPUs: one host thread each (the default, faster), or all on one
 /// thread, where emulated cross-modifying code is coherent (the retry after a text-patch flake),
@@ -214,23 +205,4 @@ pub fn boot_for(
     }
     fs::write(log_path, &booted.console)?;
     Ok(booted.console)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_int3_text_patching_crash_is_retried() {
-        let int3 = "test x ... [  240.88] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n\
-                    RIP: 0010:__schedule+0x339/0xbf0\nKernel panic - not syncing\n";
-        assert!(tcg_text_patch_flake(int3));
-        let int3_68 = "test x ... [  518.84] int3: 0000 [#1] PREEMPT SMP NOPTI\n\
-                       RIP: 0010:ttwu_do_activate+0x12d/0x260\n";
-        assert!(tcg_text_patch_flake(int3_68));
-        let gp = "Oops: general protection fault, probably for non-canonical address\n\
-                  Kernel panic - not syncing\n";
-        assert!(!tcg_text_patch_flake(gp));
-        assert!(!tcg_text_patch_flake("vm-test: DONE\n"));
-    }
 }

@@ -46,6 +46,7 @@ pub fn run(args: &LabArgs) -> Result<i32> {
             Escaped(subcommand).to_string()
         );
     }
+    home_of_the_user();
     let specs: Vec<(String, KernelSpec)> = args
         .kernels
         .iter()
@@ -61,7 +62,7 @@ pub fn run(args: &LabArgs) -> Result<i32> {
     m.check()?;
     let n = specs.len();
     let say_for = |i: usize, label: &str, what: &str| {
-        eprintln!("[{}/{n}] {}: {what}", i + 1, Escaped(label));
+        eprintln!("[{}/{n}] {}: {}", i + 1, Escaped(label), Escaped(what));
     };
     interrupt::install();
     // Every image fetched and checked before the first boot: a wrong file or a config that
@@ -69,6 +70,10 @@ pub fn run(args: &LabArgs) -> Result<i32> {
     let mut prepared = Vec::new();
     for (i, (label, spec)) in specs.iter().enumerate() {
         prepared.push(prepare(label, spec, &|s| say_for(i, label, s))?);
+        if interrupt::requested() {
+            eprintln!("numatrace lab: interrupted before booting");
+            return Ok(130);
+        }
     }
     let bootable = prepared.iter().any(|p| p.result.failure.is_none());
     if bootable {
@@ -142,7 +147,7 @@ pub fn run(args: &LabArgs) -> Result<i32> {
             None => format!(
                 "done in {} s (exit status {})",
                 r.elapsed_secs,
-                r.rc.as_deref().unwrap_or("-")
+                Escaped(r.rc.as_deref().unwrap_or("-"))
             ),
             Some(why) => format!(
                 "FAILED after {} s: {}",
@@ -230,6 +235,25 @@ fn out_dir(args: &LabArgs, subcommand: &str) -> Result<Option<PathBuf>> {
         }
     }
     Ok(Some(dir))
+}
+
+/// Under sudo the lab runs as the invoker (see main), but sudo left root's HOME: the kernel
+/// cache goes in the invoker's own home, where they can write it.
+fn home_of_the_user() {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 || std::env::var_os("NUMATRACE_CACHE").is_some() {
+        return;
+    }
+    if let Ok(Some(user)) = crate::invoker::lookup_uid(uid)
+        && std::env::var_os("HOME").as_deref() != Some(user.home.as_os_str())
+    {
+        // SAFETY: `lab` runs no other thread yet (no runtime, before any boot or fetch).
+        unsafe {
+            std::env::set_var("HOME", &user.home);
+            std::env::remove_var("XDG_CACHE_HOME");
+        }
+    }
 }
 
 /// A file name part out of what the user wrote after --kernel.
@@ -455,6 +479,20 @@ fn boot_image(
             && args.accel == "auto"
             && !booted.console.contains(guest::SAY)
             && matches!(booted.outcome, Outcome::NoSign | Outcome::Failed(_));
+        // QEMU's multi-threaded TCG races on kernel text patching now and then (an int3
+        // Oops at a patched instruction; see tcg_text_patch_flake): once, single-threaded.
+        if *accel == Accel::Tcg
+            && machine.accel == Accel::Tcg
+            && machine::tcg_text_patch_flake(&booted.console)
+        {
+            say(
+                "the guest hit QEMU TCG's int3 text-patching race (not the kernel's fault): \
+                 booting it once more with single-threaded TCG (slower)",
+            );
+            machine.accel = Accel::TcgSingle;
+            let booted = machine.boot(&b, &mut console_echo)?;
+            break booted;
+        }
         if kvm_failed {
             let why = format!("{:?}", booted.outcome);
             remember_kvm_broken(&why);
@@ -514,7 +552,14 @@ fn boot_image(
         .unwrap_or_default();
     for (name, bytes) in &received.files {
         if let (Some(file), Some(dir)) = (name.strip_prefix("out."), out) {
-            r.files.push(keep(dir, &format!("{slug}.{file}"), bytes)?);
+            let kept = match file {
+                "console.log" => Err(anyhow::anyhow!("the console log's name")),
+                _ => keep(dir, &format!("{slug}.{file}"), bytes),
+            };
+            match kept {
+                Ok(path) => r.files.push(path),
+                Err(e) => say(&format!("not kept: {file}: {e:#}")),
+            }
         }
     }
     let ended = match &booted.outcome {

@@ -140,13 +140,13 @@ pub fn table(results: &[ImageResult], subcommand: &str) -> String {
         })
         .collect();
     let mut header = vec!["KERNEL".to_owned(), "RELEASE".into(), "RC".into()];
-    header.extend(seeds.iter().map(|s| format!("SEED {s}")));
+    header.extend(seeds.iter().map(|s| format!("SEED {}", Escaped(s))));
     let mut rows = vec![header];
     for (r, v) in results.iter().zip(&per) {
         let mut row = vec![
             Escaped(&r.kernel).to_string(),
             Escaped(&r.release).to_string(),
-            r.rc.clone().unwrap_or_else(|| "-".into()),
+            Escaped(r.rc.as_deref().unwrap_or("-")).to_string(),
         ];
         for s in &seeds {
             let all: Vec<&str> = v
