@@ -47,7 +47,7 @@ impl PageOffsets {
 pub const CAP_TOLERANCE_NS: u64 = 20_000_000;
 
 /// How to find the NUMA node of a `struct page` (the source of a migration): its PFN is
-/// `(page - vmemmap) / page_size` (x86-64 SPARSEMEM_VMEMMAP), and sysfs says which node owns
+/// `(page - vmemmap) / page_size` (SPARSEMEM_VMEMMAP, x86-64 and arm64), and sysfs says which node owns
 /// which PFNs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,9 @@
 use aya_ebpf::{EbpfContext, programs::ProbeContext};
 
 /// The six argument registers of a kprobe, each read at a constant offset (a read at a
-/// variable offset of the context is refused by the verifier).
+/// variable offset of the context is refused by the verifier). The layout is the target's
+/// `struct pt_regs` (build.rs sets `bpf_target_arch` to the architecture numatrace is built for).
+#[cfg(bpf_target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn kprobe_args(ctx: &ProbeContext) -> [u64; 6] {
     let regs = ctx.as_ptr().cast::<aya_ebpf::bindings::pt_regs>();
@@ -17,6 +19,25 @@ pub(crate) fn kprobe_args(ctx: &ProbeContext) -> [u64; 6] {
             rd(&raw const (*regs).rcx),
             rd(&raw const (*regs).r8),
             rd(&raw const (*regs).r9),
+        ]
+    }
+}
+
+/// arm64: `struct pt_regs` begins with `user_pt_regs`, whose `regs[0..8]` (x0–x7) carry the
+/// arguments.
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+pub(crate) fn kprobe_args(ctx: &ProbeContext) -> [u64; 6] {
+    let regs = ctx.as_ptr().cast::<aya_ebpf::bindings::user_pt_regs>();
+    let rd = |p: *const u64| unsafe { core::ptr::read_volatile(p) };
+    unsafe {
+        [
+            rd(&raw const (*regs).regs[0]),
+            rd(&raw const (*regs).regs[1]),
+            rd(&raw const (*regs).regs[2]),
+            rd(&raw const (*regs).regs[3]),
+            rd(&raw const (*regs).regs[4]),
+            rd(&raw const (*regs).regs[5]),
         ]
     }
 }

@@ -39,6 +39,26 @@ fn within(ip: u64, r: &[u64; 2]) -> bool {
     r[0] != 0 && ip >= r[0] && ip < r[1]
 }
 
+/// x86-64: the interrupted code segment's privilege level (CS & 3) is 3 in user mode.
+#[cfg(bpf_target_arch = "x86_64")]
+#[inline(always)]
+fn in_user_mode(ctx: &PerfEventContext) -> bool {
+    let d = ctx
+        .as_ptr()
+        .cast::<aya_ebpf::bindings::bpf_perf_event_data>();
+    unsafe { (*d).regs.cs & 3 != 0 }
+}
+
+/// arm64: PSTATE's mode field (M[3:0]) is EL0t, 0, in user mode.
+#[cfg(bpf_target_arch = "aarch64")]
+#[inline(always)]
+fn in_user_mode(ctx: &PerfEventContext) -> bool {
+    let d = ctx
+        .as_ptr()
+        .cast::<aya_ebpf::bindings::bpf_perf_event_data>();
+    unsafe { (*d).regs.pstate & 0xf == 0 }
+}
+
 #[perf_event]
 pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
     let cur = current();
@@ -51,10 +71,7 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
     crate::bump!(t, scan.samples, 1);
     touch_noting(t);
     // A sample in user mode has no kernel stack to walk (task_numa_work runs in the kernel).
-    let regs = ctx
-        .as_ptr()
-        .cast::<aya_ebpf::bindings::bpf_perf_event_data>();
-    if unsafe { (*regs).regs.cs } & 3 != 0 {
+    if in_user_mode(&ctx) {
         return 0;
     }
     let flags = read_field::<u32>(current_task(), TASK_OFFSETS.load().flags);

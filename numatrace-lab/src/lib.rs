@@ -3,6 +3,7 @@
 //! on it, and so are xtask's `vm-test` and `bench`: the tests boot what users boot.
 //!
 //! Modules, none of which imports another except through this file's helpers:
+//! - `arch`: amd64 and arm64: QEMU, console, Debian and Rust names;
 //! - `kernels`: the Debian and Ubuntu kernel lines, fetched once into a cache;
 //! - `spec`: what `--kernel` names (an image, a built tree, `debian:6.12`), resolved to files;
 //! - `image`: is a file an x86-64 kernel image, its version string, its embedded config;
@@ -13,6 +14,7 @@
 //! - `guest`: PID 1 of a lab guest (numatrace itself, as `/init`);
 //! - `interrupt`: Ctrl-C and SIGTERM turned into a flag, so a boot is stopped and cleaned up.
 
+pub mod arch;
 pub mod config;
 pub mod guest;
 pub mod image;
@@ -64,6 +66,19 @@ pub fn output(cmd: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// An ELF file's `e_machine` (62 x86-64, 183 aarch64).
+pub fn elf_machine(path: &Path) -> Result<u16> {
+    use std::io::Read as _;
+    let mut h = [0u8; 20];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .with_context(|| format!("reading {}", path.display()))?;
+    if &h[..4] != b"\x7fELF" || h[5] != 1 {
+        bail!("{}: not a little-endian ELF file", path.display());
+    }
+    Ok(u16::from_le_bytes([h[18], h[19]]))
 }
 
 /// The shared libraries `exe` loads, the dynamic loader included, as `ldd` resolves them here:

@@ -12,6 +12,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
+use crate::arch::Arch;
+
 /// How QEMU runs the guest's vCPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accel {
@@ -42,17 +44,27 @@ pub struct Machine {
     /// of its own, which memory tiering promotes from and demotion demotes to.
     pub slow_mib: Option<u64>,
     pub accel: Accel,
+    /// amd64: QEMU's `pc` machine (ACPI: SRAT, SLIT, HMAT). arm64: `virt`, booted without
+    /// firmware, so the kernel reads its nodes and distances from the device tree, which has no
+    /// HMAT: no slow node there.
+    pub arch: Arch,
 }
 
 impl Machine {
     /// The test harness's guest: two nodes with a CPU and 1 GiB each, a slow 512 MiB third.
     pub fn harness(accel: Accel) -> Self {
+        Self::harness_for(Arch::Amd64, accel)
+    }
+
+    /// The harness's guest on `arch` (arm64: no slow third node, see [`Machine::arch`]).
+    pub fn harness_for(arch: Arch, accel: Accel) -> Self {
         Self {
             nodes: 2,
             cpus: 2,
             node_mib: 1024,
-            slow_mib: Some(512),
+            slow_mib: (arch == Arch::Amd64).then_some(512),
             accel,
+            arch,
         }
     }
 
@@ -71,6 +83,12 @@ impl Machine {
         if self.node_mib < 128 || self.slow_mib.is_some_and(|m| m < 128) {
             bail!("memory per node: at least 128 MiB");
         }
+        if self.arch == Arch::Arm64 && self.slow_mib.is_some() {
+            bail!(
+                "--slow-node: arm64 guests boot without firmware, so without ACPI HMAT to describe \
+                 a slower node"
+            );
+        }
         Ok(())
     }
 
@@ -79,7 +97,10 @@ impl Machine {
         let mut a: Vec<String> = Vec::new();
         let mut push = |s: String| a.push(s);
         let total = self.node_mib * u64::from(self.nodes) + self.slow_mib.unwrap_or(0);
-        if self.slow_mib.is_some() {
+        if self.arch == Arch::Arm64 {
+            push("-machine".into());
+            push("virt".into());
+        } else if self.slow_mib.is_some() {
             push("-machine".into());
             push("hmat=on".into());
         }
@@ -156,10 +177,16 @@ impl Machine {
             a.push("-icount".to_owned());
             a.push(format!("shift={shift},sleep=off,align=off"));
         }
+        // arm64's `max` emulates pointer authentication with QARMA, which costs TCG more
+        // than the whole rest of a hint fault; the implementation-defined algorithm is cheap.
+        let max = match self.arch {
+            Arch::Amd64 => "max",
+            Arch::Arm64 => "max,pauth-impdef=on",
+        };
         let (accel, cpu) = match self.accel {
             Accel::Kvm => ("kvm", "host"),
-            Accel::Tcg => ("tcg,thread=multi", "max"),
-            Accel::TcgSingle | Accel::Icount(_) => ("tcg,thread=single", "max"),
+            Accel::Tcg => ("tcg,thread=multi", max),
+            Accel::TcgSingle | Accel::Icount(_) => ("tcg,thread=single", max),
         };
         a.extend(["-accel", accel, "-cpu", cpu].map(String::from));
         a
@@ -218,9 +245,15 @@ const MAX_CONSOLE: usize = 16 << 20;
 /// The QEMU binary for x86-64 guests.
 pub const QEMU: &str = "qemu-system-x86_64";
 
-/// A one-line error when QEMU is not installed.
+/// A one-line error when the amd64 QEMU is not installed.
 pub fn qemu_present() -> Result<()> {
-    match Command::new(QEMU)
+    qemu_present_for(Arch::Amd64)
+}
+
+/// A one-line error when `arch`'s QEMU is not installed.
+pub fn qemu_present_for(arch: Arch) -> Result<()> {
+    let (qemu, package) = arch.qemu();
+    match Command::new(qemu)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -228,8 +261,8 @@ pub fn qemu_present() -> Result<()> {
     {
         Ok(_) => Ok(()),
         Err(_) => bail!(
-            "{QEMU} is not installed: install Debian's qemu-system-x86 \
-             (sudo apt-get install --no-install-recommends qemu-system-x86)"
+            "{qemu} is not installed: install Debian's {package} \
+             (sudo apt-get install --no-install-recommends {package})"
         ),
     }
 }
@@ -237,8 +270,9 @@ pub fn qemu_present() -> Result<()> {
 impl Machine {
     /// Boots `b`, handing each console line to `on_line` as it arrives.
     pub fn boot(&self, b: &Boot, on_line: &mut dyn FnMut(&str)) -> Result<Booted> {
-        qemu_present()?;
-        let mut qemu = Command::new(QEMU);
+        qemu_present_for(self.arch)?;
+        let qemu_bin = self.arch.qemu().0;
+        let mut qemu = Command::new(qemu_bin);
         qemu.args(self.accel_args())
             .args(self.topology())
             .arg("-kernel")
@@ -273,7 +307,7 @@ impl Machine {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("starting {QEMU}"))?;
+            .with_context(|| format!("starting {qemu_bin}"))?;
         let mut qemu = Qemu(child);
         let (tx, rx) = mpsc::channel::<String>();
         let stdout = qemu.0.stdout.take().expect("piped");
@@ -404,6 +438,25 @@ mod tests {
     }
 
     #[test]
+    fn the_arm64_harness_is_two_nodes_of_a_virt_machine() {
+        let m = Machine::harness_for(Arch::Arm64, Accel::Tcg);
+        m.check().unwrap();
+        let t = m.topology().join(" ");
+        assert!(t.starts_with("-machine virt -m 2048M -smp 2"), "{t}");
+        assert!(
+            t.contains("dist,src=0,dst=1,val=20") && !t.contains("hmat"),
+            "{t}"
+        );
+        assert_eq!(m.node_count(), 2);
+        assert!(m.accel_args().join(" ").contains("pauth-impdef=on"));
+        let slow = Machine {
+            slow_mib: Some(256),
+            ..m
+        };
+        assert!(slow.check().is_err());
+    }
+
+    #[test]
     fn cpus_are_spread_in_blocks() {
         let m = Machine {
             nodes: 3,
@@ -411,6 +464,7 @@ mod tests {
             node_mib: 256,
             slow_mib: None,
             accel: Accel::Tcg,
+            arch: Arch::Amd64,
         };
         m.check().unwrap();
         let t = m.topology().join(" ");

@@ -323,6 +323,19 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
             .any(|f| f["src"] == 1 && f["dst"] == 0 && n(&f["migrated"]) > 0 && n(&f["pages"]) > 0),
         "no 1->0 migrations (calls and pages) in the node matrix: {flows:?}"
     );
+    // And nothing else: each source node is computed from the page pointer and the kernel's
+    // vmemmap (x86-64: vmemmap_base; arm64: VMCOREINFO's VMEMMAP_START and PHYS_OFFSET, 48- or
+    // 52-bit VA), and every page the workload placed was first-touched on node 1. A wrong
+    // vmemmap gives an unknown (null) or wrong source here.
+    for f in flows
+        .iter()
+        .filter(|f| n(&f["migrated"]) + n(&f["not_migrated"]) > 0)
+    {
+        assert!(
+            f["src"] == 1 && f["dst"] == 0,
+            "a migration that is not 1 -> 0 (the workload placed its pages on node 1): {flows:?}"
+        );
+    }
     let nodes = v["nodes"].as_array().unwrap();
     assert!(
         n(&nodes[0]["pages_migrated_in"]) > 0 && n(&nodes[1]["pages_migrated_out"]) > 0,

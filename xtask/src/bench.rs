@@ -272,7 +272,7 @@ pub fn run(tools: &Tools, o: &Opts) -> Result<()> {
         "curl",
         "bpftrace",
     ])?;
-    let bins = vm::build_static(tools)?;
+    let bins = crate::musl::build_static(tools, numatrace_lab::arch::Arch::Amd64)?;
     let out = workspace_root().join("target/bench");
     fs::create_dir_all(&out)?;
     let (pkg, guest) = if o.no_guest {

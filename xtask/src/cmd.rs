@@ -13,9 +13,17 @@ use crate::{
 /// `cargo xtask build`'s options.
 #[derive(Args)]
 pub struct BuildOpts {
-    /// Build static (musl) binaries at target/x86_64-unknown-linux-musl/release/ instead.
+    /// Build static (musl) binaries at target/<arch>-unknown-linux-musl/release/ instead.
     #[arg(long = "static")]
     pub static_: bool,
+    /// The architecture to build for: amd64 (the default) or arm64 (static, cross-compiled
+    /// with Debian's gcc-aarch64-linux-gnu as linker; the eBPF object reads arm64's registers).
+    #[arg(long, default_value = "amd64", value_parser = parse_arch)]
+    pub arch: numatrace_lab::arch::Arch,
+}
+
+pub fn parse_arch(s: &str) -> Result<numatrace_lab::arch::Arch, String> {
+    s.parse()
 }
 
 /// `cargo xtask run`'s options.

@@ -8,7 +8,7 @@
 //! cargo's, and the package is the one file users install (`apt install ./numatrace_*.deb`).
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     env, fs,
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
@@ -16,6 +16,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use numatrace_lab::arch::Arch;
 
 use crate::{
     process::{check, is_root, output},
@@ -35,15 +36,38 @@ const LINTIAN_OVERRIDES: &str = "\
 # copy of libyaml: no C library is linked in.
 numatrace: embedded-library libyaml [usr/bin/numatrace]
 ";
+/// The arm64 package's binaries are static (musl): built on any host without an arm64 C
+/// library, they run on every arm64 distribution, as the amd64 `cargo xtask build --static`
+/// binaries do; the arm64 guest test runs these very files.
+const LINTIAN_OVERRIDES_STATIC: &str = "\
+# Deliberately static (musl): numatrace and numatrace-workload carry no C library dependency on
+# arm64, where they are cross-built; the arm64 guest test runs these very binaries.
+numatrace: statically-linked-binary [usr/bin/numatrace]
+numatrace: statically-linked-binary [usr/bin/numatrace-workload]
+";
 /// `numatrace lab` boots guests with QEMU and fetches distribution kernels with curl and xz.
 const RECOMMENDS: &str = "qemu-system-x86, curl, xz-utils";
 /// Where the systemd units pointed the binary before packaging.
 const UNPACKAGED_BIN: &str = "/usr/local/bin/numatrace";
 
 /// Builds the release binaries and `target/debian/numatrace_VERSION_ARCH.deb`, runs lintian
-/// on it (fails on any error tag) and returns its path.
-pub fn build(tools: &Tools) -> Result<PathBuf> {
+/// on it (fails on any error tag) and returns its path. For another architecture than the
+/// host's (arm64 on amd64), the binaries are the static cross build; the man pages and
+/// completions, which are the same text on every architecture, come from the host's build.
+pub fn build(tools: &Tools, arch: Arch) -> Result<PathBuf> {
+    build_from(tools, arch, None)
+}
+
+/// The same, packaging the binaries in `prebuilt` when given (the arm64 guest test's own
+/// static build: one build for the guests and the package).
+pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<PathBuf> {
     crate::cmd::build(tools)?;
+    let cross = arch != Arch::host();
+    let bins_from = match prebuilt {
+        Some(dir) => dir.to_path_buf(),
+        None if cross => crate::musl::build_static(tools, arch)?,
+        None => workspace_root().join("target/release"),
+    };
     // dpkg-shlibdeps (dpkg-dev), file and strip (binutils): present on a build machine, installed
     // as root where missing.
     if is_root() {
@@ -52,9 +76,13 @@ pub fn build(tools: &Tools) -> Result<PathBuf> {
     let root = workspace_root();
     let cargo_version = workspace_version()?;
     let version = debian_version(&cargo_version);
-    let arch = output(Command::new("dpkg").arg("--print-architecture"))?
-        .trim()
-        .to_owned();
+    let arch = if cross {
+        arch.debian().to_owned()
+    } else {
+        output(Command::new("dpkg").arg("--print-architecture"))?
+            .trim()
+            .to_owned()
+    };
     let out_dir = root.join("target/debian");
     let name = format!("{PACKAGE}_{version}_{arch}");
     let stage = out_dir.join(&name);
@@ -68,16 +96,39 @@ pub fn build(tools: &Tools) -> Result<PathBuf> {
     // Binaries: stripped copies, as dh_strip leaves them.
     let bin_dir = stage.join("usr/bin");
     fs::create_dir_all(&bin_dir)?;
+    let strip = if cross {
+        "aarch64-linux-gnu-strip"
+    } else {
+        "strip"
+    };
     for b in BINARIES {
         let to = bin_dir.join(b);
-        fs::copy(root.join("target/release").join(b), &to)?;
+        fs::copy(bins_from.join(b), &to)?;
         check(
-            Command::new("strip")
+            Command::new(strip)
                 .args(["--remove-section=.comment", "--remove-section=.note"])
                 .arg(&to),
         )?;
     }
-    let numatrace = bin_dir.join("numatrace");
+    // What generates the man pages and completions: the packaged binary itself, or the host's
+    // build of the same source when the package's cannot run here.
+    let (numatrace, workload) = if cross {
+        for b in BINARIES {
+            let machine = numatrace_lab::elf_machine(&bin_dir.join(b))?;
+            if machine != arch_of(&arch)?.elf_machine() {
+                bail!("{b}: ELF machine {machine}, not {arch}'s");
+            }
+        }
+        (
+            root.join("target/release/numatrace"),
+            root.join("target/release/numatrace-workload"),
+        )
+    } else {
+        (
+            bin_dir.join("numatrace"),
+            bin_dir.join("numatrace-workload"),
+        )
+    };
     let said = output(Command::new(&numatrace).arg("--version"))?;
     if said.trim() != format!("numatrace {cargo_version}") {
         bail!("the stripped binary says {said:?}, not numatrace {cargo_version}");
@@ -106,7 +157,7 @@ pub fn build(tools: &Tools) -> Result<PathBuf> {
         )?;
     }
     fs::remove_dir_all(&man_src)?;
-    let workload_page = output(Command::new(bin_dir.join("numatrace-workload")).arg("manpage"))?;
+    let workload_page = output(Command::new(&workload).arg("manpage"))?;
     write(
         &man1.join("numatrace-workload.1.gz"),
         &gzip(workload_page.as_bytes())?,
@@ -158,7 +209,12 @@ pub fn build(tools: &Tools) -> Result<PathBuf> {
     }
     write(
         &stage.join("usr/share/lintian/overrides").join(PACKAGE),
-        LINTIAN_OVERRIDES.as_bytes(),
+        if cross {
+            format!("{LINTIAN_OVERRIDES}{LINTIAN_OVERRIDES_STATIC}")
+        } else {
+            LINTIAN_OVERRIDES.to_owned()
+        }
+        .as_bytes(),
     )?;
 
     normalize_modes(&stage)?;
@@ -185,6 +241,55 @@ pub fn build(tools: &Tools) -> Result<PathBuf> {
     lintian(&deb)?;
     println!("{}", deb.display());
     Ok(deb)
+}
+
+/// The package's binaries unpacked (dpkg-deb -x) beside it, after checking that `dpkg --info`
+/// names `arch` and that every binary inside is an ELF file of `arch`: name -> path.
+pub fn unpacked_binaries(deb: &Path, arch: Arch) -> Result<BTreeMap<String, PathBuf>> {
+    let info = output(
+        Command::new("dpkg-deb")
+            .arg("--field")
+            .arg(deb)
+            .arg("Architecture"),
+    )?;
+    if info.trim() != arch.debian() {
+        bail!(
+            "{}: Architecture {:?}, not {arch}",
+            deb.display(),
+            info.trim()
+        );
+    }
+    let dir = deb.with_extension("unpacked");
+    if dir.exists() {
+        fs::remove_dir_all(&dir)?;
+    }
+    check(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&dir))?;
+    let mut bins = BTreeMap::new();
+    for e in sorted_entries(&dir.join("usr/bin"))? {
+        let machine = numatrace_lab::elf_machine(&e)?;
+        if machine != arch.elf_machine() {
+            bail!("{}: ELF machine {machine}, not {arch}'s", e.display());
+        }
+        let name = e
+            .file_name()
+            .context("a file name")?
+            .to_string_lossy()
+            .into_owned();
+        bins.insert(name, e);
+    }
+    if BINARIES.iter().any(|b| !bins.contains_key(*b)) {
+        bail!("{}: /usr/bin holds {:?}", deb.display(), bins.keys());
+    }
+    eprintln!(
+        "xtask: {}: Architecture {arch}, {} binaries, all {arch} ELF",
+        deb.display(),
+        bins.len()
+    );
+    Ok(bins)
+}
+
+fn arch_of(debian: &str) -> Result<Arch> {
+    debian.parse().map_err(|e: String| anyhow::anyhow!(e))
 }
 
 /// The workspace's version (`[workspace.package] version`), as cargo reads it.

@@ -4,6 +4,7 @@
 mod bench;
 mod cmd;
 mod deb;
+mod musl;
 mod process;
 mod setup;
 mod test;
@@ -29,10 +30,12 @@ enum Step {
     Run(cmd::RunOpts),
     /// Build target/debian/numatrace_VERSION_ARCH.deb (binaries, man pages, completions,
     /// systemd units, docs) and check it with lintian (installed as root when missing).
-    Deb,
+    /// `--arch arm64`: the static aarch64 build, packaged for arm64.
+    Deb(DebOpts),
     /// The whole test suite: fmt, clippy (host and eBPF crates), unit and real-kernel tests on
     /// this kernel, the package test, then the same real-kernel tests in QEMU guests (two nodes
-    /// and a slow CPU-less third; vm-test).
+    /// and a slow CPU-less third; vm-test), then in an arm64 guest of the 6.12 line (the static
+    /// aarch64 build, its binaries unpacked from the arm64 package).
     Test(test::Opts),
     /// Only the test suite's package step: `deb`, then (as root, where no numatrace package is
     /// installed) dpkg -i, the installed binary, man page and bash completion, dpkg --purge.
@@ -50,6 +53,13 @@ enum Step {
     VmTest(vm::Selection),
 }
 
+#[derive(clap::Args)]
+struct DebOpts {
+    /// amd64 (the host's build) or arm64 (static, cross-built).
+    #[arg(long, default_value = "amd64", value_parser = cmd::parse_arch)]
+    arch: numatrace_lab::arch::Arch,
+}
+
 fn main() {
     // Report failures as one readable line, not a backtrace (RUST_BACKTRACE is set here).
     if let Err(e) = run(Cli::parse()) {
@@ -65,9 +75,11 @@ fn run(cli: Cli) -> Result<()> {
             println!("ready: {tools}");
             Ok(())
         }
-        Step::Build(o) if o.static_ => vm::build_static(&tools).map(drop),
+        Step::Build(o) if o.static_ || o.arch != numatrace_lab::arch::Arch::host() => {
+            musl::build_static(&tools, o.arch).map(drop)
+        }
         Step::Build(_) => cmd::build(&tools),
-        Step::Deb => deb::build(&tools).map(drop),
+        Step::Deb(o) => deb::build(&tools, o.arch).map(drop),
         Step::PackageTest => test::package(&tools),
         Step::Run(o) => {
             cmd::build(&tools)?;
@@ -82,6 +94,18 @@ fn run(cli: Cli) -> Result<()> {
                 let start = std::time::Instant::now();
                 let r = vm::run(&tools, &vm::Selection::default());
                 eprintln!("xtask: QEMU guests took {} s", start.elapsed().as_secs());
+                r?;
+                // One arm64 line: the static aarch64 build and its package, in a virt guest.
+                let start = std::time::Instant::now();
+                let r = vm::run(
+                    &tools,
+                    &vm::Selection {
+                        arch: numatrace_lab::arch::Arch::Arm64,
+                        kernels: vec![vm::ARM64_DEFAULT_LINE.to_owned()],
+                        ..vm::Selection::default()
+                    },
+                );
+                eprintln!("xtask: arm64 guest took {} s", start.elapsed().as_secs());
                 r
             }
         }

@@ -59,20 +59,29 @@ fn lint(tools: &Tools) -> Result<()> {
             .args(HOST_PACKAGES)
             .args(["--", "-D", "warnings"]),
     )?;
-    eprintln!("xtask: clippy (eBPF crate, bpfel-unknown-none)");
-    check(tools.cargo(nightly).args([
-        "clippy",
-        "--release",
-        "--package",
-        "numatrace-ebpf",
-        "--target",
-        "bpfel-unknown-none",
-        "-Z",
-        "build-std=core",
-        "--",
-        "-D",
-        "warnings",
-    ]))
+    // Once per architecture whose registers the programs read (one source, two objects).
+    for arch in ["x86_64", "aarch64"] {
+        eprintln!("xtask: clippy (eBPF crate, bpfel-unknown-none, {arch} registers)");
+        check(
+            tools
+                .cargo(nightly)
+                .args([
+                    "clippy",
+                    "--release",
+                    "--package",
+                    "numatrace-ebpf",
+                    "--target",
+                    "bpfel-unknown-none",
+                    "-Z",
+                    "build-std=core",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+                .env("AYA_BPF_TARGET_ARCH", arch),
+        )?;
+    }
+    Ok(())
 }
 
 fn host_tests(tools: &Tools) -> Result<()> {
@@ -140,7 +149,7 @@ pub fn package(tools: &Tools) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: package: cargo xtask deb");
-    let deb = crate::deb::build(tools)?;
+    let deb = crate::deb::build(tools, numatrace_lab::arch::Arch::host())?;
     if let Some(version) = installed_version(crate::deb::PACKAGE) {
         eprintln!(
             "SKIPPED package install test: a {} package ({version}) is already installed on \

@@ -50,6 +50,10 @@ pub struct KernelFacts {
     pub btf_signatures: BTreeMap<String, Vec<BtfParam>>,
     /// Address of the kernel variable `vmemmap_base` (randomized memory layouts).
     pub vmemmap_base_sym: Option<u64>,
+    /// arm64: the address of `struct page` number 0 (`vmemmap`), from the kernel's VMCOREINFO
+    /// (see [`super::vmcoreinfo`]); `None` elsewhere or where /proc/kcore cannot be read.
+    #[serde(default)]
+    pub vmemmap_arm64: Option<u64>,
     /// Address of the kernel array `node_data[]` (each node's `pglist_data`), where the
     /// programs read a node's promotion hot threshold.
     #[serde(default)]
@@ -344,6 +348,20 @@ impl KernelFacts {
             .and_then(|b| b.enum_value("numa_vmaskip_reason", "NUMAB_SKIP_PID_INACTIVE"))
             .and_then(|v| u32::try_from(v).ok());
         let node_pfn_ranges = node_pfn_ranges(Path::new("/sys/devices/system"));
+        let vmemmap_arm64 = if cfg!(target_arch = "aarch64") {
+            let v = super::vmcoreinfo::read(Path::new("/proc/kcore"))
+                .as_ref()
+                .and_then(super::vmcoreinfo::arm64_vmemmap);
+            if v.is_none() {
+                tracing::warn!(
+                    "arm64: /proc/kcore's VMCOREINFO (VMEMMAP_START, PHYS_OFFSET) is not readable: \
+                     the source node of migrations is not resolved"
+                );
+            }
+            v
+        } else {
+            None
+        };
 
         let tracefs = Tracefs::find_or_mount()?;
         let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists()
@@ -377,6 +395,7 @@ impl KernelFacts {
             btf_tracepoints,
             pid_inactive_reason,
             vmemmap_base_sym,
+            vmemmap_arm64,
             node_data_sym,
             hot_threshold_sym,
             numa_balancing_mode_sym,

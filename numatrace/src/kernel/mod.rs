@@ -1,6 +1,6 @@
 //! Reading the running kernel: facts for the plan, tracefs, capabilities, /proc/vmstat, the
 //! machine-wide state a regression report quotes (`sysstate`), and
-//! memory tiering (`tiering`), and
+//! memory tiering (`tiering`), the layout the kernel states in /proc/kcore (`vmcoreinfo`), and
 //! the catalogue of every hook the product uses with what each needs of a kernel.
 pub mod btf;
 pub mod caps;
@@ -14,4 +14,5 @@ pub mod tiering;
 pub mod tracefs;
 pub mod tunables;
 pub mod version;
+pub mod vmcoreinfo;
 pub mod vmstat;

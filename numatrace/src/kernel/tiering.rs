@@ -72,7 +72,7 @@ pub fn threshold_source(facts: &KernelFacts) -> (u64, u32) {
         .copied()
         .flatten();
     match (facts.node_data_sym, off) {
-        (Some(sym), Some(off)) if off != 0 && cfg!(target_arch = "x86_64") => (sym, off),
+        (Some(sym), Some(off)) if off != 0 => (sym, off),
         _ => (0, 0),
     }
 }
@@ -439,9 +439,8 @@ mod tests {
         );
         f.btf_fields
             .insert("pglist_data.nbp_threshold".into(), Some(0x1a40));
-        if cfg!(target_arch = "x86_64") {
-            assert_eq!(threshold_source(&f), (0xffff_ffff_8300_0000, 0x1a40));
-        }
+        // node_data[] is an array of pointers on x86-64 and arm64 alike.
+        assert_eq!(threshold_source(&f), (0xffff_ffff_8300_0000, 0x1a40));
     }
 
     #[test]

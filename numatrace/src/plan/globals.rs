@@ -245,17 +245,26 @@ pub(super) fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
 /// x86-64's vmemmap start without memory randomization (4-level paging).
 const X86_64_VMEMMAP_START: u64 = 0xffff_ea00_0000_0000;
 
-/// Where to find a page's node (x86-64, SPARSEMEM_VMEMMAP): see `NodeMap`.
+/// Where to find a page's node (SPARSEMEM_VMEMMAP): see `NodeMap`. x86-64: `vmemmap_base`
+/// (randomized layouts) or the fixed start; arm64: the kernel's own VMCOREINFO numbers.
 fn node_map(facts: &KernelFacts) -> NodeMap {
     let mut m = NodeMap::EMPTY;
-    if !cfg!(target_arch = "x86_64") || facts.node_pfn_ranges.is_empty() {
+    if facts.node_pfn_ranges.is_empty() {
+        return m;
+    }
+    // Only an arm64 kernel states vmemmap_arm64, so facts of either architecture plan the
+    // same on any host (the unit tests read both).
+    if let Some(v) = facts.vmemmap_arm64 {
+        m.vmemmap_const = v;
+    } else if cfg!(target_arch = "x86_64") {
+        match facts.vmemmap_base_sym {
+            Some(sym) => m.vmemmap_base_sym = sym,
+            None => m.vmemmap_const = X86_64_VMEMMAP_START,
+        }
+    } else {
         return m;
     }
     m.page_size = facts.page_size.map_or(0, u64::from);
-    match facts.vmemmap_base_sym {
-        Some(sym) => m.vmemmap_base_sym = sym,
-        None => m.vmemmap_const = X86_64_VMEMMAP_START,
-    }
     for (slot, r) in m.ranges.iter_mut().zip(&facts.node_pfn_ranges) {
         *slot = *r;
     }

@@ -24,6 +24,19 @@ const LINES: &[(&str, &str)] = &[
         include_str!("../../tests/fixtures/kernels/6.12.json"),
     ),
     ("7.x", include_str!("../../tests/fixtures/kernels/7.x.json")),
+    // arm64's lines (`cargo xtask vm-test --arch arm64`).
+    (
+        "arm64-6.1",
+        include_str!("../../tests/fixtures/kernels/arm64-6.1.json"),
+    ),
+    (
+        "arm64-6.12",
+        include_str!("../../tests/fixtures/kernels/arm64-6.12.json"),
+    ),
+    (
+        "arm64-7.x",
+        include_str!("../../tests/fixtures/kernels/arm64-7.x.json"),
+    ),
 ];
 
 fn facts(label: &str) -> KernelFacts {
@@ -223,4 +236,29 @@ fn the_preemptible_line_takes_kprobes() {
     let f = facts("6.12");
     assert!(!f.preemption.as_ref().is_some_and(|p| p.model.preemptible()));
     assert_eq!(hook(&plan(&f), MIGRATE).mechanism, Mechanism::Fentry);
+}
+
+/// arm64: a page's node is found from the `vmemmap` the kernel states in VMCOREINFO (48-bit VA
+/// on 6.1, 52-bit on 6.12 and 7.x: different VMEMMAP_START, both the kernel's own number), never
+/// from x86-64's `vmemmap_base`; the node ranges are the guest's two nodes.
+#[test]
+fn arm64_lines_find_a_pages_node_from_the_kernels_vmemmap() {
+    for label in ["arm64-6.1", "arm64-6.12", "arm64-7.x"] {
+        let f = facts(label);
+        let vmemmap = f
+            .vmemmap_arm64
+            .unwrap_or_else(|| panic!("{label}: no vmemmap"));
+        assert_eq!(f.vmemmap_base_sym, None, "{label}");
+        let m = plan(&f).offsets.node_map;
+        assert_eq!(m.vmemmap_const, vmemmap, "{label}");
+        assert_eq!(m.vmemmap_base_sym, 0, "{label}");
+        assert_eq!(m.page_size, 64, "{label}");
+        assert_eq!(m.nranges, 2, "{label}");
+    }
+    // RAM starts at 1 GiB in QEMU's virt machine: struct page 0x40000 is VMEMMAP_START, which
+    // is -(1 << 42) with 6.1's 48-bit formula and sits below -1 GiB by the 52-bit VA range's
+    // pages from 6.12.
+    let start = |l: &str| facts(l).vmemmap_arm64.unwrap() + 0x40000 * 64;
+    assert_eq!(start("arm64-6.1"), 0xffff_fc00_0000_0000);
+    assert_eq!(start("arm64-6.12"), 0xffff_c1ff_c000_0000);
 }

@@ -1,74 +1,21 @@
 //! The guests' binaries: numatrace, numatrace-workload and the integration tests (the host's
-//! release build and its shared libraries), and `cargo xtask build --static` (musl).
+//! release build and its shared libraries, or another architecture's static build).
 
 use std::{
     collections::BTreeMap,
+    fs,
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use anyhow::{Result, bail};
 
 use crate::{
-    process::{check, output},
-    setup::{Tools, ensure_packages, workspace_root},
+    musl::musl_cargo,
+    process::output,
+    setup::{Tools, workspace_root},
 };
 
-pub const MUSL: &str = "x86_64-unknown-linux-musl";
-
-fn ensure_musl_target(tools: &Tools) -> Result<()> {
-    let installed = output(Command::new("rustup").args([
-        "target",
-        "list",
-        "--installed",
-        "--toolchain",
-        &tools.pins.stable,
-    ]))?;
-    if installed.lines().any(|l| l.trim() == MUSL) {
-        return Ok(());
-    }
-    check(Command::new("rustup").args(["target", "add", MUSL, "--toolchain", &tools.pins.stable]))
-}
-
-/// Builds static numatrace and numatrace-workload at target/x86_64-unknown-linux-musl/release/.
-pub fn build_static(tools: &Tools) -> Result<PathBuf> {
-    ensure_musl_target(tools)?;
-    ensure_musl_gcc()?;
-    check(
-        tools
-            .cargo(&tools.pins.stable)
-            .args([
-                "build",
-                "--release",
-                "--target",
-                MUSL,
-                "--package",
-                "numatrace",
-                "--bins",
-            ])
-            .env(MUSL_CC_VAR, "musl-gcc"),
-    )?;
-    let dir = workspace_root().join("target").join(MUSL).join("release");
-    eprintln!("xtask: built {}", dir.join("numatrace").display());
-    Ok(dir)
-}
-
-/// The C compiler for the musl target (zstd's C library is built with it).
-const MUSL_CC_VAR: &str = "CC_x86_64_unknown_linux_musl";
-
-/// `musl-gcc` (Debian's musl-tools): installed as root, else a clear error.
-fn ensure_musl_gcc() -> Result<()> {
-    if Command::new("musl-gcc").arg("--version").output().is_ok() {
-        return Ok(());
-    }
-    if !crate::process::is_root() {
-        bail!(
-            "static builds compile zstd's C library with musl-gcc: install Debian's musl-tools \
-             (as root: apt-get install musl-tools), or run this step as root"
-        );
-    }
-    ensure_packages(&["musl-tools"])
-}
+use numatrace_lab::arch::Arch;
 
 /// What the test guests run: the host's own release build of numatrace, numatrace-workload and
 /// the integration tests (the very executables the host tests just ran, so nothing compiles a
@@ -86,14 +33,37 @@ pub struct GuestBinaries {
 
 /// The host test step's build (`cargo xtask test` runs the same cargo arguments, so when it
 /// ran first this only reads cargo's record of it).
-pub fn build_guest_binaries(tools: &Tools) -> Result<GuestBinaries> {
-    let out = output(
-        tools
-            .cargo(&tools.pins.stable)
-            .args(["test", "--release"])
-            .args(crate::test::HOST_PACKAGES)
-            .args(["--no-run", "--message-format=json"]),
-    )?;
+/// For another architecture: numatrace's binaries and the tests a guest runs (those not in
+/// `host_only`), built static for it: one build for all that architecture's guests and its
+/// package.
+pub fn build_guest_binaries(
+    tools: &Tools,
+    arch: Arch,
+    host_only: &[&str],
+) -> Result<GuestBinaries> {
+    let out = if arch == Arch::host() {
+        output(
+            tools
+                .cargo(&tools.pins.stable)
+                .args(["test", "--release"])
+                .args(crate::test::HOST_PACKAGES)
+                .args(["--no-run", "--message-format=json"]),
+        )?
+    } else {
+        eprintln!("xtask: building numatrace and its guest tests for {arch} (static)");
+        let mut cargo = musl_cargo(tools, arch, "test")?;
+        cargo.args(["--no-run", "--message-format=json"]);
+        for t in fs::read_dir(workspace_root().join("numatrace/tests"))? {
+            let path = t?.path();
+            let Some(name) = path.file_stem().map(|n| n.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            if path.extension().is_some_and(|e| e == "rs") && !host_only.contains(&name.as_str()) {
+                cargo.args(["--test", &name]);
+            }
+        }
+        output(&mut cargo)?
+    };
     let tests_dir = workspace_root().join("numatrace/tests");
     let mut bins = BTreeMap::new();
     let mut tests = BTreeMap::new();

@@ -84,7 +84,12 @@ pub fn parse_filter(s: &str) -> Result<String, String> {
     }
 }
 
-pub fn pack_initramfs(built: &GuestBinaries, filter: Option<&str>, out: &Path) -> Result<()> {
+pub fn pack_initramfs(
+    built: &GuestBinaries,
+    filter: Option<&str>,
+    busybox: &Path,
+    out: &Path,
+) -> Result<()> {
     let mut files: Vec<(PathBuf, PathBuf)> = built
         .bins
         .iter()
@@ -97,7 +102,8 @@ pub fn pack_initramfs(built: &GuestBinaries, filter: Option<&str>, out: &Path) -
             .map(|(name, exe)| (exe.clone(), Path::new("numatrace/tests").join(name))),
     );
     files.extend(built.libs.iter().cloned());
-    pack_root(
+    pack_root_with(
+        busybox,
         &files,
         &format!(
             "{INIT_SETUP}{}",
@@ -107,14 +113,25 @@ pub fn pack_initramfs(built: &GuestBinaries, filter: Option<&str>, out: &Path) -
     )
 }
 
-/// A gzipped initramfs with busybox, `files` (source, path inside) and `init` as /init.
+/// A gzipped initramfs with the host's busybox, `files` (source, path inside) and `init` as
+/// /init.
 pub fn pack_root(files: &[(PathBuf, PathBuf)], init: &str, out: &Path) -> Result<()> {
+    pack_root_with(Path::new("/bin/busybox"), files, init, out)
+}
+
+/// The same with `busybox` (another architecture's).
+fn pack_root_with(
+    busybox: &Path,
+    files: &[(PathBuf, PathBuf)],
+    init: &str,
+    out: &Path,
+) -> Result<()> {
     let mut root = Initramfs::new();
     for d in ["bin", "proc", "sys", "dev", "tmp"] {
         root.dir(d)?;
     }
     root.char_device("dev/console", 5, 1)?;
-    root.file("bin/busybox", Path::new("/bin/busybox"))?;
+    root.file("bin/busybox", busybox)?;
     for (src, dest) in files {
         root.file(&dest.to_string_lossy(), src)?;
     }
@@ -161,6 +178,8 @@ pub fn boot(
 /// What a test guest is told about its kernel line (on its command line).
 #[derive(Clone, Copy, Default)]
 pub struct Line {
+    /// The guest's architecture (its machine and console).
+    pub arch: numatrace_lab::arch::Arch,
     /// The line whose guest also runs the tests that need 2 nodes but nothing of a line.
     pub primary: bool,
     /// `check --repeat` for the check tests (0: the tests' default, once).
@@ -176,7 +195,10 @@ pub fn boot_for(
     timeout: Duration,
     line: Line,
 ) -> Result<String> {
-    let mut append = "console=ttyS0 quiet numa_balancing=enable panic=-1 oops=panic".to_owned();
+    let mut append = format!(
+        "console={} quiet numa_balancing=enable panic=-1 oops=panic",
+        line.arch.console()
+    );
     if line.primary {
         append.push_str(" numatrace.primary=1");
     }
@@ -186,7 +208,7 @@ pub fn boot_for(
     if !skip.is_empty() {
         append.push_str(&format!(" numatrace.skip={}", skip.join(",")));
     }
-    let booted = Machine::harness(tcg.accel()).boot(
+    let booted = Machine::harness_for(line.arch, tcg.accel()).boot(
         &Boot {
             kernel: vmlinuz,
             initrd,

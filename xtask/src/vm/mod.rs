@@ -20,16 +20,15 @@ mod report;
 
 use std::{fs, time::Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 
+pub use self::guest::{
+    INIT_SETUP, Line, Tcg, boot_for, pack_root, parse_filter, tcg_text_patch_flake,
+};
 use self::{
     build::build_guest_binaries,
     guest::{boot, pack_initramfs},
     report::{compare_facts, guest_captures, host_report, parse_console, print_table},
-};
-pub use self::{
-    build::build_static,
-    guest::{INIT_SETUP, Line, Tcg, boot_for, pack_root, parse_filter, tcg_text_patch_flake},
 };
 pub use numatrace_lab::{
     kernels::{GuestKernel, KERNELS},
@@ -42,12 +41,20 @@ pub fn kernel_image(k: &GuestKernel) -> Result<(String, std::path::PathBuf)> {
     Ok((files.package, files.image))
 }
 use crate::setup::{Tools, ensure_packages, workspace_root};
+use numatrace_lab::arch::Arch;
+
+/// The arm64 line `cargo xtask test` boots (every arm64 line: `vm-test --arch arm64`).
+pub const ARM64_DEFAULT_LINE: &str = "6.12";
 
 /// The kernel line whose guest also runs the tests that need 2 nodes but nothing of a line.
 const PRIMARY_LINE: &str = "6.12";
 
 /// Test binaries the guests do not run: nothing in them depends on the kernel line (the host
 /// runs them; every guest runs the same rest).
+/// Of [`HOST_ONLY`], what another architecture's guests run all the same: cgroup attribution
+/// is checked against memory.stat on every architecture the package is built for.
+const CROSS_ALSO: &[&str] = &["cgroup"];
+
 const HOST_ONLY: &[(&str, &str)] = &[
     ("cgroup", "cgroup attribution, the same on every kernel"),
     ("deploy", "files and promtool"),
@@ -110,8 +117,13 @@ pub struct Selection {
     /// `--filter check_002`).
     #[arg(long, value_parser = parse_filter)]
     pub filter: Option<String>,
+    /// The guests' architecture: amd64 (the default: 5.10, 6.1, 6.8, 6.12, 7.x) or arm64
+    /// (6.1, 6.12, 7.x in QEMU's `virt` machine, two nodes, numatrace and its tests built
+    /// static for aarch64).
+    #[arg(long, default_value = "amd64", value_parser = crate::cmd::parse_arch)]
+    pub arch: numatrace_lab::arch::Arch,
     /// Run each seed's check this many times (`numatrace check --repeat N`) in the check
-    /// tests on every line, which then assert that the verdicts agree (default: 3 on 6.12
+    /// tests on every line, which then assert that the verdicts agree (default: 2 on 6.12
     /// and 7.x, once elsewhere).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
     pub check_repeat: Option<u32>,
@@ -123,16 +135,19 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
         only,
         filter,
         check_repeat,
+        arch,
     } = sel;
+    let arch = *arch;
+    let lines = numatrace_lab::kernels::lines(arch);
     let (kernels, only, filter, check_repeat) =
         (&kernels[..], &only[..], filter.as_deref(), *check_repeat);
     if let Some(k) = kernels
         .iter()
-        .find(|k| !KERNELS.iter().any(|g| g.label == k.as_str()))
+        .find(|k| !lines.iter().any(|g| g.label == k.as_str()))
     {
-        let labels: Vec<&str> = KERNELS.iter().map(|g| g.label).collect();
+        let labels: Vec<&str> = lines.iter().map(|g| g.label).collect();
         bail!(
-            "--kernels: no kernel line {k} (lines: {})",
+            "--kernels: no {arch} kernel line {k} (lines: {})",
             labels.join(", ")
         );
     }
@@ -143,33 +158,72 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
         );
         return Ok(());
     }
-    ensure_packages(&["qemu-system-x86", "busybox-static", "curl", "xz-utils"])?;
-    let mut built = build_guest_binaries(tools)?;
+    ensure_packages(&[arch.qemu().1, "busybox-static", "curl", "xz-utils"])?;
+    let cross = arch != Arch::host();
+    let host_only: Vec<&str> = HOST_ONLY
+        .iter()
+        .map(|(h, _)| *h)
+        .filter(|h| !(cross && CROSS_ALSO.contains(h)))
+        .collect();
+    let mut built = build_guest_binaries(tools, arch, &host_only)?;
+    // Another architecture's guests also run what the host run covers for its own: the host
+    // cannot run those binaries.
     built
         .tests
-        .retain(|name, _| !HOST_ONLY.iter().any(|(h, _)| h == name));
+        .retain(|name, _| !host_only.contains(&name.as_str()));
+    // The host reads the guests' captures back with its own build.
+    let host_numatrace = if cross {
+        crate::cmd::build(tools)?;
+        workspace_root().join("target/release/numatrace")
+    } else {
+        built.bins["numatrace"].clone()
+    };
+    if cross {
+        // The guests run numatrace and numatrace-workload as unpacked from the package: what an
+        // arm64 user installs (the tests themselves are the same static build's).
+        let dir = built.bins["numatrace"]
+            .parent()
+            .context("the binaries' directory")?
+            .to_path_buf();
+        let deb = crate::deb::build_from(tools, arch, Some(&dir))?;
+        built.bins = crate::deb::unpacked_binaries(&deb, arch)?;
+    }
     if !only.is_empty() {
         built.tests.retain(|name, _| only.contains(name));
         if built.tests.is_empty() {
             bail!("--only matches no test binary");
         }
     }
-    let out = workspace_root().join("target/vm-test");
+    let out = match arch {
+        Arch::Amd64 => workspace_root().join("target/vm-test"),
+        _ => workspace_root().join(format!("target/vm-test-{arch}")),
+    };
     fs::create_dir_all(&out)?;
     let initrd = out.join("initramfs.cpio.gz");
-    pack_initramfs(&built, filter, &initrd)?;
+    let busybox = numatrace_lab::kernels::busybox(arch, &|s| eprintln!("xtask: {s}"))?;
+    pack_initramfs(&built, filter, &busybox, &initrd)?;
+    let machine =
+        numatrace_lab::machine::Machine::harness_for(arch, numatrace_lab::machine::Accel::Tcg);
 
     let mut rows = Vec::new();
     let mut ok = true;
-    for k in KERNELS
+    for k in lines
         .iter()
         .filter(|k| kernels.is_empty() || kernels.iter().any(|l| l == k.label))
     {
         let (pkg, vmlinuz) = kernel_image(k)?;
-        eprintln!("xtask: booting {pkg} in a TCG guest (2 nodes and a slow CPU-less one)");
+        eprintln!(
+            "xtask: booting {pkg} in a TCG guest ({})",
+            if machine.slow_mib.is_some() {
+                "2 nodes and a slow CPU-less one"
+            } else {
+                "2 nodes"
+            }
+        );
         let skip: Vec<&str> = k.skip.iter().map(|(t, _)| *t).collect();
         let log_path = out.join(format!("{}.log", k.label));
         let line = Line {
+            arch,
             primary: k.label == PRIMARY_LINE,
             check_repeat: check_repeat.unwrap_or(k.check_repeat),
         };
@@ -226,14 +280,19 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
             let file = out.join(format!("{}-{name}", k.label));
             fs::write(&file, bytes)?;
             if name == "facts.json" {
+                let fixture = if cross {
+                    format!("{arch}-{}", k.label)
+                } else {
+                    k.label.to_owned()
+                };
                 rows.push((
                     k.label,
                     "kernel facts".into(),
-                    compare_facts(k.label, &file),
+                    compare_facts(&fixture, &file),
                 ));
                 continue;
             }
-            let verdict = host_report(&built.bins["numatrace"], &file).unwrap_or_else(|e| {
+            let verdict = host_report(&host_numatrace, &file).unwrap_or_else(|e| {
                 ok = false;
                 format!("FAIL: {e:#} ({})", file.display())
             });
@@ -261,8 +320,8 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
             "(guest)".into(),
             format!("{guest_secs} s from boot to power-off"),
         ));
-        // Two nodes with CPUs and the slow, CPU-less third (guest::topology).
-        if r.nodes.as_deref().map(str::trim) != Some("3") {
+        // Two nodes with CPUs and, on amd64, the slow, CPU-less third (Machine::topology).
+        if r.nodes.as_deref().map(str::trim) != Some(machine.node_count().to_string().as_str()) {
             ok = false;
             rows.push((
                 k.label,
@@ -272,7 +331,9 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
         }
     }
     for (name, why) in HOST_ONLY {
-        rows.push(("all", (*name).into(), format!("host only: {why}")));
+        if !(cross && CROSS_ALSO.contains(name)) {
+            rows.push(("all", (*name).into(), format!("host only: {why}")));
+        }
     }
     print_table(&rows);
     if !ok {

@@ -58,6 +58,7 @@ pub fn run(args: &LabArgs) -> Result<i32> {
         node_mib: args.node_mem,
         slow_mib: args.slow_node,
         accel: Accel::Tcg,
+        arch: numatrace_lab::arch::Arch::Amd64,
     };
     m.check()?;
     let n = specs.len();

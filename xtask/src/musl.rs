@@ -1,0 +1,101 @@
+//! Static (musl) builds of numatrace and numatrace-workload for amd64 or arm64: `cargo xtask
+//! build --static [--arch arm64]`, the arm64 guests' tests and package. Every tool they need
+//! (the Rust target, musl-gcc or Debian's cross gcc) is installed here, idempotently.
+
+use std::{path::PathBuf, process::Command};
+
+use anyhow::{Result, bail};
+use numatrace_lab::arch::Arch;
+
+use crate::{
+    process::{check, output},
+    setup::{Tools, ensure_packages, workspace_root},
+};
+
+fn ensure_musl_target(tools: &Tools, arch: Arch) -> Result<()> {
+    let target = arch.musl_target();
+    let installed = output(Command::new("rustup").args([
+        "target",
+        "list",
+        "--installed",
+        "--toolchain",
+        &tools.pins.stable,
+    ]))?;
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    check(Command::new("rustup").args(["target", "add", target, "--toolchain", &tools.pins.stable]))
+}
+
+/// `cargo SUBCOMMAND --release --target <arch's musl target> --package numatrace --bins`,
+/// with the C compiler that builds zstd's C library and, for another architecture than the
+/// host's, the linker (Debian's cross gcc links against the Rust target's own musl; nothing of
+/// glibc is linked).
+pub fn musl_cargo(tools: &Tools, arch: Arch, subcommand: &str) -> Result<Command> {
+    ensure_musl_target(tools, arch)?;
+    let triple = arch.musl_target().replace('-', "_");
+    let mut cargo = tools.cargo(&tools.pins.stable);
+    cargo.args([
+        subcommand,
+        "--release",
+        "--target",
+        arch.musl_target(),
+        "--package",
+        "numatrace",
+        "--bins",
+    ]);
+    if arch == Arch::host() {
+        ensure_tool(
+            "musl-gcc",
+            "musl-tools",
+            "static builds compile zstd's C library with musl-gcc",
+        )?;
+        cargo.env(format!("CC_{triple}"), "musl-gcc");
+    } else {
+        let gcc = cross_gcc(arch);
+        ensure_tool(
+            gcc,
+            &format!("gcc-{}", gcc.trim_end_matches("-gcc")),
+            &format!("{arch} builds compile zstd's C library and link with {gcc}"),
+        )?;
+        cargo.env(format!("CC_{triple}"), gcc).env(
+            format!("CARGO_TARGET_{}_LINKER", triple.to_uppercase()),
+            gcc,
+        );
+    }
+    Ok(cargo)
+}
+
+/// Debian's cross compiler for `arch`.
+fn cross_gcc(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Amd64 => "x86_64-linux-gnu-gcc",
+        Arch::Arm64 => "aarch64-linux-gnu-gcc",
+    }
+}
+
+/// Builds static numatrace and numatrace-workload for `arch` at
+/// target/<arch's musl target>/release/.
+pub fn build_static(tools: &Tools, arch: Arch) -> Result<PathBuf> {
+    check(&mut musl_cargo(tools, arch, "build")?)?;
+    let dir = workspace_root()
+        .join("target")
+        .join(arch.musl_target())
+        .join("release");
+    eprintln!("xtask: built {}", dir.join("numatrace").display());
+    Ok(dir)
+}
+
+/// `tool` on PATH, else its Debian package installed as root, else a clear error.
+fn ensure_tool(tool: &str, package: &str, why: &str) -> Result<()> {
+    if Command::new(tool).arg("--version").output().is_ok() {
+        return Ok(());
+    }
+    if !crate::process::is_root() {
+        bail!(
+            "{why}: install Debian's {package} (as root: apt-get install \
+             --no-install-recommends {package}), or run this step as root"
+        );
+    }
+    ensure_packages(&[package])
+}
