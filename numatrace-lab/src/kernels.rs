@@ -365,7 +365,7 @@ fn download_deb(url: &str, sha256: Option<&str>, dir: &Path) -> Result<()> {
     if let Some(sha256) = sha256 {
         let sum = output(Command::new("sha256sum").arg(&deb))?;
         if sum.split_whitespace().next() != Some(sha256) {
-            bail!("{name}: SHA-256 {sum} is not the pinned {sha256}");
+            bail!("{name}: SHA-256 {sum} is not the expected {sha256}");
         }
     }
     Ok(())
@@ -553,20 +553,24 @@ pub fn busybox(arch: Arch, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let mirror = debian_mirror();
     let url = index_url(&format!("{mirror}/debian"), "bookworm", arch);
     let index = read_index(&url)?.with_context(|| format!("{url}: not readable"))?;
-    let filename = index
+    let stanza = index
         .split("\n\n")
         .find(|st| st.lines().any(|l| l.trim() == "Package: busybox-static"))
-        .and_then(|st| {
-            st.lines()
-                .find_map(|l| l.strip_prefix("Filename:").map(|f| f.trim().to_owned()))
-        })
         .with_context(|| format!("no busybox-static in {url}"))?;
+    let field = |f: &str| {
+        stanza
+            .lines()
+            .find_map(|l| l.strip_prefix(f).map(|v| v.trim().to_owned()))
+            .with_context(|| format!("busybox-static in {url} has no {f}"))
+    };
+    // The index's checksum: the mirror is trusted for the index, not for the file beside it.
+    let (filename, sha256) = (field("Filename:")?, field("SHA256:")?);
     say(&format!("downloading busybox-static for {arch}"));
     let tmp = dir.with_file_name(format!("{}.partial", arch.debian()));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
     let result = (|| {
-        let x = fetch_and_unpack(&format!("{mirror}/debian/{filename}"), None, &tmp)?;
+        let x = fetch_and_unpack(&format!("{mirror}/debian/{filename}"), Some(&sha256), &tmp)?;
         let done = tmp.join("done");
         fs::create_dir_all(&done)?;
         fs::copy(x.join("bin/busybox"), done.join("busybox"))?;

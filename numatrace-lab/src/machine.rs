@@ -179,9 +179,12 @@ impl Machine {
         }
         // arm64's `max` emulates pointer authentication with QARMA, which costs TCG more
         // than the whole rest of a hint fault; the implementation-defined algorithm is cheap.
+        // No LPA2, as on the arm64 servers people run (Graviton2/3, Ampere Altra): a kernel
+        // built for 52-bit VA (Debian's 6.12 and 7.x) then runs with 48 bits and a negative
+        // memstart_addr, the case a page's node is hardest to get right in.
         let max = match self.arch {
             Arch::Amd64 => "max",
-            Arch::Arm64 => "max,pauth-impdef=on",
+            Arch::Arm64 => "max,pauth-impdef=on,lpa2=off",
         };
         let (accel, cpu) = match self.accel {
             Accel::Kvm => ("kvm", "host"),
@@ -448,7 +451,11 @@ mod tests {
             "{t}"
         );
         assert_eq!(m.node_count(), 2);
-        assert!(m.accel_args().join(" ").contains("pauth-impdef=on"));
+        assert!(
+            m.accel_args()
+                .join(" ")
+                .contains("pauth-impdef=on,lpa2=off")
+        );
         let slow = Machine {
             slow_mib: Some(256),
             ..m

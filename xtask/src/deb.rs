@@ -45,8 +45,12 @@ const LINTIAN_OVERRIDES_STATIC: &str = "\
 numatrace: statically-linked-binary [usr/bin/numatrace]
 numatrace: statically-linked-binary [usr/bin/numatrace-workload]
 ";
-/// `numatrace lab` boots guests with QEMU and fetches distribution kernels with curl and xz.
+/// `numatrace lab` boots guests with QEMU and fetches distribution kernels with curl and xz
+/// (amd64 only: the lab boots x86-64 guests running the numatrace that started them).
 const RECOMMENDS: &str = "qemu-system-x86, curl, xz-utils";
+/// The arm64 package's systemd drop-in: a migration's source node on arm64 needs the kernel's
+/// vmemmap from /proc/kcore (CAP_SYS_RAWIO, which PrivateDevices= would take away).
+const ARM64_SERVICE_DROPIN: &str = include_str!("../../deploy/systemd/arm64/kcore.conf");
 /// Where the systemd units pointed the binary before packaging.
 const UNPACKAGED_BIN: &str = "/usr/local/bin/numatrace";
 
@@ -96,10 +100,10 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
     // Binaries: stripped copies, as dh_strip leaves them.
     let bin_dir = stage.join("usr/bin");
     fs::create_dir_all(&bin_dir)?;
-    let strip = if cross {
-        "aarch64-linux-gnu-strip"
-    } else {
-        "strip"
+    let strip = match arch_of(&arch)? {
+        _ if !cross => "strip",
+        Arch::Arm64 => "aarch64-linux-gnu-strip",
+        Arch::Amd64 => "x86_64-linux-gnu-strip",
     };
     for b in BINARIES {
         let to = bin_dir.join(b);
@@ -176,9 +180,18 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
     // systemd units: installed, not enabled (no maintainer scripts: the admin enables one).
     let units = stage.join("usr/lib/systemd/system");
     for unit in sorted_entries(&root.join("deploy/systemd"))? {
+        if unit.is_dir() {
+            continue;
+        }
         let text = fs::read_to_string(&unit)?;
         let file_name = unit.file_name().context("a unit name")?;
         write(&units.join(file_name), packaged_unit(&text)?.as_bytes())?;
+    }
+    if arch == "arm64" {
+        write(
+            &units.join("numatrace.service.d/arm64-kcore.conf"),
+            ARM64_SERVICE_DROPIN.as_bytes(),
+        )?;
     }
 
     // Docs.
@@ -666,6 +679,12 @@ fn control(version: &str, arch: &str, maintainer: &str, size: u64, depends: &str
     } else {
         format!("Depends: {depends}\n")
     };
+    // The lab (what the Recommends are for) boots x86-64 guests from an amd64 numatrace only.
+    let recommends = if arch == "amd64" {
+        format!("Recommends: {RECOMMENDS}\n")
+    } else {
+        String::new()
+    };
     format!(
         "Package: {PACKAGE}\n\
          Version: {version}\n\
@@ -673,7 +692,7 @@ fn control(version: &str, arch: &str, maintainer: &str, size: u64, depends: &str
          Maintainer: {maintainer}\n\
          Installed-Size: {size}\n\
          {depends}\
-         Recommends: {RECOMMENDS}\n\
+         {recommends}\
          Section: admin\n\
          Priority: optional\n\
          Description: live tracer of the Linux kernel's automatic NUMA balancing\n \
@@ -769,6 +788,10 @@ mod tests {
     fn packaged_units_run_the_packaged_binary() {
         let dir = workspace_root().join("deploy/systemd");
         for unit in sorted_entries(&dir).unwrap() {
+            if unit.is_dir() {
+                // arm64/: the arm64 package's drop-in, installed as it is.
+                continue;
+            }
             let text = fs::read_to_string(&unit).unwrap();
             let packaged = packaged_unit(&text).unwrap();
             assert!(!packaged.contains("/usr/local"), "{}", unit.display());

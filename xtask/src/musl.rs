@@ -52,10 +52,10 @@ pub fn musl_cargo(tools: &Tools, arch: Arch, subcommand: &str) -> Result<Command
         )?;
         cargo.env(format!("CC_{triple}"), "musl-gcc");
     } else {
-        let gcc = cross_gcc(arch);
+        let (gcc, package) = cross_gcc(arch);
         ensure_tool(
             gcc,
-            &format!("gcc-{}", gcc.trim_end_matches("-gcc")),
+            package,
             &format!("{arch} builds compile zstd's C library and link with {gcc}"),
         )?;
         cargo.env(format!("CC_{triple}"), gcc).env(
@@ -66,11 +66,11 @@ pub fn musl_cargo(tools: &Tools, arch: Arch, subcommand: &str) -> Result<Command
     Ok(cargo)
 }
 
-/// Debian's cross compiler for `arch`.
-fn cross_gcc(arch: Arch) -> &'static str {
+/// Debian's cross compiler for `arch`, and its package.
+fn cross_gcc(arch: Arch) -> (&'static str, &'static str) {
     match arch {
-        Arch::Amd64 => "x86_64-linux-gnu-gcc",
-        Arch::Arm64 => "aarch64-linux-gnu-gcc",
+        Arch::Amd64 => ("x86_64-linux-gnu-gcc", "gcc-x86-64-linux-gnu"),
+        Arch::Arm64 => ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
     }
 }
 

@@ -59,12 +59,19 @@ fn lint(tools: &Tools) -> Result<()> {
             .args(HOST_PACKAGES)
             .args(["--", "-D", "warnings"]),
     )?;
-    // Once per architecture whose registers the programs read (one source, two objects).
+    // Once per architecture whose registers the programs read (one source, two objects); each
+    // in a target directory of its own, so that neither rebuilds aya for the other next time.
     for arch in ["x86_64", "aarch64"] {
         eprintln!("xtask: clippy (eBPF crate, bpfel-unknown-none, {arch} registers)");
+        let mut cargo = tools.cargo(nightly);
+        if arch != "x86_64" {
+            cargo.env(
+                "CARGO_TARGET_DIR",
+                workspace_root().join(format!("target/ebpf-clippy-{arch}")),
+            );
+        }
         check(
-            tools
-                .cargo(nightly)
+            cargo
                 .args([
                     "clippy",
                     "--release",

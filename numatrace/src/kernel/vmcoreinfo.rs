@@ -90,16 +90,22 @@ pub fn number(v: &str) -> Option<u64> {
 /// arm64's `vmemmap` (the address of `struct page` number 0): `VMEMMAP_START` minus the pages
 /// below `PHYS_OFFSET` (arch/arm64/include/asm/pgtable.h: `(struct page *)VMEMMAP_START -
 /// (memstart_addr >> PAGE_SHIFT)`), with `PAGESIZE` and `SIZE(page)` from the same note.
+/// `memstart_addr` is signed and the note prints it as unsigned hex: it is negative where a
+/// kernel built for 52-bit VA runs on a CPU without LPA2 (Graviton2/3, Ampere Altra: the kernel
+/// moves it down by the difference of the two linear maps) or KASLR moves the linear map, and
+/// the kernel's shift is then arithmetic — so is this one, and the pointer arithmetic wraps as
+/// the kernel's does.
 pub fn arm64_vmemmap(info: &BTreeMap<String, String>) -> Option<u64> {
     let get = |k: &str| info.get(k).and_then(|v| number(v));
     let start = get("NUMBER(VMEMMAP_START)")?;
-    let phys = get("NUMBER(PHYS_OFFSET)")?;
+    let phys = get("NUMBER(PHYS_OFFSET)")? as i64;
     let page = get("PAGESIZE")?;
     let size = get("SIZE(page)")?;
     if !page.is_power_of_two() || size == 0 {
         return None;
     }
-    start.checked_sub((phys / page).checked_mul(size)?)
+    let pfn_offset = (phys >> page.trailing_zeros()) as u64;
+    Some(start.wrapping_sub(pfn_offset.wrapping_mul(size)))
 }
 
 #[cfg(test)]
@@ -121,9 +127,10 @@ mod tests {
 
     #[test]
     fn the_vmcoreinfo_note_is_found_among_others_and_gives_arm64_vmemmap() {
-        // Numbers of Debian's 6.12 cloud-arm64 kernel in a QEMU virt guest (RAM at 1 GiB).
-        let text = "OSRELEASE=6.12.57+deb13-cloud-arm64\nPAGESIZE=4096\nSIZE(page)=64\n\
-                    NUMBER(VA_BITS)=52\nNUMBER(VMEMMAP_START)=0xffffbfc000000000\n\
+        // Debian's 6.12.118 cloud-arm64 kernel (52-bit VA) in a QEMU virt guest, RAM at 1 GiB,
+        // on a CPU with LPA2 (-cpu max).
+        let text = "OSRELEASE=6.12.118+deb13-cloud-arm64\nPAGESIZE=4096\nSIZE(page)=64\n\
+                    NUMBER(VA_BITS)=52\nNUMBER(VMEMMAP_START)=0xffffc1ffc0000000\n\
                     NUMBER(PHYS_OFFSET)=0x40000000\n";
         let mut notes = note("CORE", "prstatus", 1);
         notes.extend(note("VMCOREINFO", text, 0));
@@ -131,8 +138,28 @@ mod tests {
         assert_eq!(info["NUMBER(VA_BITS)"], "52");
         assert_eq!(
             arm64_vmemmap(&info),
-            Some(0xffff_bfc0_0000_0000 - 0x40000 * 64)
+            Some(0xffff_c1ff_c000_0000 - 0x40000 * 64)
         );
+    }
+
+    #[test]
+    fn a_negative_phys_offset_moves_vmemmap_up_as_the_kernels_signed_shift_does() {
+        // The same kernel on a CPU without LPA2 (48-bit VA at run time): memstart_addr =
+        // 0x40000000 - (_PAGE_OFFSET(48) - _PAGE_OFFSET(52)), negative, printed as u64.
+        let phys = 0x4000_0000i64 - 0x000f_0000_0000_0000;
+        let text = format!(
+            "PAGESIZE=4096\nSIZE(page)=64\nNUMBER(VMEMMAP_START)=0xffffc1ffc0000000\n\
+             NUMBER(PHYS_OFFSET)=0x{:x}\n",
+            phys as u64
+        );
+        let info = parse_notes(&note("VMCOREINFO", &text, 0)).unwrap();
+        let vmemmap = arm64_vmemmap(&info).unwrap();
+        // (phys >> 12) * 64 below VMEMMAP_START, i.e. above it by the negative amount.
+        assert_eq!(vmemmap, 0xffff_c1ff_c000_0000 + 0x3bff_ff00_0000);
+        // The struct page of the first RAM page (PFN 0x40000) lies inside the vmemmap region
+        // [VMEMMAP_START, -1 GiB).
+        let first = vmemmap.wrapping_add(0x40000 * 64);
+        assert!((0xffff_c1ff_c000_0000..0xffff_ffff_c000_0000).contains(&first));
     }
 
     #[test]

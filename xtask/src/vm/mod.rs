@@ -49,12 +49,12 @@ pub const ARM64_DEFAULT_LINE: &str = "6.12";
 /// The kernel line whose guest also runs the tests that need 2 nodes but nothing of a line.
 const PRIMARY_LINE: &str = "6.12";
 
-/// Test binaries the guests do not run: nothing in them depends on the kernel line (the host
-/// runs them; every guest runs the same rest).
 /// Of [`HOST_ONLY`], what another architecture's guests run all the same: cgroup attribution
 /// is checked against memory.stat on every architecture the package is built for.
 const CROSS_ALSO: &[&str] = &["cgroup"];
 
+/// Test binaries the guests do not run: nothing in them depends on the kernel line (the host
+/// runs them; every guest runs the same rest).
 const HOST_ONLY: &[(&str, &str)] = &[
     ("cgroup", "cgroup attribution, the same on every kernel"),
     ("deploy", "files and promtool"),
@@ -280,10 +280,9 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
             let file = out.join(format!("{}-{name}", k.label));
             fs::write(&file, bytes)?;
             if name == "facts.json" {
-                let fixture = if cross {
-                    format!("{arch}-{}", k.label)
-                } else {
-                    k.label.to_owned()
+                let fixture = match arch {
+                    Arch::Amd64 => k.label.to_owned(),
+                    _ => format!("{arch}-{}", k.label),
                 };
                 rows.push((
                     k.label,

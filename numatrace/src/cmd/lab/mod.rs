@@ -46,6 +46,14 @@ pub fn run(args: &LabArgs) -> Result<i32> {
             Escaped(subcommand).to_string()
         );
     }
+    // A lab guest runs this very binary as PID 1: only an x86-64 numatrace has x86-64 guests.
+    if numatrace_lab::arch::Arch::host() != numatrace_lab::arch::Arch::Amd64 {
+        bail!(
+            "lab boots x86-64 guests running this numatrace as PID 1, and this is an {} build: \
+             run lab from an x86-64 machine",
+            numatrace_lab::arch::Arch::host()
+        );
+    }
     home_of_the_user();
     let specs: Vec<(String, KernelSpec)> = args
         .kernels
