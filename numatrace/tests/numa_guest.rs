@@ -325,8 +325,9 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
     );
     // And nothing else: each source node is computed from the page pointer and the kernel's
     // vmemmap (x86-64: vmemmap_base; arm64: VMCOREINFO's VMEMMAP_START and PHYS_OFFSET, 48- or
-    // 52-bit VA), and every page the workload placed was first-touched on node 1. A wrong
-    // vmemmap gives an unknown (null) or wrong source here.
+    // 52-bit VA), and every page the workload placed was on node 1 after its first touch (the
+    // workload checks that with move_pages(2) and fails otherwise). A wrong vmemmap gives an
+    // unknown (null) or wrong source here.
     for f in flows
         .iter()
         .filter(|f| n(&f["migrated"]) + n(&f["not_migrated"]) > 0)

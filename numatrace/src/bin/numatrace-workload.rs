@@ -493,6 +493,16 @@ fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) ->
     if memory_only {
         bind_memory(None)?;
     }
+    // The placement every migration's source node is judged by, as the kernel reports it: a
+    // page that is not on `from` here would make a tracer's "from node X" unverifiable.
+    let (on_from, pages) = pages_on_node(buf, from)?;
+    if on_from != pages {
+        anyhow::bail!(
+            "{} of {pages} pages are not on node {from} after first touch (move_pages)",
+            pages - on_from
+        );
+    }
+    println!("migrate: {pages} of {pages} pages on node {from} after first touch (move_pages)");
     pin_to_cpu(node_cpu(to)?)?;
     let start = Instant::now();
     let passes = read_pages(buf, start, duration);
@@ -501,6 +511,33 @@ fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) ->
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// How many of the 4K pages of `buf` the kernel says are on `node` (move_pages(2) without a
+/// target: each page's current node), and how many pages were asked about.
+fn pages_on_node(buf: &[u32], node: u32) -> Result<(usize, usize)> {
+    let pages: Vec<*const libc::c_void> = buf.chunks(1024).map(|p| p.as_ptr().cast()).collect();
+    let mut status = vec![-1i32; pages.len()];
+    // SAFETY: `pages` and `status` have one entry per page; a null `nodes` only queries.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            pages.len() as libc::c_ulong,
+            pages.as_ptr(),
+            std::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("move_pages (query)");
+    }
+    let on = status
+        .iter()
+        .filter(|s| **s >= 0 && **s as u32 == node)
+        .count();
+    Ok((on, pages.len()))
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`, so the tracer can line up phases.
