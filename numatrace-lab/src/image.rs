@@ -41,6 +41,14 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
+/// An ELF file's `e_machine` (62 x86-64, 183 aarch64); `None` when `bytes` are not ELF.
+pub fn elf_machine(bytes: &[u8]) -> Option<u16> {
+    if !bytes.starts_with(b"\x7fELF") {
+        return None;
+    }
+    u16_at(bytes, 0x12)
+}
+
 /// Whether `bytes` are an x86-64 bzImage, and its version.
 pub fn inspect(bytes: &[u8]) -> Result<Bzimage, NotBootable> {
     if bytes.is_empty() {
@@ -50,7 +58,7 @@ pub fn inspect(bytes: &[u8]) -> Result<Bzimage, NotBootable> {
         return Err(NotBootable::Arm64);
     }
     if bytes.starts_with(b"\x7fELF") {
-        return match u16_at(bytes, 0x12) {
+        return match elf_machine(bytes) {
             Some(62) => Err(NotBootable::Vmlinux),
             Some(m) => Err(NotBootable::OtherElf(m)),
             None => Err(NotBootable::Unknown),

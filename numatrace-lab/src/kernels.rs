@@ -228,11 +228,7 @@ struct IndexEntry {
 fn index_matches(index: &str, prefix: &str, suffix: &str) -> Vec<IndexEntry> {
     let mut out = Vec::new();
     for stanza in index.split("\n\n") {
-        let field = |f: &str| {
-            stanza
-                .lines()
-                .find_map(|l| l.strip_prefix(f).map(|v| v.trim().to_owned()))
-        };
+        let field = |f: &str| stanza_field(stanza, f);
         let (Some(name), Some(version), Some(filename)) =
             (field("Package:"), field("Version:"), field("Filename:"))
         else {
@@ -254,6 +250,13 @@ fn index_matches(index: &str, prefix: &str, suffix: &str) -> Vec<IndexEntry> {
         }
     }
     out
+}
+
+/// A field (`Filename:`) of one package's stanza in an index.
+fn stanza_field(stanza: &str, field: &str) -> Option<String> {
+    stanza
+        .lines()
+        .find_map(|l| l.strip_prefix(field).map(|v| v.trim().to_owned()))
 }
 
 /// Orders Debian versions by their numbers (`5.10.223-1` < `5.10.240-1`, `7.2.12` < `7.3.4`):
@@ -319,28 +322,41 @@ fn read_index(url: &str) -> Result<Option<String>> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
-/// Downloads a .deb into the scratch directory `tmp`, unpacks it (`dpkg-deb -x`) into
-/// `tmp/x` and returns that directory.
-fn fetch_and_unpack(url: &str, sha256: Option<&str>, tmp: &Path) -> Result<PathBuf> {
-    download_deb(url, sha256, tmp)?;
-    let deb = fs::read_dir(tmp)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("the download left no .deb")?;
-    let x = tmp.join("x");
-    check(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&x))?;
-    Ok(x)
-}
-
-/// Moves the finished `done` directory to `dir`, replacing it whole.
-fn replace_dir(done: &Path, dir: &Path) -> Result<()> {
-    let _ = fs::remove_dir_all(dir);
-    if let Some(parent) = dir.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    fs::rename(done, dir)?;
-    Ok(())
+/// Downloads the .deb at `url`, unpacks it (`dpkg-deb -x`) in the scratch directory
+/// `DIR.partial`, lets `keep(unpacked, done)` copy what is cached into `done`, then puts `done`
+/// in the place of `dir` whole (a partial download never looks cached); the scratch is removed
+/// however it ends.
+fn install_from_deb(
+    url: &str,
+    sha256: Option<&str>,
+    dir: &Path,
+    keep: impl FnOnce(&Path, &Path) -> Result<()>,
+) -> Result<()> {
+    let name = dir.file_name().context("a cache directory's name")?;
+    let tmp = dir.with_file_name(format!("{}.partial", name.to_string_lossy()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    let result = (|| {
+        download_deb(url, sha256, &tmp)?;
+        let deb = fs::read_dir(&tmp)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "deb"))
+            .context("the download left no .deb")?;
+        let x = tmp.join("x");
+        check(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&x))?;
+        let done = tmp.join("done");
+        fs::create_dir_all(&done)?;
+        keep(&x, &done)?;
+        let _ = fs::remove_dir_all(dir);
+        if let Some(parent) = dir.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::rename(&done, dir)?;
+        Ok(())
+    })();
+    let _ = fs::remove_dir_all(&tmp);
+    result
 }
 
 /// Downloads `url` into `dir`, checking its SHA-256 when one is pinned.
@@ -520,22 +536,14 @@ fn download_kernel(
     say: &dyn Fn(&str),
 ) -> Result<()> {
     say(&format!("downloading {pkg} ({url})"));
-    let tmp = dir.with_file_name(format!("{pkg}.partial"));
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp)?;
-    let result = (|| {
-        let x = fetch_and_unpack(url, sha256, &tmp)?;
-        let image = find_vmlinuz(&x).context("no vmlinuz in the package")?;
-        let done = tmp.join("done");
-        fs::create_dir_all(&done)?;
+    install_from_deb(url, sha256, dir, |x, done| {
+        let image = find_vmlinuz(x).context("no vmlinuz in the package")?;
         fs::copy(&image, done.join("vmlinuz"))?;
-        if let Some(config) = find_config(&x) {
+        if let Some(config) = find_config(x) {
             fs::copy(config, done.join("config"))?;
         }
-        replace_dir(&done, dir)
-    })();
-    let _ = fs::remove_dir_all(&tmp);
-    result
+        Ok(())
+    })
 }
 
 /// Debian 12's static busybox for `arch` (the test guests' shell and tools): the host's own
@@ -558,26 +566,17 @@ pub fn busybox(arch: Arch, say: &dyn Fn(&str)) -> Result<PathBuf> {
         .find(|st| st.lines().any(|l| l.trim() == "Package: busybox-static"))
         .with_context(|| format!("no busybox-static in {url}"))?;
     let field = |f: &str| {
-        stanza
-            .lines()
-            .find_map(|l| l.strip_prefix(f).map(|v| v.trim().to_owned()))
-            .with_context(|| format!("busybox-static in {url} has no {f}"))
+        stanza_field(stanza, f).with_context(|| format!("busybox-static in {url} has no {f}"))
     };
     // The index's checksum: the mirror is trusted for the index, not for the file beside it.
     let (filename, sha256) = (field("Filename:")?, field("SHA256:")?);
     say(&format!("downloading busybox-static for {arch}"));
-    let tmp = dir.with_file_name(format!("{}.partial", arch.debian()));
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp)?;
-    let result = (|| {
-        let x = fetch_and_unpack(&format!("{mirror}/debian/{filename}"), Some(&sha256), &tmp)?;
-        let done = tmp.join("done");
-        fs::create_dir_all(&done)?;
+    let url = format!("{mirror}/debian/{filename}");
+    install_from_deb(&url, Some(&sha256), &dir, |x, done| {
         fs::copy(x.join("bin/busybox"), done.join("busybox"))?;
-        replace_dir(&done, &dir)
-    })();
-    let _ = fs::remove_dir_all(&tmp);
-    result.map(|()| bin)
+        Ok(())
+    })?;
+    Ok(bin)
 }
 
 #[cfg(test)]

@@ -68,17 +68,17 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
-/// An ELF file's `e_machine` (62 x86-64, 183 aarch64).
+/// A file's ELF `e_machine` ([`image::elf_machine`]), for a little-endian ELF file.
 pub fn elf_machine(path: &Path) -> Result<u16> {
     use std::io::Read as _;
     let mut h = [0u8; 20];
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut h))
         .with_context(|| format!("reading {}", path.display()))?;
-    if &h[..4] != b"\x7fELF" || h[5] != 1 {
-        bail!("{}: not a little-endian ELF file", path.display());
+    match image::elf_machine(&h) {
+        Some(m) if h[5] == 1 => Ok(m),
+        _ => bail!("{}: not a little-endian ELF file", path.display()),
     }
-    Ok(u16::from_le_bytes([h[18], h[19]]))
 }
 
 /// The shared libraries `exe` loads, the dynamic loader included, as `ldd` resolves them here:

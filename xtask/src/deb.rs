@@ -80,7 +80,7 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
     let root = workspace_root();
     let cargo_version = workspace_version()?;
     let version = debian_version(&cargo_version);
-    let arch = if cross {
+    let arch_name = if cross {
         arch.debian().to_owned()
     } else {
         output(Command::new("dpkg").arg("--print-architecture"))?
@@ -88,7 +88,7 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
             .to_owned()
     };
     let out_dir = root.join("target/debian");
-    let name = format!("{PACKAGE}_{version}_{arch}");
+    let name = format!("{PACKAGE}_{version}_{arch_name}");
     let stage = out_dir.join(&name);
     let deb = out_dir.join(format!("{name}.deb"));
     if stage.exists() {
@@ -100,16 +100,16 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
     // Binaries: stripped copies, as dh_strip leaves them.
     let bin_dir = stage.join("usr/bin");
     fs::create_dir_all(&bin_dir)?;
-    let strip = match arch_of(&arch)? {
-        _ if !cross => "strip",
-        Arch::Arm64 => "aarch64-linux-gnu-strip",
-        Arch::Amd64 => "x86_64-linux-gnu-strip",
+    let strip = if cross {
+        crate::musl::cross_tool(arch, "strip")
+    } else {
+        "strip".to_owned()
     };
     for b in BINARIES {
         let to = bin_dir.join(b);
         fs::copy(bins_from.join(b), &to)?;
         check(
-            Command::new(strip)
+            Command::new(&strip)
                 .args(["--remove-section=.comment", "--remove-section=.note"])
                 .arg(&to),
         )?;
@@ -118,10 +118,7 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
     // build of the same source when the package's cannot run here.
     let (numatrace, workload) = if cross {
         for b in BINARIES {
-            let machine = numatrace_lab::elf_machine(&bin_dir.join(b))?;
-            if machine != arch_of(&arch)?.elf_machine() {
-                bail!("{b}: ELF machine {machine}, not {arch}'s");
-            }
+            check_elf_machine(&bin_dir.join(b), arch)?;
         }
         (
             root.join("target/release/numatrace"),
@@ -187,7 +184,7 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
         let file_name = unit.file_name().context("a unit name")?;
         write(&units.join(file_name), packaged_unit(&text)?.as_bytes())?;
     }
-    if arch == "arm64" {
+    if arch == Arch::Arm64 {
         write(
             &units.join("numatrace.service.d/arm64-kcore.conf"),
             ARM64_SERVICE_DROPIN.as_bytes(),
@@ -234,7 +231,7 @@ pub fn build_from(tools: &Tools, arch: Arch, prebuilt: Option<&Path>) -> Result<
     let depends = depends(&stage, &out_dir)?;
     let control = control(
         &version,
-        &arch,
+        &arch_name,
         &maintainer,
         installed_size_kib(&stage)?,
         &depends,
@@ -279,10 +276,7 @@ pub fn unpacked_binaries(deb: &Path, arch: Arch) -> Result<BTreeMap<String, Path
     check(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&dir))?;
     let mut bins = BTreeMap::new();
     for e in sorted_entries(&dir.join("usr/bin"))? {
-        let machine = numatrace_lab::elf_machine(&e)?;
-        if machine != arch.elf_machine() {
-            bail!("{}: ELF machine {machine}, not {arch}'s", e.display());
-        }
+        check_elf_machine(&e, arch)?;
         let name = e
             .file_name()
             .context("a file name")?
@@ -301,8 +295,13 @@ pub fn unpacked_binaries(deb: &Path, arch: Arch) -> Result<BTreeMap<String, Path
     Ok(bins)
 }
 
-fn arch_of(debian: &str) -> Result<Arch> {
-    debian.parse().map_err(|e: String| anyhow::anyhow!(e))
+/// `path` is an ELF executable for `arch`.
+fn check_elf_machine(path: &Path, arch: Arch) -> Result<()> {
+    let machine = numatrace_lab::elf_machine(path)?;
+    if machine != arch.elf_machine() {
+        bail!("{}: ELF machine {machine}, not {arch}'s", path.display());
+    }
+    Ok(())
 }
 
 /// The workspace's version (`[workspace.package] version`), as cargo reads it.

@@ -52,25 +52,30 @@ pub fn musl_cargo(tools: &Tools, arch: Arch, subcommand: &str) -> Result<Command
         )?;
         cargo.env(format!("CC_{triple}"), "musl-gcc");
     } else {
-        let (gcc, package) = cross_gcc(arch);
+        let gcc = cross_tool(arch, "gcc");
         ensure_tool(
-            gcc,
-            package,
+            &gcc,
+            cross_gcc_package(arch),
             &format!("{arch} builds compile zstd's C library and link with {gcc}"),
         )?;
-        cargo.env(format!("CC_{triple}"), gcc).env(
+        cargo.env(format!("CC_{triple}"), &gcc).env(
             format!("CARGO_TARGET_{}_LINKER", triple.to_uppercase()),
-            gcc,
+            &gcc,
         );
     }
     Ok(cargo)
 }
 
-/// Debian's cross compiler for `arch`, and its package.
-fn cross_gcc(arch: Arch) -> (&'static str, &'static str) {
+/// Debian's cross tool `tool` (`gcc`, `strip`) for `arch`: `aarch64-linux-gnu-strip`.
+pub fn cross_tool(arch: Arch, tool: &str) -> String {
+    format!("{}-linux-gnu-{tool}", arch.rust_arch())
+}
+
+/// Debian's package of the cross compiler for `arch` (binutils come with it).
+fn cross_gcc_package(arch: Arch) -> &'static str {
     match arch {
-        Arch::Amd64 => ("x86_64-linux-gnu-gcc", "gcc-x86-64-linux-gnu"),
-        Arch::Arm64 => ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+        Arch::Amd64 => "gcc-x86-64-linux-gnu",
+        Arch::Arm64 => "gcc-aarch64-linux-gnu",
     }
 }
 

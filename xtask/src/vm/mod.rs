@@ -173,21 +173,19 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
         .retain(|name, _| !host_only.contains(&name.as_str()));
     // The host reads the guests' captures back with its own build.
     let host_numatrace = if cross {
-        crate::cmd::build(tools)?;
-        workspace_root().join("target/release/numatrace")
-    } else {
-        built.bins["numatrace"].clone()
-    };
-    if cross {
         // The guests run numatrace and numatrace-workload as unpacked from the package: what an
-        // arm64 user installs (the tests themselves are the same static build's).
+        // arm64 user installs (the tests themselves are the same static build's). Packaging
+        // builds the host's release binaries too (its man pages come from them).
         let dir = built.bins["numatrace"]
             .parent()
             .context("the binaries' directory")?
             .to_path_buf();
         let deb = crate::deb::build_from(tools, arch, Some(&dir))?;
         built.bins = crate::deb::unpacked_binaries(&deb, arch)?;
-    }
+        workspace_root().join("target/release/numatrace")
+    } else {
+        built.bins["numatrace"].clone()
+    };
     if !only.is_empty() {
         built.tests.retain(|name, _| only.contains(name));
         if built.tests.is_empty() {
