@@ -116,7 +116,9 @@ pub enum Command {
         numatrace report capture.ntrace\n  \
         numatrace report capture.ntrace --format json\n  \
         numatrace report --diff unpatched.ntrace patched.ntrace\n  \
-        numatrace report capture.ntrace --format chrome-trace -o trace.json   (ui.perfetto.dev)")]
+        numatrace report capture.ntrace --format chrome-trace -o trace.json   (ui.perfetto.dev)\n  \
+        numatrace report capture.ntrace --html report.html                    (charts, any browser)\n  \
+        numatrace report --diff base.ntrace patched.ntrace --html ab.html")]
     Report(ReportArgs),
     /// Judge whether this kernel behaves as a seed patch intends, with the evidence.
     ///
@@ -403,6 +405,13 @@ pub struct ReportArgs {
     /// Task rows in the text summary.
     #[arg(long, default_value_t = 25)]
     pub rows: usize,
+
+    /// Write one self-contained HTML page to FILE instead: verdicts and findings, charts over
+    /// time (scan share, PTE updates, hint faults, migrations, promotions), the node matrix,
+    /// histograms, a sortable task table and the context. With --diff: A and B overlaid, with
+    /// every metric's change. The page loads nothing from the network. Same file rules as -o.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["output", "format", "json"])]
+    pub html: Option<std::path::PathBuf>,
 }
 
 /// `512M`, `2G`, `100k` or plain bytes (binary units).
@@ -556,6 +565,18 @@ pub struct TopArgs {
     #[arg(long, short = 's', value_enum)]
     pub sort: Option<SortColumn>,
 
+    /// Keep a task, process or cgroup listed while it was active within this window (1s to
+    /// 10m; 30, 30s, 2m ...).
+    ///
+    /// NUMA balancing works in bursts (a scan every 1-60 s): a row stays listed for WINDOW after
+    /// its last activity, LAST says how long ago that was, and a column beside the interval's
+    /// gives the sort column's value (or the busiest's) over the window, e.g. `HINT/s@10s`.
+    /// The nodes view shades the node-to-node migrations of the window. In the view, `w` cycles
+    /// 5, 10, 30 and 60 s.
+    #[arg(long, value_name = "WINDOW", default_value = "10s",
+          value_parser = parse_window)]
+    pub window: u64,
+
     /// Only this process (thread-group id) and the processes it forks from now on.
     #[arg(long, short = 'p')]
     pub pid: Option<u32>,
@@ -659,6 +680,21 @@ pub struct TracedArgs {
     /// instruction to its exit.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// The longest activity window `top` keeps (`--window`): ten minutes of history.
+pub const TOP_WINDOW_MAX_S: u64 = 600;
+
+/// `--window`: a duration from 1 s to 10 min, in whole seconds.
+pub fn parse_window(s: &str) -> Result<u64, String> {
+    let d: Duration = parse_duration(s)?;
+    let secs = d.as_secs_f64().round() as u64;
+    if !(1..=TOP_WINDOW_MAX_S).contains(&secs) {
+        return Err(format!(
+            "the window must be between 1 s and {TOP_WINDOW_MAX_S} s"
+        ));
+    }
+    Ok(secs)
 }
 
 /// A duration: a bare number of seconds (`16`, `0.5`, as `top -d` and `perf` take), or with

@@ -465,6 +465,17 @@ fn a_capture_in_a_two_node_guest_shows_migrations_and_node_flows() {
         end["processes"][0]["process"]["mems_allowed"].is_string(),
         "{end}"
     );
+    // The recorded command comes first, with its numa_maps; the tunables were read (from
+    // debugfs as mounted, or mounted privately for the read; sysctls before 5.13).
+    assert_eq!(
+        end["processes"][0]["chosen"], "the recorded command",
+        "{end}"
+    );
+    let maps = &end["processes"][0]["process"]["numa_maps"];
+    assert!(maps.get("absent").is_none(), "{maps}");
+    let tunables = &end["system"]["tunables"];
+    println!("tunables from {}: {tunables}", end["tunables_source"]);
+    assert!(tunables.get("absent").is_none(), "{tunables}");
     let text = String::from_utf8_lossy(&report(&[cap.to_str().unwrap()], true).stdout).into_owned();
     for want in [
         "Ops NUMA hint faults",
@@ -730,4 +741,131 @@ fn a_diff_of_the_seed_000_reproducer_and_its_control_holds_both_row_by_row() {
     }
     let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 80).collect();
     assert!(wide.is_empty(), "lines past 80 columns: {wide:#?}");
+}
+
+/// The debugfs and securityfs lines of this process's mount table (the host's, for a test run
+/// in it).
+fn kernel_fs_mounts() -> Vec<String> {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" - debugfs ") || l.contains(" - securityfs "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 38: on a host where only the tracepoints attach (nothing that numatrace counts may
+/// involve the command) and debugfs is not mounted, `record -- CMD` still keeps CMD's own
+/// numa_maps — read right after it exec'd, and the last read from while it lived (a zombie's
+/// are empty) — each marked as the recorded command with when it was read; and the scan
+/// tunables are read through a private debugfs mount, or say exactly why not. numatrace runs
+/// in a mount namespace of its own where debugfs is unmounted: the host's mounts are not
+/// touched, and stay as they were. Once for a command of a few seconds, once for one that
+/// exits before the first interval.
+#[test]
+fn a_recorded_command_keeps_its_numa_maps_and_the_tunables_say_where_from() {
+    const TEST: &str = "a_recorded_command_keeps_its_numa_maps_and_the_tunables_say_where_from";
+    require_root!(TEST);
+    if common::host_covers(TEST) {
+        return;
+    }
+    if Command::new("unshare")
+        .args(["-m", "--propagation", "private", "true"])
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        common::skip(TEST, "no working `unshare -m` (util-linux) on this machine");
+        return;
+    }
+    let host_before = kernel_fs_mounts();
+    for (name, duration) in [("long", "2500ms"), ("short", "300ms")] {
+        let cap = tmp(&format!("command-{name}.ntrace"));
+        let _ = fs::remove_file(&cap);
+        // In the namespace: debugfs unmounted (if it was mounted), then numatrace itself.
+        let script = "umount -l /sys/kernel/debug 2>/dev/null; \
+                      if grep -q ' /sys/kernel/debug debugfs ' /proc/self/mounts; then exit 99; fi; \
+                      exec \"$0\" \"$@\"";
+        let out = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", script])
+            .arg(numatrace_bin())
+            .args([
+                "record",
+                "--interval",
+                "1s",
+                "-o",
+                cap.to_str().unwrap(),
+                "--",
+            ])
+            .arg(workload_bin())
+            .args([
+                "threads",
+                "--threads",
+                "2",
+                "--mem-mib",
+                "16",
+                "--duration",
+                duration,
+            ])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", common::text(&out));
+        let rep = json(&report(&[cap.to_str().unwrap(), "--format", "json"], false));
+        let mut reads = Vec::new();
+        for phase in ["state_start", "state_end"] {
+            let st = &rep[phase];
+            let p = &st["processes"][0];
+            assert_eq!(p["chosen"], "the recorded command", "{name} {phase}: {st}");
+            assert_eq!(st["busiest"][0]["chosen"], "the recorded command");
+            assert_eq!(p["comm"], "numatrace-workl", "{name} {phase}: {p}");
+            let maps = &p["process"]["numa_maps"];
+            assert!(maps.get("absent").is_none(), "{name} {phase}: {maps}");
+            let kib = |k: &str| -> u64 {
+                maps[k]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|v| v.as_u64().unwrap())
+                    .sum()
+            };
+            assert!(kib("kib_by_node") > 0, "{name} {phase}: no pages: {maps}");
+            reads.push((p["read_unix_s"].as_f64().unwrap(), kib("anon_kib_by_node")));
+            let tunables = &st["system"]["tunables"];
+            println!(
+                "{name} {phase}: tunables {tunables} from {}",
+                st["tunables_source"]
+            );
+            assert_eq!(
+                st["tunables_source"],
+                numatrace::kernel::tunables::FROM_PRIVATE_DEBUGFS,
+                "{name} {phase}"
+            );
+            match tunables.get("absent") {
+                // This machine's kernel is locked down: no mount shows them, and it says so.
+                Some(why) => assert!(
+                    why.as_str().unwrap().contains("locked down"),
+                    "{name} {phase}: {tunables}"
+                ),
+                None => assert!(tunables["scan_delay_ms"].is_string(), "{tunables}"),
+            }
+        }
+        // The end's read is its last while it lived: after the start's, within the window,
+        // with the 2 × 16 MiB the threads touched; it exited after it.
+        let end = &rep["state_end"]["processes"][0];
+        assert_eq!(end["exited"], true, "{end}");
+        let exited = end["exited_unix_s"].as_f64().unwrap();
+        assert!(
+            reads[0].0 < reads[1].0 && reads[1].0 <= exited,
+            "{reads:?} {end}"
+        );
+        assert!(
+            reads[1].1 >= 32 << 10,
+            "{name}: anon KiB at the end {reads:?}"
+        );
+        let text = report(&[cap.to_str().unwrap()], false);
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("the recorded command, read at"), "{text}");
+        assert!(text.contains("mounted privately for the read"), "{text}");
+    }
+    assert_eq!(kernel_fs_mounts(), host_before, "the host's mounts changed");
 }

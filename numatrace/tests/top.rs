@@ -124,15 +124,23 @@ fn threads_workload() -> Child {
         .unwrap()
 }
 
+/// Whether tmux is here; says so loudly when not.
+fn has_tmux(test: &str) -> bool {
+    let here = Command::new("tmux").arg("-V").output().is_ok();
+    if !here {
+        common::skip(
+            test,
+            "tmux is not installed (`cargo xtask test` installs it as root)",
+        );
+    }
+    here
+}
+
 #[test]
 fn top_in_a_real_terminal_shows_the_workload_and_restores_the_terminal() {
     const TEST: &str = "top_in_a_real_terminal_shows_the_workload_and_restores_the_terminal";
     require_root!(TEST);
-    if Command::new("tmux").arg("-V").output().is_err() {
-        common::skip(
-            TEST,
-            "tmux is not installed (`cargo xtask test` installs it as root)",
-        );
+    if !has_tmux(TEST) {
         return;
     }
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
@@ -217,11 +225,7 @@ fn top_in_a_real_terminal_shows_the_workload_and_restores_the_terminal() {
 fn a_panic_in_the_terminal_ui_restores_the_terminal() {
     const TEST: &str = "a_panic_in_the_terminal_ui_restores_the_terminal";
     require_root!(TEST);
-    if Command::new("tmux").arg("-V").output().is_err() {
-        common::skip(
-            TEST,
-            "tmux is not installed (`cargo xtask test` installs it as root)",
-        );
+    if !has_tmux(TEST) {
         return;
     }
     let s = Session::new();
@@ -375,4 +379,253 @@ fn json_frames_show_migrations_in_a_two_node_guest() {
             .any(|f| !f["node_matrix"].as_array().unwrap().is_empty()),
         "no frame has a node matrix"
     );
+}
+
+/// A `numatrace-workload threads` run that a test stops (SIGSTOP) to end its activity at a
+/// known moment; continued and killed on drop, whatever the test's outcome.
+struct Stoppable(Child);
+
+impl Stoppable {
+    fn threads() -> Self {
+        Self(
+            Command::new(workload_bin())
+                .args([
+                    "threads",
+                    "--threads",
+                    "2",
+                    "--mem-mib",
+                    "32",
+                    "--duration",
+                    "180s",
+                ])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn stop(&self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGSTOP) };
+    }
+}
+
+impl Drop for Stoppable {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The LAST cell of each workload thread's row (`ntw-thread-N`) in a task table whose columns
+/// start PID COMM LAST.
+fn thread_rows(screen: &str) -> Vec<String> {
+    screen
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            (cells.len() > 3 && cells[1].starts_with("ntw-thread")).then(|| cells[2].to_owned())
+        })
+        .collect()
+}
+
+/// NUMA balancing works in bursts: a task stays listed for the activity window after its last
+/// activity (here its last for sure: the workload is stopped), LAST counts the seconds since,
+/// then the empty table says when the last activity was; `w` widens the window and the task is
+/// back. The header draws the last minute as sparklines.
+#[test]
+fn top_keeps_a_bursty_task_listed_for_the_window_and_draws_sparklines() {
+    const TEST: &str = "top_keeps_a_bursty_task_listed_for_the_window_and_draws_sparklines";
+    require_root!(TEST);
+    if !has_tmux(TEST) {
+        return;
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let w = Stoppable::threads();
+    let s = Session::new();
+    s.wait_for("the shell", Duration::from_secs(10), |t| {
+        t.contains("ready$")
+    });
+    s.send(&[
+        &format!("{} top -d 1 --window 10s -p {}", numatrace_bin(), w.pid()),
+        "Enter",
+    ]);
+    s.wait_for("the sparkline row", Duration::from_secs(30), |t| {
+        t.lines().any(|l| {
+            l.starts_with("60s: hint/s [") && l.contains("migr/s [") && l.contains("scan%")
+        })
+    });
+    // A burst: a workload thread active in this interval.
+    let start = Instant::now();
+    let active = loop {
+        let t = s.screen();
+        if thread_rows(&t).iter().any(|last| last == "now") {
+            break Some(t);
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let Some(active) = active else {
+        common::skip(
+            TEST,
+            format!(
+                "the workload showed no NUMA balancing activity within 60 s (no scan, skip or \
+                 fault reached numatrace on this kernel); screen:\n{}",
+                s.screen()
+            ),
+        );
+        return;
+    };
+    println!("{active}");
+    assert!(
+        active.contains("tasks (") && active.contains("active within 10s"),
+        "{active}"
+    );
+    assert!(active.contains("@10s"), "the window column: {active}");
+    // From here on the workload does nothing: its last activity was at most 2 refreshes ago.
+    w.stop();
+    let stopped = Instant::now();
+    let mut lasts = Vec::new();
+    while stopped.elapsed() < Duration::from_secs(7) {
+        let t = s.screen();
+        let rows = thread_rows(&t);
+        assert!(
+            !rows.is_empty(),
+            "the stopped workload left the table {:.1} s after its last activity, within the \
+             10 s window:\n{t}",
+            stopped.elapsed().as_secs_f64()
+        );
+        lasts.extend(rows);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    println!("LAST cells while stopped: {lasts:?}");
+    // LAST counts the seconds since the last activity.
+    assert!(
+        lasts
+            .iter()
+            .filter_map(|l| l.strip_suffix('s')?.parse::<u64>().ok())
+            .any(|s| s >= 4),
+        "{lasts:?}"
+    );
+    // Out of the window: gone, and the table says when the last activity was.
+    let quiet = s.wait_for(
+        "the table empty after the window",
+        Duration::from_secs(15),
+        |t| thread_rows(t).is_empty() && t.contains("no NUMA balancing activity for"),
+    );
+    println!("{quiet}");
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(8),
+        "left the table after {:.1} s",
+        stopped.elapsed().as_secs_f64()
+    );
+    assert!(quiet.contains("(last: "), "{quiet}");
+    assert!(!quiet.contains("is kernel.numa_balancing on?"), "{quiet}");
+    // `w`: 10 -> 30 s, and the task is back (its last activity ~10-15 s ago).
+    s.send(&["w"]);
+    let wide = s.wait_for("the 30 s window", Duration::from_secs(5), |t| {
+        t.contains("active within 30s") && t.contains("w window 30s")
+    });
+    assert!(wide.contains("@30s"), "{wide}");
+    s.wait_for(
+        "the workload back in the 30 s window",
+        Duration::from_secs(5),
+        |t| !thread_rows(t).is_empty(),
+    );
+    s.send(&["q"]);
+    assert!(
+        common::wait_until(Duration::from_secs(10), || s.numatrace_pid().is_none()),
+        "numatrace still runs after q"
+    );
+}
+
+/// `top -b` does the same: frames list a task active within the window and say the window;
+/// the frames after it say when the last activity was.
+#[test]
+fn batch_frames_keep_a_task_for_the_window() {
+    const TEST: &str = "batch_frames_keep_a_task_for_the_window";
+    require_root!(TEST);
+    if common::host_covers(TEST) {
+        return;
+    }
+    let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
+    let w = Stoppable::threads();
+    let mut top = Command::new(numatrace_bin())
+        .args(["top", "-b", "-d", "1", "-n", "80", "--window", "5s"])
+        .args(["-p", &w.pid().to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(top.stdout.take().unwrap()));
+    // Frames, each complete when the next one's header arrives.
+    let mut frames: Vec<String> = Vec::new();
+    let mut stopped_at: Option<usize> = None;
+    let mut quiet_at: Option<usize> = None;
+    for line in lines.map_while(Result::ok) {
+        if line.starts_with("numatrace top - kernel") {
+            if let Some(f) = frames.last() {
+                let i = frames.len() - 1;
+                if stopped_at.is_none() && thread_rows(f).iter().any(|l| l == "now") {
+                    w.stop();
+                    stopped_at = Some(i);
+                } else if stopped_at.is_some() && f.contains("no NUMA balancing activity for") {
+                    quiet_at = Some(i);
+                    break;
+                }
+            }
+            frames.push(String::new());
+        }
+        if let Some(f) = frames.last_mut() {
+            f.push_str(&line);
+            f.push('\n');
+        }
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(top.id() as i32, libc::SIGINT) };
+    let _ = top.wait();
+    let Some(stopped_at) = stopped_at else {
+        common::skip(
+            TEST,
+            format!(
+                "the workload showed no NUMA balancing activity in {} frames; last:\n{}",
+                frames.len(),
+                frames.last().map_or("", String::as_str)
+            ),
+        );
+        return;
+    };
+    let quiet_at = quiet_at.unwrap_or_else(|| {
+        panic!(
+            "no frame said when the last activity was; last:\n{}",
+            frames.last().unwrap()
+        )
+    });
+    println!("{}\n{}", frames[stopped_at], frames[quiet_at]);
+    for f in &frames {
+        assert!(
+            f.lines().next().unwrap().ends_with(", window 5s"),
+            "the window on the first line:\n{f}"
+        );
+        assert!(!f.contains("is kernel.numa_balancing on?"), "{f}");
+    }
+    // Its last activity was in the frame before it stopped: listed in the next 3 frames (the
+    // 5 s window, less the refresh it may have been late by).
+    for f in &frames[stopped_at + 1..=stopped_at + 3] {
+        assert!(!thread_rows(f).is_empty(), "left within the window:\n{f}");
+        assert!(f.contains("@5s"), "the window column:\n{f}");
+    }
+    assert!(
+        quiet_at - stopped_at >= 5,
+        "quiet after {} frames",
+        quiet_at - stopped_at
+    );
+    assert!(frames[quiet_at].contains("(last: "), "{}", frames[quiet_at]);
 }

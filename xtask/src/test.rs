@@ -96,9 +96,11 @@ fn host_tests(tools: &Tools) -> Result<()> {
     // `top` is tested in a real terminal: tmux (and pgrep) from Debian; `serve`'s exposition
     // and deploy/'s scrape config by promtool, from Debian's prometheus package; the kernel's
     // BPF object lists by bpftool and mount namespaces by unshare (util-linux); `numatrace lab`
-    // boots guests with QEMU and fetches kernels with curl and xz. As root.
+    // boots guests with QEMU and fetches kernels with curl and xz; `report --html` pages are
+    // rendered by headless Chromium. As root.
     if is_root() {
         ensure_packages(&[
+            "chromium",
             "tmux",
             "procps",
             "prometheus",
@@ -110,9 +112,9 @@ fn host_tests(tools: &Tools) -> Result<()> {
         ])?;
     } else {
         eprintln!(
-            "xtask: not root: tmux, promtool, bpftool and QEMU are not installed, the terminal \
-             test of `top`, the promtool checks, the reliability suite and the lab's boots \
-             will skip"
+            "xtask: not root: tmux, promtool, bpftool, Chromium and QEMU are not installed, the \
+             terminal test of `top`, the promtool checks, the reliability suite, the HTML \
+             render and the lab's boots will skip"
         );
     }
     // Real-kernel tests share kernel state (sysctls, tracefs, attached programs): one at a time.

@@ -488,6 +488,23 @@ pub fn for_each_event(
     Ok(())
 }
 
+/// Calls `f` with each `sample` snapshot, in file order (bounded memory: one section at a time;
+/// a sample holds only the tasks that changed since the previous one). The limits are those
+/// [`Capture::open`] checked when it read the same file.
+pub fn for_each_sample(
+    path: &Path,
+    mut f: impl FnMut(Snapshot) -> Result<(), CaptureError>,
+) -> Result<(), CaptureError> {
+    let mut r = open_reader(path)?;
+    let mut records = 0u64;
+    while let Some(s) = r.next_section().map_err(format_error(path))? {
+        if s.kind == SECTION_SAMPLE {
+            f(parse_snapshot(path, "sample", &s, &CAPS, &mut records)?)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -270,8 +270,26 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         let [before, after] = pair.as_slice() else {
             bail!("--diff takes two captures: BEFORE AFTER");
         };
-        let (b, a) = (report_of(&open(before)?), report_of(&open(after)?));
+        let (cb, ca) = (open(before)?, open(after)?);
+        let (b, a) = (report_of(&cb), report_of(&ca));
         let d = diff(&side(&b, before), &side(&a, after));
+        if let Some(dest) = &args.html {
+            let page = html::ab_page(
+                &html::Input {
+                    name: side(&b, before).name,
+                    cap: &cb,
+                    report: &b,
+                },
+                &html::Input {
+                    name: side(&a, after).name,
+                    cap: &ca,
+                    report: &a,
+                },
+                &d,
+            )
+            .map_err(|e| anyhow::anyhow!("{}", Escaped(&e.to_string())))?;
+            return write_html(dest, args.force, &page);
+        }
         let text = match format {
             ReportFormat::Json => serde_json::to_string_pretty(&d)? + "\n",
             ReportFormat::Text => d.to_text(),
@@ -287,6 +305,16 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     };
     // The capture is read before anything is created.
     let cap = open(file)?;
+    if let Some(dest) = &args.html {
+        let r = report_of(&cap);
+        let page = html::capture_page(&html::Input {
+            name: side(&r, file).name,
+            cap: &cap,
+            report: &r,
+        })
+        .map_err(|e| anyhow::anyhow!("{}", Escaped(&e.to_string())))?;
+        return write_html(dest, args.force, &page);
+    }
     let mut out = Output::new(args.output.as_deref(), args.force)?;
     match format {
         ReportFormat::Text => write!(out.writer(), "{}", report_of(&cap).to_text(args.rows))?,
@@ -311,6 +339,21 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     }
     Ok(0)
 }
+
+/// Writes a page whole or not at all (the rules of -o) and says where it is.
+fn write_html(dest: &Path, force: bool, page: &str) -> Result<i32> {
+    let mut out = Output::new(Some(dest), force)?;
+    out.writer().write_all(page.as_bytes())?;
+    out.commit()?;
+    eprintln!(
+        "numatrace: wrote {} ({} KiB); open it in any browser (it loads nothing from the network)",
+        Escaped(&dest.display().to_string()),
+        page.len().div_ceil(1024)
+    );
+    Ok(0)
+}
+
+pub mod html;
 
 #[cfg(test)]
 mod capture_tests;

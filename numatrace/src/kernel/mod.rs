@@ -9,6 +9,7 @@ pub mod facts;
 pub mod mempolicy;
 pub mod nodes;
 pub mod preempt;
+pub mod private_mount;
 pub mod sysstate;
 pub mod tiering;
 pub mod tracefs;

@@ -9,6 +9,7 @@
 //! and reported, never overwritten.
 
 use std::{
+    collections::BTreeMap,
     fs,
     io::Write as _,
     os::{fd::AsRawFd as _, unix::fs::OpenOptionsExt as _},
@@ -18,6 +19,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
+
+use super::private_mount::{self, Fs};
 
 const DEBUGFS_DIR: &str = "/sys/kernel/debug/sched/numa_balancing";
 const SYSCTL_PREFIX: &str = "/proc/sys/kernel/numa_balancing_";
@@ -60,6 +63,168 @@ fn mount_debugfs() {
             std::ptr::null(),
         )
     };
+}
+
+/// Where a capture's scan tunables were read (`State::tunables_source`).
+pub const FROM_DEBUGFS: &str = "debugfs at /sys/kernel/debug";
+pub const FROM_PRIVATE_DEBUGFS: &str =
+    "debugfs, mounted privately for the read: it was not mounted at /sys/kernel/debug";
+pub const FROM_SYSCTLS: &str = "sysctls kernel.numa_balancing_scan_* (before 5.13)";
+/// Nothing could be read (the values say why).
+pub const FROM_NOWHERE: &str = "none";
+
+/// Longest value kept from a tunable's file (they are a few digits).
+const TUNABLE_BYTES: u64 = 256;
+
+/// The scan tunables as a capture keeps them: every file of debugfs's `sched/numa_balancing/`
+/// (the sysctls before 5.13), or exactly why they cannot be read; and where they were read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanTunables {
+    pub values: Result<BTreeMap<String, String>, String>,
+    pub source: String,
+}
+
+/// Reads the scan tunables for a capture. Where debugfs is not mounted, it is mounted for the
+/// read in a private mount namespace ([`private_mount`]), which the host never sees; where a
+/// read is refused, the kernel's lockdown state says why (securityfs, mounted the same way if
+/// need be).
+pub fn read_for_capture() -> ScanTunables {
+    if Path::new(&format!("{SYSCTL_PREFIX}scan_delay_ms")).exists() {
+        let values = KNOWN
+            .iter()
+            .filter_map(|n| {
+                let v = read_small(Path::new(&format!("{SYSCTL_PREFIX}{n}"))).ok()?;
+                Some(((*n).to_owned(), v))
+            })
+            .collect();
+        return ScanTunables {
+            values: Ok(values),
+            source: FROM_SYSCTLS.into(),
+        };
+    }
+    if private_mount::mounted(Fs::Debugfs) {
+        return ScanTunables {
+            values: read_debugfs_dir(Path::new(DEBUGFS_DIR), None),
+            source: FROM_DEBUGFS.into(),
+        };
+    }
+    let read = private_mount::in_private_namespace(|ns| {
+        ns.mount(Fs::Debugfs)?;
+        Ok(read_debugfs_dir(Path::new(DEBUGFS_DIR), Some(ns)))
+    });
+    match read.and_then(|r| r) {
+        Ok(values) => ScanTunables {
+            values,
+            source: FROM_PRIVATE_DEBUGFS.into(),
+        },
+        Err(why) => ScanTunables {
+            values: Err(format!(
+                "debugfs is not mounted at /sys/kernel/debug, and mounting it privately for the \
+                 read failed: {why}"
+            )),
+            source: FROM_NOWHERE.into(),
+        },
+    }
+}
+
+/// A small kernel file, trimmed (never through a symlink).
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut buf = Vec::new();
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?
+        .take(TUNABLE_BYTES)
+        .read_to_end(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).trim().to_owned())
+}
+
+/// Every file of `dir` (`sched/numa_balancing/` of a mounted debugfs) → its value; refused
+/// reads explained by the lockdown state (read in `ns` when one is given).
+fn read_debugfs_dir(
+    dir: &Path,
+    ns: Option<&private_mount::PrivateNs>,
+) -> Result<BTreeMap<String, String>, String> {
+    let entries = fs::read_dir(dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            "no sched/numa_balancing in debugfs (CONFIG_NUMA_BALANCING off)".to_owned()
+        } else {
+            format!("{}: {e}", dir.display())
+        }
+    })?;
+    let mut out = BTreeMap::new();
+    let mut refused = None;
+    for e in entries.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        match read_small(&e.path()) {
+            Ok(v) => {
+                out.insert(e.file_name().to_string_lossy().into_owned(), v);
+            }
+            Err(err) => refused = Some((e.path(), err)),
+        }
+    }
+    match refused {
+        Some((path, err)) if out.is_empty() => Err(refused_why(&path, &err, ns)),
+        _ => Ok(out),
+    }
+}
+
+/// Why debugfs refused to read `path`: under lockdown (integrity or confidentiality) it
+/// refuses every file that is writable, which the tunables are.
+fn refused_why(path: &Path, err: &std::io::Error, ns: Option<&private_mount::PrivateNs>) -> String {
+    let head = format!("{}: {err}", path.display());
+    if err.raw_os_error() != Some(libc::EPERM) {
+        return head;
+    }
+    match lockdown(ns) {
+        Ok(mode) if mode != "none" => format!(
+            "{head}: the kernel is locked down ({mode}, /sys/kernel/security/lockdown), and \
+             under lockdown debugfs refuses to read its writable files, these tunables among \
+             them (kernel_lockdown(7)); no mount can change that"
+        ),
+        Ok(_) => format!("{head} (the kernel is not locked down)"),
+        Err(why) => format!(
+            "{head} (debugfs refuses such reads under kernel lockdown, kernel_lockdown(7); the \
+             lockdown state could not be read: {why})"
+        ),
+    }
+}
+
+const LOCKDOWN: &str = "/sys/kernel/security/lockdown";
+
+/// The kernel's lockdown mode (`none`, `integrity`, `confidentiality`), from securityfs —
+/// mounted privately for the read when it is not mounted.
+fn lockdown(ns: Option<&private_mount::PrivateNs>) -> Result<String, String> {
+    let read = || -> Result<String, String> {
+        let text = read_small(Path::new(LOCKDOWN)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                format!("no {LOCKDOWN} (no lockdown LSM in this kernel)")
+            } else {
+                format!("{LOCKDOWN}: {e}")
+            }
+        })?;
+        lockdown_mode(&text).ok_or_else(|| format!("{LOCKDOWN} says {text:?}"))
+    };
+    if private_mount::mounted(Fs::Securityfs) {
+        return read();
+    }
+    match ns {
+        Some(ns) => ns.mount(Fs::Securityfs).and_then(|()| read()),
+        None => {
+            private_mount::in_private_namespace(|ns| ns.mount(Fs::Securityfs).and_then(|()| read()))
+                .and_then(|r| r)
+        }
+    }
+}
+
+/// The selected mode of a `lockdown` file (`none [integrity] confidentiality`).
+pub fn lockdown_mode(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .map(str::to_owned)
 }
 
 /// The record of tunables numatrace has changed. Under /run: gone at reboot, as the changed
@@ -513,6 +678,58 @@ mod tests {
 
     fn value(p: &Path) -> String {
         read_value(p).unwrap()
+    }
+
+    #[test]
+    fn reads_the_selected_lockdown_mode() {
+        assert_eq!(
+            lockdown_mode("none [integrity] confidentiality\n").as_deref(),
+            Some("integrity")
+        );
+        assert_eq!(
+            lockdown_mode("[none] integrity confidentiality").as_deref(),
+            Some("none")
+        );
+        assert_eq!(lockdown_mode("garbage"), None);
+    }
+
+    #[test]
+    fn a_refused_read_says_why() {
+        let f = Fixture::new();
+        let a = f.tunable("scan_delay_ms", "1000");
+        let b = f.tunable("scan_size_mb", "256");
+        let m = read_debugfs_dir(f.dir.path(), None).unwrap();
+        assert_eq!(m["scan_delay_ms"], "1000");
+        assert_eq!(m["scan_size_mb"], "256");
+        // Never through a symlink.
+        std::os::unix::fs::symlink(&a, f.dir.path().join("link")).unwrap();
+        assert!(
+            !read_debugfs_dir(f.dir.path(), None)
+                .unwrap()
+                .contains_key("link")
+        );
+        let why = read_debugfs_dir(&f.dir.path().join("none"), None).unwrap_err();
+        assert!(why.contains("CONFIG_NUMA_BALANCING"), "{why}");
+        let eperm = std::io::Error::from_raw_os_error(libc::EPERM);
+        let why = refused_why(&b, &eperm, None);
+        assert!(why.contains("Operation not permitted"), "{why}");
+        assert!(why.contains("lockdown"), "{why}");
+        let other = std::io::Error::from_raw_os_error(libc::EIO);
+        assert!(!refused_why(&b, &other, None).contains("lockdown"));
+    }
+
+    /// On this machine: the values, or why not, and where from — never a silent nothing.
+    #[test]
+    fn reads_this_machines_tunables_or_says_why() {
+        let t = read_for_capture();
+        eprintln!("tunables from {}: {:?}", t.source, t.values);
+        match &t.values {
+            Ok(v) => {
+                assert_ne!(t.source, FROM_NOWHERE);
+                assert!(v.contains_key("scan_delay_ms"), "{v:?}");
+            }
+            Err(why) => assert!(!why.is_empty()),
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The regression context of a capture as text: the machine's settings at the start of the
-//! window (and what had changed by its end), then the busiest tasks' procfs NUMA state — what a
-//! maintainer asks a reporter for before reading any number. 80 columns; every string from the
-//! capture escaped.
+//! window (and what had changed by its end), then the recorded command's and the busiest tasks'
+//! procfs NUMA state, each with when it was read — what a maintainer asks a reporter for before
+//! reading any number. 80 columns; every string from the capture escaped.
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
@@ -38,9 +38,15 @@ pub fn wrap_words(first: &str, rest: &str, text: &str) -> String {
     out
 }
 
-/// `head` then `items` joined by ", ", wrapped at 80 columns under a 4-space indent.
+/// `head` then `items` joined by ", ", wrapped at 80 columns under a 4-space indent (a long
+/// head too).
 fn wrapped(out: &mut String, head: &str, items: &[String]) {
-    let mut line = format!("  {head}:");
+    let head = wrap_words("  ", "    ", &format!("{head}:"));
+    let mut lines: Vec<&str> = head.lines().collect();
+    let mut line = lines.pop().unwrap_or_default().to_owned();
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
     if items.is_empty() {
         line.push_str(" none");
     }
@@ -101,9 +107,9 @@ fn map_settings(
 
 fn absent_line(out: &mut String, head: &str, why: &str) {
     out.push_str(&wrap_words(
-        &format!("  {head}: "),
+        "  ",
         "    ",
-        &format!("absent ({})", escape(why)),
+        &format!("{head}: absent ({})", escape(why)),
     ));
 }
 
@@ -111,8 +117,13 @@ fn mib(bytes: Option<u64>) -> String {
     bytes.map_or_else(|| "?".to_owned(), |b| format!("{} MiB", b >> 20))
 }
 
-/// The machine's state: `start`, and where the end's differs, `start → end`.
-pub fn system_text(start: &SystemState, end: Option<&SystemState>) -> String {
+/// The machine's state: `start`, and where the end's differs, `start → end`; the tunables
+/// with where they were read (`tunables_source`, empty for older captures).
+pub fn system_text(
+    start: &SystemState,
+    end: Option<&SystemState>,
+    tunables_source: &str,
+) -> String {
     let mut s = String::new();
     match &start.cmdline {
         Item::Present(c) => s.push_str(&wrap_words("  kernel command line: ", "    ", &escape(c))),
@@ -124,13 +135,18 @@ pub fn system_text(start: &SystemState, end: Option<&SystemState>) -> String {
         .map(|(k, v)| setting(k, v, end.and_then(|e| e.sysctls.get(k))))
         .collect();
     wrapped(&mut s, "sysctls", &sysctls);
+    let from = if tunables_source.is_empty() {
+        "debugfs".to_owned()
+    } else {
+        escape(tunables_source).into_owned()
+    };
     match &start.tunables {
         Item::Present(t) => wrapped(
             &mut s,
-            "tunables (debugfs sched/numa_balancing)",
+            &format!("tunables sched/numa_balancing (from {from})"),
             &map_settings(t, end.and_then(|e| e.tunables.value())),
         ),
-        Item::Absent { absent } => absent_line(&mut s, "tunables (debugfs)", absent),
+        Item::Absent { absent } => absent_line(&mut s, &format!("tunables ({from})"), absent),
     }
     let tiering: Vec<String> = start
         .tiering
@@ -217,17 +233,56 @@ pub fn system_text(start: &SystemState, end: Option<&SystemState>) -> String {
     s
 }
 
-fn task_text(out: &mut String, t: &BusyTask) {
+/// Seconds since the start of the window (`t0`), as ` at 12.0 s` (a no-break space before
+/// the unit, so that wrapping keeps them together); nothing without a start.
+fn at(t0: Option<f64>, t: f64) -> String {
+    match t0 {
+        Some(t0) if t > 0.0 && t0 > 0.0 => format!(" at {:.1}\u{a0}s", t - t0),
+        _ => String::new(),
+    }
+}
+
+/// Why it was read (`chosen`), when, and whether it had exited, for a head line.
+fn why_and_when(
+    chosen: &str,
+    read: f64,
+    exited: bool,
+    exited_at: Option<f64>,
+    t0: Option<f64>,
+) -> String {
+    let mut s = String::new();
+    if !chosen.is_empty() {
+        let _ = write!(s, " — {}", escape(chosen));
+    }
+    let when = at(t0, read);
+    match (exited, exited_at) {
+        (true, Some(x)) => {
+            let _ = write!(s, ", read{when} (it exited{}: its last read)", by(t0, x));
+        }
+        (true, None) if !chosen.is_empty() && !when.is_empty() => {
+            let _ = write!(s, ", read{when} (it exited since: its last read)");
+        }
+        (true, None) => s.push_str(", exited: its last read"),
+        (false, _) if !chosen.is_empty() && !when.is_empty() => {
+            let _ = write!(s, ", read{when}");
+        }
+        _ => {}
+    }
+    s
+}
+
+/// ` by 12.4 s` (or nothing without a start).
+fn by(t0: Option<f64>, t: f64) -> String {
+    at(t0, t).replacen(" at ", " by ", 1)
+}
+
+fn task_text(out: &mut String, t: &BusyTask, t0: Option<f64>) {
     let head = format!(
         "task {} {} (process {}){}",
         t.task.pid,
         escape(&t.comm),
         t.task.tgid,
-        if t.exited {
-            ", exited: its last read"
-        } else {
-            ""
-        }
+        why_and_when(&t.chosen, t.read_unix_s, t.exited, None, t0)
     );
     match &t.task.sched {
         Item::Present(m) => {
@@ -247,16 +302,12 @@ fn task_text(out: &mut String, t: &BusyTask) {
     }
 }
 
-fn process_text(out: &mut String, p: &BusyProcess) {
+fn process_text(out: &mut String, p: &BusyProcess, t0: Option<f64>) {
     let head = format!(
         "process {} {}{}",
         p.process.tgid,
         escape(&p.comm),
-        if p.exited {
-            ", exited: its last read"
-        } else {
-            ""
-        }
+        why_and_when(&p.chosen, p.read_unix_s, p.exited, p.exited_unix_s, t0)
     );
     let mut items = Vec::new();
     match &p.process.numa_maps {
@@ -323,7 +374,10 @@ pub fn context_text(start: Option<&State>, end: Option<&State>) -> String {
     s.push_str(&system_text(
         &first.system,
         end.filter(|_| start.is_some()).map(|e| &e.system),
+        &first.tunables_source,
     ));
+    // Times are counted from the start state's read (right after the first snapshot).
+    let t0 = start.map(|s| s.unix_s);
     for st in [start, end].into_iter().flatten() {
         s.push_str(&wrap_words(
             "",
@@ -338,10 +392,10 @@ pub fn context_text(start: Option<&State>, end: Option<&State>) -> String {
             let _ = writeln!(s, "  none");
         }
         for t in &st.busiest {
-            task_text(&mut s, t);
+            task_text(&mut s, t, t0);
         }
         for p in &st.processes {
-            process_text(&mut s, p);
+            process_text(&mut s, p, t0);
         }
     }
     s
@@ -359,6 +413,66 @@ mod tests {
         assert!(t.starts_with("  - word"));
         assert!(t.lines().nth(1).unwrap().starts_with("    word"));
         assert_eq!(wrap_words("a: ", "   ", "b"), "a: b\n");
+    }
+
+    /// The recorded command at both ends, each read with when it was read; the tunables with
+    /// where they were read.
+    #[test]
+    fn shows_the_command_with_when_it_was_read() {
+        use crate::capture::state::{CHOSEN_COMMAND, SubjectRead};
+        let maps = |kib: u64| NumaMaps {
+            vmas: 40,
+            kib_by_node: [("node0".to_owned(), kib)].into(),
+            anon_kib_by_node: [("node0".to_owned(), kib / 2)].into(),
+            policies: [("default".to_owned(), 40)].into(),
+            truncated: false,
+        };
+        let read = |t: f64, kib: u64| {
+            let mut r = SubjectRead::missing(4242, CHOSEN_COMMAND, "x", t);
+            r.process.comm = "workload".into();
+            r.task.comm = "workload".into();
+            r.process.process.numa_maps = Item::Present(maps(kib));
+            r
+        };
+        let mut a = State {
+            phase: "start".into(),
+            unix_s: 1000.0,
+            busiest_note: "the recorded command".into(),
+            tunables_source: crate::kernel::tunables::FROM_PRIVATE_DEBUGFS.into(),
+            ..State::default()
+        };
+        a.system.tunables = Item::Present([("scan_delay_ms".to_owned(), "1000".to_owned())].into());
+        a.put_subject(read(1000.01, 2760), None);
+        let mut b = State {
+            phase: "end".into(),
+            unix_s: 1012.5,
+            ..a.clone()
+        };
+        b.busiest.clear();
+        b.processes.clear();
+        b.put_subject(read(1012.0, 35_888), Some(1012.4));
+        let text = context_text(Some(&a), Some(&b));
+        assert!(text.lines().all(|l| l.chars().count() <= WIDTH), "{text}");
+        // Wrapped lines joined again.
+        let t = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+        assert!(
+            t.contains("tunables sched/numa_balancing (from debugfs, mounted privately"),
+            "{t}"
+        );
+        assert!(t.contains("scan_delay_ms=1000"), "{t}");
+        assert!(
+            t.contains("process 4242 workload — the recorded command, read at 0.0\u{a0}s:"),
+            "{t}"
+        );
+        assert!(t.contains("node0 2760 KiB (anon 1380 KiB)"), "{t}");
+        assert!(
+            t.contains("read at 12.0\u{a0}s (it exited by 12.4\u{a0}s: its last read)"),
+            "{t}"
+        );
+        assert!(t.contains("node0 35888 KiB"), "{t}");
+        // Without a start state there is no time to count from: no times.
+        let t = context_text(None, Some(&b));
+        assert!(!t.contains(" s:"), "{t}");
     }
 
     #[test]

@@ -54,6 +54,17 @@ pub fn run(args: &LabArgs) -> Result<i32> {
             numatrace_lab::arch::Arch::host()
         );
     }
+    // `record --html FILE` is the lab's, not the guest's: the page of the captures (an A/B of
+    // the first two) is written here after the guests ran; a FILE that exists is refused now.
+    let (command, html) = take_html(&args.command)?;
+    if let Some(h) = &html
+        && fs::symlink_metadata(h).is_ok()
+    {
+        bail!(
+            "--html {}: the file exists (lab never overwrites; choose another name)",
+            Escaped(&h.display().to_string())
+        );
+    }
     home_of_the_user();
     let specs: Vec<(String, KernelSpec)> = args
         .kernels
@@ -119,7 +130,7 @@ pub fn run(args: &LabArgs) -> Result<i32> {
             .iter()
             .filter_map(|p| Some((p.release.clone()?, p.config.clone()?)))
             .collect();
-        let packed = pack::pack(&guest_args(&args.command, args.json), &configs, &initrd)?;
+        let packed = pack::pack(&guest_args(&command, args.json), &configs, &initrd)?;
         if !packed.workload {
             eprintln!(
                 "numatrace lab: no numatrace-workload beside numatrace: check's reproducers and \
@@ -177,17 +188,14 @@ pub fn run(args: &LabArgs) -> Result<i32> {
         );
     } else {
         for r in &results {
-            print!(
-                "{}",
-                show::image_text(r, subcommand, has_json(&args.command))
-            );
+            print!("{}", show::image_text(r, subcommand, has_json(&command)));
             println!();
         }
         if results.len() > 1 {
             print!("{}", show::table(&results, subcommand));
         }
         if subcommand == "record" {
-            diff_first_two(&results)?;
+            diff_first_two(&results, html.as_deref())?;
         }
     }
     Ok(if results.iter().all(ImageResult::ok) {
@@ -195,6 +203,36 @@ pub fn run(args: &LabArgs) -> Result<i32> {
     } else {
         1
     })
+}
+
+/// Splits `--html FILE` (or `--html=FILE`) off a record command, before any `--`.
+fn take_html(command: &[String]) -> Result<(Vec<String>, Option<PathBuf>)> {
+    let mut out = Vec::with_capacity(command.len());
+    let mut html = None;
+    let mut it = command.iter();
+    while let Some(a) = it.next() {
+        if a == "--" {
+            out.push(a.clone());
+            out.extend(it.by_ref().cloned());
+            break;
+        }
+        if a == "--html" || a.starts_with("--html=") {
+            if command.first().map(String::as_str) != Some("record") {
+                bail!("--html is for `lab … -- record`: the page of its captures");
+            }
+            let v = match a.strip_prefix("--html=") {
+                Some(v) => v.to_owned(),
+                None => it
+                    .next()
+                    .cloned()
+                    .context("--html needs a FILE (the page to write)")?,
+            };
+            html = Some(PathBuf::from(v));
+            continue;
+        }
+        out.push(a.clone());
+    }
+    Ok((out, html))
 }
 
 fn has_json(command: &[String]) -> bool {
@@ -599,12 +637,27 @@ fn boot_image(
     Ok(r)
 }
 
-/// For record with two or more captures: `report --diff` of the first two, as `report` prints it.
-fn diff_first_two(results: &[ImageResult]) -> Result<()> {
+/// For record with two or more captures: `report --diff` of the first two, as `report` prints
+/// it; with `--html FILE`, their A/B page (of one capture: its page).
+fn diff_first_two(results: &[ImageResult], html: Option<&Path>) -> Result<()> {
     let captures: Vec<&String> = results
         .iter()
         .filter_map(|r| r.files.iter().find(|f| f.ends_with(".ntrace")))
         .collect();
+    let exe = std::env::current_exe()?;
+    if let Some(page) = html {
+        let mut c = std::process::Command::new(&exe);
+        c.arg("report");
+        match captures.as_slice() {
+            [] => bail!("--html: no guest wrote a capture, so there is no page to draw"),
+            [one] => c.arg(one),
+            [a, b, ..] => c.args(["--diff", a, b]),
+        };
+        let status = c.arg("--html").arg(page).status()?;
+        if !status.success() {
+            eprintln!("numatrace lab: report --html: {status}");
+        }
+    }
     if captures.len() < 2 {
         return Ok(());
     }
@@ -613,7 +666,6 @@ fn diff_first_two(results: &[ImageResult]) -> Result<()> {
         Escaped(captures[0]),
         Escaped(captures[1])
     );
-    let exe = std::env::current_exe()?;
     let status = std::process::Command::new(exe)
         .args(["report", "--diff", captures[0], captures[1]])
         .status()?;
@@ -626,6 +678,23 @@ fn diff_first_two(results: &[ImageResult]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn record_html_is_the_labs_not_the_guests() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (c, h) = take_html(&v(&[
+            "record", "--html", "ab.html", "-d", "5s", "--", "x", "--html", "y",
+        ]))
+        .unwrap();
+        assert_eq!(c, v(&["record", "-d", "5s", "--", "x", "--html", "y"]));
+        assert_eq!(h, Some(PathBuf::from("ab.html")));
+        let (c, h) = take_html(&v(&["record", "--html=p.html"])).unwrap();
+        assert_eq!((c, h), (v(&["record"]), Some(PathBuf::from("p.html"))));
+        assert!(take_html(&v(&["check", "--html", "x"])).is_err());
+        assert!(take_html(&v(&["record", "--html"])).is_err());
+        let (c, h) = take_html(&v(&["stat", "--", "w", "--html", "x"])).unwrap();
+        assert_eq!((c.len(), h), (5, None));
+    }
 
     #[test]
     fn guest_arguments() {

@@ -82,6 +82,8 @@ pub struct App {
     pub paused: bool,
     /// Detail of the selected task or process (key).
     pub detail: Option<u64>,
+    /// The activity window, seconds: a row active within it stays listed (`w` cycles it).
+    pub window_s: u64,
     pub quit: bool,
 }
 
@@ -98,6 +100,7 @@ impl Default for App {
             filter: String::new(),
             paused: false,
             detail: None,
+            window_s: super::history::DEFAULT_WINDOW_S,
             quit: false,
         }
     }
@@ -242,6 +245,7 @@ impl App {
                 Key::Char('s') => self.mode = Mode::Sort,
                 Key::Char('/') | Key::Char('f') => self.mode = Mode::Filter(self.filter.clone()),
                 Key::Char('p') => self.paused = !self.paused,
+                Key::Char('w') => self.window_s = super::history::next_window(self.window_s),
                 Key::Char('t') => self.switch(View::Tasks),
                 Key::Char('P') => self.switch(View::Processes),
                 Key::Char('c') => self.switch(View::Cgroups),
@@ -270,6 +274,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("1-5", "sort by SCAN%, HINT/s, MIGR/s, SKIP/s, PID"),
     ("/ or f", "filter rows by text (Enter applies, Esc cancels)"),
     ("p", "pause the screen (counting goes on)"),
+    ("w", "activity window 5/10/30/60 s (rows active stay)"),
     ("t P c n", "tasks, processes, cgroups, nodes"),
     ("i", "hooks this kernel lacks, and why"),
     ("? h", "this help"),
@@ -286,6 +291,7 @@ mod tests {
                 key: k + 100,
                 cells: vec![format!("task{k}")],
                 sort: vec![k as f64],
+                ..Row::default()
             })
             .collect()
     }
@@ -344,6 +350,11 @@ mod tests {
         assert_eq!(a.filter, "", "Esc clears the filter");
         a.key(Key::Char('p'), &r);
         assert!(a.paused);
+        assert_eq!(a.window_s, 10);
+        for want in [30, 60, 5, 10] {
+            a.key(Key::Char('w'), &r);
+            assert_eq!(a.window_s, want);
+        }
         a.key(Key::Enter, &r);
         assert_eq!(a.detail, Some(100));
         a.key(Key::Char('b'), &r);

@@ -2,7 +2,11 @@
 
 use serde::Serialize;
 
-use super::view::{self, COLUMNS, Caps, FrameView, OwnCost, SystemRates, sort_rows};
+use super::{
+    graph,
+    history::{LastActivity, SPARK_S, fmt_window},
+    view::{self, COLUMNS, Caps, FrameView, OwnCost, SystemRates, shown_columns, sort_rows},
+};
 use crate::report::{stat::StatJson, table};
 
 /// One frame of `top -b --json`: the `stat --json` fields of the interval, plus rates.
@@ -14,15 +18,57 @@ pub struct JsonFrame<'a> {
     pub own: &'a OwnCost,
     /// Which columns this kernel can supply.
     pub caps: &'a Caps,
+    /// The activity window (`--window`) and the seconds its refreshes cover so far.
+    pub window_s: u64,
+    pub window_span_s: f64,
+    /// The last activity of a traced task since top started, `ago_s` seconds before this
+    /// frame's end (null: none yet).
+    pub last_activity: Option<JsonLast<'a>>,
     /// Counts whose hook did not attach left out, as in `stat --json`.
     #[serde(flatten)]
     pub report: StatJson<'a>,
 }
 
-/// A plain-text frame: the header, then the busiest tasks (most scan time first, or where this
-/// kernel does not measure it, most hint faults or skipped VMAs).
-pub fn text_frame(header: &[String], view: &FrameView, rows: usize, sort: Option<usize>) -> String {
+#[derive(Serialize)]
+pub struct JsonLast<'a> {
+    pub ago_s: f64,
+    #[serde(flatten)]
+    pub what: &'a LastActivity,
+}
+
+impl<'a> JsonLast<'a> {
+    pub fn of(view: &'a FrameView) -> Option<Self> {
+        view.quiet.last.as_ref().map(|(ago, l)| Self {
+            ago_s: *ago,
+            what: l,
+        })
+    }
+}
+
+/// A plain-text frame: the header and the trend row, then the busiest tasks active within
+/// the window (most scan time first, or where this kernel does not measure it, most hint
+/// faults or skipped VMAs; ties by the same column over the window).
+pub fn text_frame(
+    header: &[String],
+    view: &FrameView,
+    rows: usize,
+    sort: Option<usize>,
+    balancing: Option<u32>,
+) -> String {
     let mut out = header.join("\n");
+    // The window, on the first line (the terminal view says it in the table's title).
+    if view.window_s > 0 && !header.is_empty() {
+        let first = header[0].len();
+        out.insert_str(first, &format!(", window {}", fmt_window(view.window_s)));
+    }
+    if !view.trend.is_empty() {
+        out.push('\n');
+        out.push_str(&graph::trend_line(
+            &format!("{SPARK_S}s: "),
+            &view.trend,
+            160,
+        ));
+    }
     out.push_str("\n\n");
     let mut tasks = view.tasks.clone();
     let col = sort.unwrap_or_else(|| view::busiest_column(&view.caps));
@@ -31,15 +77,22 @@ pub fn text_frame(header: &[String], view: &FrameView, rows: usize, sort: Option
         .is_some_and(|c| c.numeric() && *c != super::view::Column::Pid);
     sort_rows(&mut tasks, col, desc);
     if tasks.is_empty() {
-        out.push_str("no NUMA balancing activity in this interval\n");
+        out.push_str(&view.quiet_text(balancing));
+        out.push('\n');
     } else {
+        let shown = shown_columns(view, col);
         let mut t = vec![
-            COLUMNS
+            shown
                 .iter()
-                .map(|c| c.title().to_owned())
+                .map(|c| c.title(view.window_s))
                 .collect::<Vec<_>>(),
         ];
-        t.extend(tasks.iter().take(rows).map(|r| r.cells.clone()));
+        t.extend(
+            tasks
+                .iter()
+                .take(rows)
+                .map(|r| shown.iter().map(|c| c.cell(r)).collect()),
+        );
         out.push_str(&table(&t));
         if tasks.len() > rows {
             out.push_str(&format!("... {} more tasks\n", tasks.len() - rows));
@@ -51,6 +104,12 @@ pub fn text_frame(header: &[String], view: &FrameView, rows: usize, sort: Option
             "migrations by node: {}\n",
             view::flows_text(&view.flows)
         ));
+    }
+    if !view.window_flows.is_empty() {
+        for l in view::grid_lines(view) {
+            out.push_str(&l);
+            out.push('\n');
+        }
     }
     if let Some(line) = view::tiers_line(view) {
         out.push_str(&line);

@@ -4,6 +4,8 @@
 
 pub mod app;
 pub mod batch;
+pub mod graph;
+pub mod history;
 pub mod ui;
 pub mod view;
 
@@ -30,7 +32,8 @@ use crate::{
     text_escape::Escaped,
 };
 use app::{App, Key, View};
-use view::{FrameView, History, OwnCost};
+use history::{Recent, Sample};
+use view::{FrameView, OwnCost};
 
 /// Cost meters between two refreshes.
 struct Meter {
@@ -73,15 +76,19 @@ struct Refresh {
     delta: Snapshot,
 }
 
+/// The refresh from `prev` to `cur`, remembered in `recent` (the sparklines and the activity
+/// window).
 fn refresh(
     engine: &Engine,
     prev: &Snapshot,
     cur: &Snapshot,
     filter: &Filter,
     own: OwnCost,
+    recent: &mut Recent,
 ) -> Refresh {
     let delta = cur.delta(prev);
     let view = FrameView::build(&delta, &engine.hooks, filter, own);
+    recent.push(&delta, filter, Sample::of(&delta, filter, &view.measured));
     Refresh { view, delta }
 }
 
@@ -163,6 +170,7 @@ async fn run_batch(
     let mut prev = engine.snapshot(detail)?;
     let mut meter = Meter::now(engine, stats);
     let nodes = engine.facts.numa_nodes as usize;
+    let mut recent = Recent::new(args.window);
     let mut out = std::io::stdout().lock();
     for frame in 1..=args.iterations.unwrap_or(u64::MAX) {
         // The first frame comes soon after attach (its rates over that shorter interval, which
@@ -178,33 +186,35 @@ async fn run_batch(
         }
         let cur = engine.snapshot(detail)?;
         let m = Meter::now(engine, stats);
-        let r = refresh(engine, &prev, &cur, filter, m.since(&meter));
+        let r = refresh(engine, &prev, &cur, filter, m.since(&meter), &mut recent);
+        let v = r.view.windowed(&recent, args.window);
         let written = if args.json {
             let report = StatReport::new(
                 KernelSummary::from(&engine.facts),
-                window(args, filter, r.view.interval_s, r.delta.consistent),
+                window(args, filter, v.interval_s, r.delta.consistent),
                 engine.hooks.clone(),
                 &r.delta,
                 filter,
             );
             let f = batch::JsonFrame {
                 frame,
-                interval_s: r.view.interval_s,
-                rates: &r.view.system,
-                own: &r.view.own,
-                caps: &r.view.caps,
+                interval_s: v.interval_s,
+                rates: &v.system,
+                own: &v.own,
+                caps: &v.caps,
+                window_s: v.window_s,
+                window_span_s: v.window_span_s,
+                last_activity: batch::JsonLast::of(&v),
                 report: StatJson(&report),
             };
             writeln!(out, "{}", serde_json::to_string(&f)?)
         } else {
-            let header = r
-                .view
-                .header(&engine.facts.release, engine.facts.numa_balancing, nodes);
+            let header = v.header(&engine.facts.release, engine.facts.numa_balancing, nodes);
             let sort = args.sort.map(SortColumn::index);
             write!(
                 out,
                 "{}",
-                batch::text_frame(&header, &r.view, args.rows, sort)
+                batch::text_frame(&header, &v, args.rows, sort, engine.facts.numa_balancing)
             )
         };
         // A closed pipe (`top -b | head`) ends the run quietly.
@@ -425,11 +435,21 @@ async fn run_tui(
 ) -> Result<()> {
     let mut prev = engine.snapshot(Detail::Full)?;
     let mut meter = Meter::now(engine, stats);
-    let first = refresh(engine, &prev, &prev, filter, OwnCost::default());
-    let (mut shown, mut delta, mut full) = (first.view, first.delta, prev.clone());
-    // Per pid (tasks) and per tgid (processes): hint faults per refresh, for the sparkline.
-    let (mut history, mut proc_history) = (History::default(), History::default());
-    let mut app = App::default();
+    // The last minute (or --window), for the sparklines and the activity window.
+    let mut recent = Recent::new(args.window);
+    let first = FrameView::build(
+        &prev.delta(&prev),
+        &engine.hooks,
+        filter,
+        OwnCost::default(),
+    );
+    let mut app = App {
+        window_s: args.window,
+        ..App::default()
+    };
+    // The interval's view (`base`) and what is shown: it over the activity window.
+    let mut shown = first.clone().windowed(&recent, app.window_s);
+    let (mut base, mut delta, mut full) = (first, prev.delta(&prev), prev.clone());
     match args.sort {
         Some(col) => app.sort_busiest(col.index()),
         None => app.sort_busiest(view::busiest_column(&shown.caps)),
@@ -462,18 +482,18 @@ async fn run_tui(
     let result: Result<()> = loop {
         let rows = app.rows(&shown);
         app.reselect(&rows);
-        let (detail_lines, detail_spark) = match app.detail {
-            Some(k) => (
-                detail_lines(&app, k, &delta, &full, filter, &shown.measured),
-                match app.view {
-                    View::Processes => &proc_history,
-                    _ => &history,
-                }
-                .0
-                .get(&k)
-                .cloned()
-                .unwrap_or_default(),
-            ),
+        let (detail_lines, detail_series) = match app.detail {
+            Some(k) => {
+                let sampled = history::scan_sampled(&shown.measured);
+                let series = match app.view {
+                    View::Processes => recent.task_series(|t| u64::from(t.tgid) == k, sampled),
+                    _ => recent.task_series(|t| u64::from(t.pid) == k, sampled),
+                };
+                (
+                    detail_lines(&app, k, &delta, &full, filter, &shown.measured),
+                    series.series(&shown.measured),
+                )
+            }
             None => (Vec::new(), Vec::new()),
         };
         let ctx = ui::Context {
@@ -482,7 +502,7 @@ async fn run_tui(
             nodes,
             hooks: &engine.hooks,
             detail_lines,
-            detail_spark,
+            detail_series,
         };
         if let Err(e) = terminal.draw(|f| ui::draw(f, &app, &shown, &rows, &ctx)) {
             break Err(e.into());
@@ -497,21 +517,11 @@ async fn run_tui(
                     Err(e) => break Err(e),
                 };
                 let m = Meter::now(engine, stats);
-                let r = refresh(engine, &prev, &cur, filter, m.since(&meter));
-                let mut per_proc: std::collections::BTreeMap<u64, u64> = Default::default();
-                for t in r.delta.tasks.iter().filter(|t| !t.exited) {
-                    history.push(u64::from(t.pid), t.counts.hint_faults.faults);
-                    *per_proc.entry(u64::from(t.tgid)).or_default() += t.counts.hint_faults.faults;
-                }
-                for (tgid, n) in per_proc {
-                    proc_history.push(tgid, n);
-                }
-                // Forget tasks gone for a whole sparkline's length.
-                history.retain_recent();
-                proc_history.retain_recent();
+                let r = refresh(engine, &prev, &cur, filter, m.since(&meter), &mut recent);
                 // Paused: counting and snapshots go on; the screen keeps the last frame.
                 if !app.paused {
-                    shown = r.view;
+                    base = r.view;
+                    shown = base.clone().windowed(&recent, app.window_s);
                     delta = r.delta;
                     if cur.detail {
                         full = cur.clone();
@@ -522,7 +532,14 @@ async fn run_tui(
             }
             k = keys.recv() => {
                 match k {
-                    Some(k) => app.key(k, &rows),
+                    Some(k) => {
+                        let window = app.window_s;
+                        app.key(k, &rows);
+                        // `w`: the rows of the new window at once (paused: at resume).
+                        if app.window_s != window && !app.paused {
+                            shown = base.clone().windowed(&recent, app.window_s);
+                        }
+                    }
                     None => app.quit = true,
                 }
             }

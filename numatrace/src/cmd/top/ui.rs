@@ -6,16 +6,16 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::{Line, Span},
-    widgets::{
-        Block, Borders, Cell, Clear, Paragraph, Row as TRow, Sparkline, Table, TableState, Wrap,
-    },
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TRow, Table, TableState, Wrap},
 };
 
 use super::{
     app::{App, HELP, Mode, View},
-    view::{COLUMNS, FrameView, Row},
+    graph::{Series, trend_line},
+    history::{SPARK_S, fmt_window},
+    view::{FrameView, Row, Shown, shown_columns},
 };
-use crate::{bpf::loader::HookReport, report::measured::Feed, text_escape::Escaped};
+use crate::{bpf::loader::HookReport, text_escape::Escaped};
 
 /// What the frame shows besides the view: the kernel line and, in detail, the row's lines.
 pub struct Context<'a> {
@@ -24,34 +24,36 @@ pub struct Context<'a> {
     pub nodes: usize,
     pub hooks: &'a [HookReport],
     pub detail_lines: Vec<String>,
-    pub detail_spark: Vec<u64>,
+    /// The detail's sparklines (hint faults/s, pages migrated/s, scan share).
+    pub detail_series: Vec<Series>,
 }
 
 pub fn draw(f: &mut Frame, app: &App, view: &FrameView, rows: &[Row], ctx: &Context) {
     let [head, body, foot] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(4),
         Constraint::Min(3),
         Constraint::Length(1),
     ])
     .areas(f.area());
     draw_header(f, head, view, ctx);
     if app.detail.is_some() {
-        draw_detail(f, body, app, view, ctx);
+        draw_detail(f, body, app, ctx);
     } else if app.view == View::Nodes {
         // The node-to-node migrations under the per-node table.
         // and, with memory tiers, each tier's promotions and demotions.
-        let tiers = super::view::tiers_line(view);
+        // and the node matrix over the activity window as a shaded grid.
+        let mut lines = vec![Line::from(super::view::flows_line(view))];
+        lines.extend(super::view::grid_lines(view).into_iter().map(Line::from));
+        lines.extend(super::view::tiers_line(view).map(Line::from));
         let [table, flows] = Layout::vertical([
             Constraint::Min(3),
-            Constraint::Length(if tiers.is_some() { 3 } else { 2 }),
+            Constraint::Length(lines.len() as u16 + 1),
         ])
         .areas(body);
-        draw_table(f, table, app, rows, view.interval_s == 0.0);
-        let mut lines = vec![Line::from(super::view::flows_line(view))];
-        lines.extend(tiers.map(Line::from));
+        draw_table(f, table, app, view, rows, ctx);
         f.render_widget(Paragraph::new(lines), flows);
     } else {
-        draw_table(f, body, app, rows, view.interval_s == 0.0);
+        draw_table(f, body, app, view, rows, ctx);
     }
     draw_footer(f, foot, app, rows.len());
     match &app.mode {
@@ -71,14 +73,22 @@ fn draw_header(f: &mut Frame, area: Rect, view: &FrameView, ctx: &Context) {
         Style::default()
     };
     out.push(Line::from(Span::styled(lines[2].clone(), style)));
+    // The last minute as sparklines, readable without colour.
+    if !view.trend.is_empty() {
+        out.push(Line::from(trend_line(
+            &format!("{SPARK_S}s: "),
+            &view.trend,
+            area.width as usize,
+        )));
+    }
     f.render_widget(Paragraph::new(out), area);
 }
 
-fn widths(app: &App) -> Vec<Constraint> {
+fn widths(app: &App, shown: &[Shown], window_s: u64) -> Vec<Constraint> {
     match app.view {
-        View::Tasks | View::Processes => COLUMNS
+        View::Tasks | View::Processes => shown
             .iter()
-            .map(|c| Constraint::Length(c.width()))
+            .map(|c| Constraint::Length(c.width(window_s)))
             .collect(),
         View::Cgroups => std::iter::once(Constraint::Length(28))
             .chain(std::iter::repeat_n(Constraint::Length(7), 7))
@@ -114,26 +124,59 @@ fn fitting(widths: &[Constraint], width: u16) -> usize {
     n.max(1)
 }
 
-fn draw_table(f: &mut Frame, area: Rect, app: &App, rows: &[Row], collecting: bool) {
-    let all = widths(app);
+fn draw_table(f: &mut Frame, area: Rect, app: &App, view: &FrameView, rows: &[Row], ctx: &Context) {
+    // The task tables: PID, COMM, LAST and the window column, then the rest; the others as
+    // they are.
+    let task_table = matches!(app.view, View::Tasks | View::Processes);
+    let shown = if task_table {
+        shown_columns(view, app.sort_col)
+    } else {
+        Vec::new()
+    };
+    let all = widths(app, &shown, view.window_s);
     let n = fitting(&all, area.width);
-    let cols: Vec<&str> = app.view.columns().into_iter().take(n).collect();
-    let header = TRow::new(cols.iter().enumerate().map(|(i, c)| {
-        let mut s = (*c).to_owned();
-        if i == app.sort_col {
+    let cols: Vec<(String, bool)> = if task_table {
+        shown
+            .iter()
+            .map(|c| (c.title(view.window_s), *c == Shown::Col(app.sort_col)))
+            .collect()
+    } else {
+        app.view
+            .columns()
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| (c.to_owned(), i == app.sort_col))
+            .collect()
+    };
+    let header = TRow::new(cols.into_iter().take(n).map(|(c, sorted)| {
+        let mut s = c;
+        if sorted {
             s.push(if app.sort_desc { '▼' } else { '▲' });
         }
-        let style = if i == app.sort_col && app.mode == Mode::Sort {
+        let style = if sorted && app.mode == Mode::Sort {
             Style::default().add_modifier(Modifier::REVERSED)
         } else {
             Style::default().add_modifier(Modifier::BOLD)
         };
         Cell::from(s).style(style)
     }));
-    let body = rows
-        .iter()
-        .map(|r| TRow::new(r.cells.iter().take(n).map(|c| Cell::from(c.clone()))));
-    let title = format!(" {} ({}) ", app.view.title(), rows.len());
+    let body = rows.iter().map(|r| {
+        if task_table {
+            TRow::new(shown.iter().take(n).map(|c| Cell::from(c.cell(r))))
+        } else {
+            TRow::new(r.cells.iter().take(n).map(|c| Cell::from(c.clone())))
+        }
+    });
+    let title = if view.window_s > 0 && app.view != View::Nodes {
+        format!(
+            " {} ({}, active within {}) ",
+            app.view.title(),
+            rows.len(),
+            fmt_window(view.window_s)
+        )
+    } else {
+        format!(" {} ({}) ", app.view.title(), rows.len())
+    };
     let table = Table::new(body, all.into_iter().take(n))
         .header(header)
         .block(Block::default().borders(Borders::TOP).title(title))
@@ -149,16 +192,27 @@ fn draw_table(f: &mut Frame, area: Rect, app: &App, rows: &[Row], collecting: bo
             height: area.height.saturating_sub(2),
             ..area
         };
-        let text = if collecting {
-            "collecting the first interval..."
+        let unfiltered = match app.view {
+            View::Tasks => view.tasks.len(),
+            View::Processes => view.processes.len(),
+            View::Cgroups => view.cgroups.len(),
+            View::Nodes => view.nodes.len(),
+        };
+        let text = if view.interval_s == 0.0 {
+            "collecting the first interval...".to_owned()
+        } else if unfiltered > 0 {
+            format!(
+                "no row matches the filter {} (Esc clears it)",
+                Escaped(&app.filter)
+            )
         } else {
-            "no NUMA balancing activity in this interval (is kernel.numa_balancing on?)"
+            view.quiet_text(ctx.balancing)
         };
         f.render_widget(Paragraph::new(text), inner);
     }
 }
 
-fn draw_detail(f: &mut Frame, area: Rect, app: &App, view: &FrameView, ctx: &Context) {
+fn draw_detail(f: &mut Frame, area: Rect, app: &App, ctx: &Context) {
     let [text, spark] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
     let lines: Vec<Line> = ctx
         .detail_lines
@@ -176,21 +230,18 @@ fn draw_detail(f: &mut Frame, area: Rect, app: &App, view: &FrameView, ctx: &Con
             ))),
         text,
     );
-    // Without task_numa_fault the line would be flat at a 0 never counted: only the title.
-    let m = &view.measured;
-    let title = match m.why(Feed::HintFaults) {
-        None => " hint faults per refresh ".to_owned(),
-        Some(why) => format!(" hint faults per refresh: not measured: {why} "),
-    };
-    let data: &[u64] = if m.is(Feed::HintFaults) {
-        &ctx.detail_spark
-    } else {
-        &[]
-    };
+    // What this kernel does not measure says so, never a flat line of zeros never counted.
+    let lines: Vec<Line> = ctx
+        .detail_series
+        .iter()
+        .map(|s| Line::from(s.line(spark.width as usize)))
+        .collect();
     f.render_widget(
-        Sparkline::default()
-            .block(Block::default().borders(Borders::TOP).title(title))
-            .data(data),
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::TOP)
+                .title(format!(" last {SPARK_S} s, a bar per refresh ")),
+        ),
         spark,
     );
 }
@@ -200,8 +251,10 @@ fn draw_footer(f: &mut Frame, area: Rect, app: &App, nrows: usize) {
         Mode::Filter(t) => format!("filter: {}_  (Enter apply, Esc cancel)", Escaped(t)),
         Mode::Sort => "sort: ← → column, ↑ ↓ direction, Enter done".to_owned(),
         _ => {
-            let mut s =
-                "q quit  ? help  t/P/c/n views  s sort  / filter  p pause  i hooks".to_owned();
+            let mut s = format!(
+                "q quit  ? help  t/P/c/n views  s sort  / filter  p pause  i hooks  w window {}",
+                fmt_window(app.window_s)
+            );
             if !app.filter.is_empty() {
                 s.push_str(&format!(
                     "  [filter: {}] {nrows} rows",
@@ -292,6 +345,7 @@ mod tests {
     use crate::{
         cmd::top::{
             app::{Key, View},
+            history::{Recent, Sample},
             view::OwnCost,
         },
         engine::Snapshot,
@@ -383,6 +437,7 @@ mod tests {
             node_faults[1] = 500 * k;
             let mut pages = vec![0; (n + 1) * n];
             pages[n] = 1400 * k; // 1 -> 0
+            pages[1] = 300 * k; // 0 -> 1
             let mut s = Snapshot {
                 mono_ns,
                 consistent: true,
@@ -427,18 +482,45 @@ mod tests {
         snap(2_000_000_000, 2).delta(&snap(1_000_000_000, 1))
     }
 
-    fn render(app: &App, full: bool, w: u16, h: u16) -> String {
-        let hooks = hooks(full);
-        let view = FrameView::build(
+    /// What `top` remembers after three refreshes: a third task, worker-c, busy 3 s before
+    /// and quiet since (it stays listed for the 10 s window), then `delta()` twice.
+    fn recent(full: bool) -> Recent {
+        let m = crate::report::measured::Measured::from_hooks(&hooks(full));
+        let f = Filter::default();
+        let mut r = Recent::new(10);
+        let d = delta();
+        let mut early = d.clone();
+        early.mono_ns -= 2_000_000_000;
+        early.tasks.retain(|t| t.pid == 101);
+        early.tasks[0].pid = 103;
+        early.tasks[0].comm = "worker-c".into();
+        let mut before = d.clone();
+        before.mono_ns -= 1_000_000_000;
+        for x in [&early, &before, &d] {
+            r.push(x, &f, Sample::of(x, &f, &m));
+        }
+        r
+    }
+
+    fn view(full: bool) -> (FrameView, Recent) {
+        let r = recent(full);
+        let v = FrameView::build(
             &delta(),
-            &hooks,
+            &hooks(full),
             &Filter::default(),
             OwnCost {
                 cpu_pct: Some(0.4),
                 bpf_pct: Some(0.02),
                 bpf_runs: Some(5000),
             },
-        );
+        )
+        .windowed(&r, 10);
+        (v, r)
+    }
+
+    fn render(app: &App, full: bool, w: u16, h: u16) -> String {
+        let hooks = hooks(full);
+        let (view, recent) = view(full);
         let rows = app.rows(&view);
         let ctx = Context {
             kernel: "6.12.117+deb12-cloud-amd64",
@@ -446,7 +528,12 @@ mod tests {
             nodes: 2,
             hooks: &hooks,
             detail_lines: vec!["task 101 (worker-a) of process 100".into()],
-            detail_spark: vec![1, 5, 3, 8],
+            detail_series: recent
+                .task_series(
+                    |t| t.pid == 101,
+                    crate::cmd::top::history::scan_sampled(&view.measured),
+                )
+                .series(&view.measured),
         };
         let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
         term.draw(|f| draw(f, app, &view, &rows, &ctx)).unwrap();
@@ -513,27 +600,30 @@ mod tests {
         let t = render(&app, false, 200, 50);
         let row = t.lines().find(|l| l.contains("worker-b")).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
-        // PID COMM SCAN% PTE/s HINT/s LOCAL% MIGR/s SKIP/s NODE ...
+        // PID COMM LAST SCAN%@10s SCAN% PTE/s HINT/s LOCAL% MIGR/s SKIP/s NODE ...
         assert_eq!(cells[1], "worker-b", "{row}");
-        assert_eq!(cells[2], "-", "{row}");
-        assert_eq!(cells[3], "-", "{row}");
+        assert_eq!(cells[2], "now", "{row}");
+        assert_eq!(cells[3], "-", "no CPU samples in the window: {row}");
         assert_eq!(cells[4], "-", "{row}");
+        assert_eq!(cells[5], "-", "{row}");
+        assert_eq!(cells[6], "-", "{row}");
         let full = render(&app, true, 200, 50);
         let row = full.lines().find(|l| l.contains("worker-b")).unwrap();
         assert!(row.contains("2000"), "hint faults/s of worker-b: {row}");
-        // The detail's sparkline: no flat line of hint faults never counted.
+        // The detail's sparklines: no flat line of hint faults never counted.
         let mut app = App::default();
         let selected = Row {
             key: 101,
-            cells: vec![],
-            sort: vec![],
+            ..Row::default()
         };
         app.key(Key::Enter, &[selected]);
         let t = render(&app, false, 120, 30);
         assert!(
-            t.contains("hint faults per refresh: not measured: task_numa_fault not attached"),
+            t.contains("hint/s: not measured: task_numa_fault not attached"),
             "{t}"
         );
+        // worker-a's first refresh had nothing of it.
+        assert!(t.contains("migr/s [ ██] max 700"), "{t}");
         // The nodes view's migrations: pages task_numa_fault counts.
         let mut app = App::default();
         app.key(Key::Char('n'), &[]);
@@ -551,13 +641,13 @@ mod tests {
             Key::Enter,
             &[Row {
                 key: 101,
-                cells: vec![],
-                sort: vec![],
+                ..Row::default()
             }],
         );
         let t = render(&app, true, 80, 24);
         assert!(t.contains("task 101 (worker-a)"), "{t}");
-        assert!(t.contains("hint faults per refresh"), "{t}");
+        assert!(t.contains("last 60 s, a bar per refresh"), "{t}");
+        assert!(t.contains("hint/s [ ██] max 1000"), "{t}");
         let mut app = App::default();
         app.key(Key::Char('?'), &[]);
         assert!(render(&app, true, 80, 24).contains("q / Ctrl-C"));
@@ -584,13 +674,26 @@ mod tests {
             reasons: vec![format!("refused: {EVIL}")],
             ..hook(&format!("x{EVIL}"), false)
         });
-        let view = FrameView::build(&delta, &hooks, &Filter::default(), OwnCost::default());
+        // The last activity names a task too: the quiet table's sentence.
+        let mut recent = Recent::new(10);
+        let f = Filter::default();
+        let m = crate::report::measured::Measured::from_hooks(&hooks);
+        recent.push(&delta, &f, Sample::of(&delta, &f, &m));
+        let view = FrameView::build(&delta, &hooks, &f, OwnCost::default()).windowed(&recent, 10);
         let raw = |t: &str| {
             t.chars()
                 .find(|&c| c != '\n' && c != '\\' && crate::text_escape::needs_escape(c))
         };
+        let mut quiet = view.clone();
+        quiet.tasks.clear();
+        let text = crate::cmd::top::batch::text_frame(&[], &quiet, 20, None, Some(1));
+        assert!(
+            text.contains(&format!("(last: hint faults by 102 w{SHOWN})")),
+            "{text}"
+        );
+        assert_eq!(raw(&text), None, "{text:?}");
         let header = view.header(&format!("6.18{EVIL}"), Some(1), 2);
-        let batch = crate::cmd::top::batch::text_frame(&header, &view, 20, None);
+        let batch = crate::cmd::top::batch::text_frame(&header, &view, 20, None, Some(1));
         assert_eq!(raw(&batch), None, "{batch:?}");
         assert!(batch.contains(&format!("kernel 6.18{SHOWN},")), "{batch}");
         assert!(batch.contains(&format!(" w{SHOWN} ")), "{batch}");
@@ -604,7 +707,7 @@ mod tests {
             nodes: 2,
             hooks,
             detail_lines: vec![],
-            detail_spark: vec![],
+            detail_series: vec![],
         };
         let screen = |app: &App| {
             let rows = app.rows(&view);

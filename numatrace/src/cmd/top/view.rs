@@ -6,10 +6,14 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::{
+    graph::{Series, fmt_rate},
+    history::{LastActivity, Recent, fmt_window},
+};
 use crate::{
     bpf::loader::HookReport,
     engine::Snapshot,
-    model::{Counts, Filter, TaskRecord, log2_buckets, quantile},
+    model::{CgroupRecord, Counts, Filter, ProcessRecord, TaskRecord, log2_buckets, quantile},
     report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
     text_escape::{Escaped, escape},
@@ -317,25 +321,25 @@ impl Column {
 }
 
 /// One table row: a key to find it again, cells as shown, and numbers to sort by.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Row {
     /// pid (tasks), tgid (processes), cgroup id (cgroups) or node.
     pub key: u64,
     pub cells: Vec<String>,
     #[serde(skip)]
     pub sort: Vec<f64>,
+    /// The same cells and sort keys over the activity window (empty: not windowed).
+    #[serde(skip)]
+    pub window_cells: Vec<String>,
+    #[serde(skip)]
+    pub window_sort: Vec<f64>,
+    /// Seconds since its last activity (0: in this interval; `None`: not windowed).
+    #[serde(skip)]
+    pub idle_s: Option<f64>,
 }
 
 fn rate(n: u64, secs: f64) -> f64 {
     if secs > 0.0 { n as f64 / secs } else { 0.0 }
-}
-
-fn fmt_rate(v: f64) -> String {
-    match v {
-        v if v >= 100_000.0 => format!("{:.0}k", v / 1000.0),
-        v if v >= 100.0 => format!("{v:.0}"),
-        v => format!("{v:.1}"),
-    }
 }
 
 fn pct(n: u64, d: u64) -> Option<f64> {
@@ -397,6 +401,104 @@ fn node_cell(t: &TaskRecord) -> String {
     format!("{}>{}", n(t.preferred_node), n(t.last_node))
 }
 
+fn task_row(t: &TaskRecord, m: &Measured, secs: f64) -> Row {
+    let (cells, sort) = counts_row(
+        &t.counts,
+        m,
+        secs,
+        t.pid.to_string(),
+        escape(&t.comm).into_owned(),
+        node_cell(t),
+        short_cgroup(t.cgroup.as_deref()),
+    );
+    Row {
+        key: u64::from(t.pid),
+        cells,
+        sort,
+        ..Row::default()
+    }
+}
+
+fn process_row(p: &ProcessRecord, m: &Measured, secs: f64) -> Row {
+    let (cells, sort) = counts_row(
+        &p.counts,
+        m,
+        secs,
+        p.tgid.to_string(),
+        format!("{} ({})", Escaped(&p.comm), p.threads),
+        "-".into(),
+        String::new(),
+    );
+    Row {
+        key: u64::from(p.tgid),
+        cells,
+        sort,
+        ..Row::default()
+    }
+}
+
+fn cgroup_row(c: &CgroupRecord, m: &Measured, secs: f64) -> Row {
+    let (cells, sort) = counts_row(
+        &c.counts,
+        m,
+        secs,
+        c.tasks.to_string(),
+        c.path
+            .as_deref()
+            .map_or_else(|| format!("id {}", c.id), |p| escape(p).into_owned()),
+        String::new(),
+        String::new(),
+    );
+    // CGROUP, TASKS, SCAN%, PTE/s, HINT/s, LOCAL%, MIGR/s, SKIP/s
+    let pick = [1, 0, 2, 3, 4, 5, 6, 7];
+    Row {
+        key: c.id,
+        cells: pick.iter().map(|&i| cells[i].clone()).collect(),
+        sort: pick.iter().map(|&i| sort[i]).collect(),
+        ..Row::default()
+    }
+}
+
+/// Rows of one view over the activity window: a row for each record active in it (`window`),
+/// with this interval's cells where it was active in the interval (`interval`) and those of
+/// `quiet` (nothing counted) where not, and its cells over the window (`over`) beside them;
+/// `idle` says how long ago it was last active.
+fn merge_window<T>(
+    interval: Vec<Row>,
+    window: &[T],
+    over: impl Fn(&T) -> Row,
+    quiet: impl Fn(&T) -> Row,
+    idle: impl Fn(&T) -> f64,
+) -> Vec<Row> {
+    let mut now: BTreeMap<u64, Row> = interval.into_iter().map(|r| (r.key, r)).collect();
+    let mut out: Vec<Row> = window
+        .iter()
+        .map(|w| {
+            let o = over(w);
+            let mut row = now.remove(&o.key).unwrap_or_else(|| quiet(w));
+            row.window_cells = o.cells;
+            row.window_sort = o.sort;
+            row.idle_s = Some(idle(w));
+            row
+        })
+        .collect();
+    // Active in the interval but not in the window's record (not expected): as they are.
+    out.extend(now.into_values().map(|mut r| {
+        r.window_cells = r.cells.clone();
+        r.window_sort = r.sort.clone();
+        r.idle_s = Some(0.0);
+        r
+    }));
+    out
+}
+
+/// `r` with nothing counted.
+fn quiet<T: Clone>(r: &T, counts: impl Fn(&mut T) -> &mut Counts) -> T {
+    let mut r = r.clone();
+    *counts(&mut r) = Counts::default();
+    r
+}
+
 /// The system line of the header: rates from the kernel's own /proc/vmstat.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SystemRates {
@@ -450,6 +552,28 @@ pub struct FrameView {
     /// migrate_misplaced latency percentiles over the interval (log2 buckets: upper bounds).
     pub latency_p50_ns: Option<u64>,
     pub latency_p99_ns: Option<u64>,
+    /// The activity window in seconds (0: not windowed, the rows are the interval's) and the
+    /// seconds its refreshes cover so far.
+    pub window_s: u64,
+    pub window_span_s: f64,
+    /// Node-to-node migrations over the window.
+    #[serde(skip)]
+    pub window_flows: Vec<NodeFlow>,
+    /// The header's sparklines over the last minute.
+    #[serde(skip)]
+    pub trend: Vec<Series>,
+    /// What an empty table says.
+    #[serde(skip)]
+    pub quiet: Quiet,
+}
+
+/// When anything last moved, for a table with no row active in the window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quiet {
+    /// Seconds ago, and what and by whom (`None`: nothing since top started).
+    pub last: Option<(f64, LastActivity)>,
+    /// Seconds since top's first refresh began.
+    pub running_s: f64,
 }
 
 /// One memory tier over the interval: promotions arrive on its nodes (their pgpromote_success),
@@ -604,66 +728,17 @@ impl FrameView {
             .task_rows(filter)
             .iter()
             .filter(|t| !t.exited)
-            .map(|t| {
-                let (cells, sort) = counts_row(
-                    &t.counts,
-                    &measured,
-                    secs,
-                    t.pid.to_string(),
-                    escape(&t.comm).into_owned(),
-                    node_cell(t),
-                    short_cgroup(t.cgroup.as_deref()),
-                );
-                Row {
-                    key: u64::from(t.pid),
-                    cells,
-                    sort,
-                }
-            })
+            .map(|t| task_row(t, &measured, secs))
             .collect();
         let processes = delta
             .processes(filter)
             .iter()
-            .map(|p| {
-                let (cells, sort) = counts_row(
-                    &p.counts,
-                    &measured,
-                    secs,
-                    p.tgid.to_string(),
-                    format!("{} ({})", Escaped(&p.comm), p.threads),
-                    "-".into(),
-                    String::new(),
-                );
-                Row {
-                    key: u64::from(p.tgid),
-                    cells,
-                    sort,
-                }
-            })
+            .map(|p| process_row(p, &measured, secs))
             .collect();
         let cgroups = delta
             .cgroups(filter)
             .iter()
-            .map(|c| {
-                let (cells, sort) = counts_row(
-                    &c.counts,
-                    &measured,
-                    secs,
-                    c.tasks.to_string(),
-                    c.path
-                        .as_deref()
-                        .map_or_else(|| format!("id {}", c.id), |p| escape(p).into_owned()),
-                    String::new(),
-                    String::new(),
-                );
-                // CGROUP, TASKS, SCAN%, PTE/s, HINT/s, LOCAL%, MIGR/s, SKIP/s
-                let pick = [1, 0, 2, 3, 4, 5, 6, 7];
-                Row {
-                    key: c.id,
-                    cells: pick.iter().map(|&i| cells[i].clone()).collect(),
-                    sort: pick.iter().map(|&i| sort[i]).collect(),
-                }
-            })
+            .map(|c| cgroup_row(c, &measured, secs))
             .collect();
         let nodes = delta
             .node_rows(filter)
@@ -701,6 +776,7 @@ impl FrameView {
                         f64::from(n.tasks_preferring),
                         f64::from(n.tasks_last_ran),
                     ],
+                    ..Row::default()
                 }
             })
             .collect();
@@ -728,6 +804,90 @@ impl FrameView {
             decisions,
             latency_p50_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.5),
             latency_p99_ns: quantile(&log2_buckets(&delta.migrate_latency), 0.99),
+            window_s: 0,
+            window_span_s: 0.0,
+            window_flows: Vec::new(),
+            trend: Vec::new(),
+            quiet: Quiet::default(),
+        }
+    }
+
+    /// The view over the activity window: every task, process and cgroup active within the
+    /// last `window_s` (what `recent` remembers) is listed, with this interval's cells (zeros
+    /// where it did nothing in it), its cells over the window and how long ago it was last
+    /// active; plus the header's sparklines and when anything last moved.
+    pub fn windowed(mut self, recent: &Recent, window_s: u64) -> Self {
+        let w = recent.window(window_s);
+        let m = self.measured.clone();
+        let (secs, ws) = (self.interval_s, w.span_s);
+        // Per process and cgroup, its most recently active task.
+        let mut by_tgid: BTreeMap<u32, f64> = BTreeMap::new();
+        let mut by_cgroup: BTreeMap<u64, f64> = BTreeMap::new();
+        for (t, at) in &w.tasks {
+            let ago = w.ago_s(*at);
+            let e = by_tgid.entry(t.tgid).or_insert(ago);
+            *e = e.min(ago);
+            let e = by_cgroup.entry(t.cgroup_id).or_insert(ago);
+            *e = e.min(ago);
+        }
+        let tasks: Vec<&(TaskRecord, u64)> = w.tasks.iter().filter(|(t, _)| !t.exited).collect();
+        self.tasks = merge_window(
+            std::mem::take(&mut self.tasks),
+            &tasks,
+            |(t, _)| task_row(t, &m, ws),
+            |(t, _)| task_row(&quiet(t, |t| &mut t.counts), &m, secs),
+            |(_, at)| w.ago_s(*at),
+        );
+        let snap = w.snapshot();
+        let all = Filter::default();
+        self.processes = merge_window(
+            std::mem::take(&mut self.processes),
+            &snap.processes(&all),
+            |p| process_row(p, &m, ws),
+            |p| process_row(&quiet(p, |p| &mut p.counts), &m, secs),
+            |p| by_tgid.get(&p.tgid).copied().unwrap_or(0.0),
+        );
+        self.cgroups = merge_window(
+            std::mem::take(&mut self.cgroups),
+            &snap.cgroups(&all),
+            |c| cgroup_row(c, &m, ws),
+            |c| cgroup_row(&quiet(c, |c| &mut c.counts), &m, secs),
+            |c| by_cgroup.get(&c.id).copied().unwrap_or(0.0),
+        );
+        self.window_s = window_s;
+        self.window_span_s = ws;
+        self.window_flows = w.flows.clone();
+        self.trend = recent.system_series(&m);
+        self.quiet = Quiet {
+            last: recent
+                .last_activity()
+                .map(|l| (w.ago_s(l.at_ns), l.clone())),
+            running_s: recent.running_s(),
+        };
+        self
+    }
+
+    /// What an empty table says: how long ago anything last moved and by whom, or that
+    /// nothing has since top started; `kernel.numa_balancing=0` only when it is off.
+    pub fn quiet_text(&self, balancing: Option<u32>) -> String {
+        let off = match self.system.mode.or(balancing) {
+            Some(0) => "; kernel.numa_balancing=0 (off)",
+            _ => "",
+        };
+        if self.window_s == 0 {
+            return format!("no NUMA balancing activity in this interval{off}");
+        }
+        match &self.quiet.last {
+            Some((ago, l)) => format!(
+                "no NUMA balancing activity for {ago:.0} s (last: {} by {} {}){off}",
+                l.what,
+                l.pid,
+                Escaped(&l.comm)
+            ),
+            None => format!(
+                "no NUMA balancing activity since top started {:.0} s ago{off}",
+                self.quiet.running_s
+            ),
         }
     }
 
@@ -818,6 +978,27 @@ pub fn flows_line(view: &FrameView) -> String {
     format!("migrations by node: {text}")
 }
 
+/// The nodes view's shaded matrix of pages migrated between nodes over the activity window
+/// (empty: not windowed, or task_numa_fault, which counts them, not hooked: the flows line
+/// says why).
+pub fn grid_lines(view: &FrameView) -> Vec<String> {
+    if view.window_s == 0 || !view.measured.is(Feed::HintFaults) {
+        return Vec::new();
+    }
+    let w = fmt_window(view.window_s);
+    if view.window_flows.iter().all(|f| f.pages == 0) {
+        return vec![format!(
+            "node matrix: no pages migrated between nodes in the last {w}"
+        )];
+    }
+    let nodes: Vec<u32> = view.nodes.iter().map(|r| r.key as u32).collect();
+    let mut out = vec![format!(
+        "pages migrated node to node in the last {w} (row: from, column: to; █: the most):"
+    )];
+    out.extend(super::graph::node_grid(&view.window_flows, &nodes));
+    out
+}
+
 /// The task column "busiest" means on this kernel: scan time where it is measured, else hint
 /// faults, else skipped VMAs.
 pub fn busiest_column(caps: &Caps) -> usize {
@@ -831,45 +1012,103 @@ pub fn busiest_column(caps: &Caps) -> usize {
     COLUMNS.iter().position(|c| *c == col).unwrap_or(0)
 }
 
-/// Sorts rows by column `col` (numbers largest first when `desc`).
+/// The columns that mean an amount of NUMA balancing: what the window column can show.
+const AMOUNTS: [Column; 12] = [
+    Column::ScanPct,
+    Column::PteRate,
+    Column::HintRate,
+    Column::LocalPct,
+    Column::MigrRate,
+    Column::SkipRate,
+    Column::ThpPct,
+    Column::MigrFail,
+    Column::Latency,
+    Column::CowRate,
+    Column::Stalls,
+    Column::Moves,
+];
+
+/// The column the window column shows over the window: the sort column where it is an
+/// amount, else the busiest.
+pub fn window_metric(sort_col: usize, caps: &Caps) -> usize {
+    match COLUMNS.get(sort_col) {
+        Some(c) if AMOUNTS.contains(c) => sort_col,
+        _ => busiest_column(caps),
+    }
+}
+
+/// A column of the task and process tables as shown: one of [`COLUMNS`] (by index), the
+/// time since the row was last active, or a column over the activity window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    Col(usize),
+    Last,
+    Window(usize),
+}
+
+impl Shown {
+    pub fn title(self, window_s: u64) -> String {
+        match self {
+            Self::Col(i) => COLUMNS[i].title().to_owned(),
+            Self::Last => "LAST".to_owned(),
+            Self::Window(i) => format!("{}@{}", COLUMNS[i].title(), fmt_window(window_s)),
+        }
+    }
+
+    pub fn width(self, window_s: u64) -> u16 {
+        match self {
+            Self::Col(i) => COLUMNS[i].width(),
+            Self::Last => 5,
+            Self::Window(_) => self.title(window_s).chars().count().max(7) as u16,
+        }
+    }
+
+    pub fn cell(self, r: &Row) -> String {
+        match self {
+            Self::Col(i) => r.cells.get(i).cloned().unwrap_or_default(),
+            Self::Last => r.idle_s.map_or("-".into(), fmt_ago),
+            Self::Window(i) => r.window_cells.get(i).cloned().unwrap_or("-".into()),
+        }
+    }
+}
+
+/// `now` (active in the latest interval), `4s`, `12m`.
+fn fmt_ago(s: f64) -> String {
+    match s.round() as u64 {
+        0 => "now".into(),
+        s if s < 1000 => format!("{s}s"),
+        s => format!("{}m", s / 60),
+    }
+}
+
+/// The task and process tables' columns as shown: PID, COMM, then where windowed LAST and
+/// the window column (the sort column's, or the busiest's, over the window), then the rest.
+pub fn shown_columns(view: &FrameView, sort_col: usize) -> Vec<Shown> {
+    let mut v: Vec<Shown> = (0..COLUMNS.len()).map(Shown::Col).collect();
+    if view.window_s > 0 {
+        let w = Shown::Window(window_metric(sort_col, &view.caps));
+        v.splice(2..2, [Shown::Last, w]);
+    }
+    v
+}
+
+/// Sorts rows by column `col` (numbers largest first when `desc`); ties by the same column
+/// over the activity window (a task busy a moment ago before one idle all along).
 pub fn sort_rows(rows: &mut [Row], col: usize, desc: bool) {
     rows.sort_by(|a, b| {
-        let (x, y) = (
-            a.sort.get(col).copied().unwrap_or(0.0),
-            b.sort.get(col).copied().unwrap_or(0.0),
-        );
+        let num = |s: &[f64]| s.get(col).copied().unwrap_or(0.0);
+        let (x, y) = (num(&a.sort), num(&b.sort));
+        let (wx, wy) = (num(&a.window_sort), num(&b.window_sort));
         let o = if x != y {
             x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
+        } else if wx != wy {
+            wx.partial_cmp(&wy).unwrap_or(std::cmp::Ordering::Equal)
         } else {
             a.cells.get(col).cmp(&b.cells.get(col))
         };
         let o = o.then(a.key.cmp(&b.key));
         if desc { o.reverse() } else { o }
     });
-}
-
-/// Per-key history of one rate, for the detail view's sparklines. Keys not updated in a
-/// refresh (tasks that are gone) are forgotten, so it stays as large as what is live.
-#[derive(Clone, Debug, Default)]
-pub struct History(pub BTreeMap<u64, Vec<u64>>, std::collections::BTreeSet<u64>);
-
-impl History {
-    pub const LEN: usize = 60;
-
-    pub fn push(&mut self, key: u64, v: u64) {
-        let h = self.0.entry(key).or_default();
-        h.push(v);
-        if h.len() > Self::LEN {
-            h.remove(0);
-        }
-        self.1.insert(key);
-    }
-
-    /// Ends a refresh: drops the keys it did not update.
-    pub fn retain_recent(&mut self) {
-        let touched = std::mem::take(&mut self.1);
-        self.0.retain(|k, _| touched.contains(k));
-    }
 }
 
 #[cfg(test)]
@@ -983,24 +1222,24 @@ mod tests {
             key: k,
             cells: vec![format!("{v}")],
             sort: vec![v],
+            ..Row::default()
         };
         let mut rows = vec![r(1, 2.0), r(2, 9.0), r(3, 2.0)];
         sort_rows(&mut rows, 0, true);
         assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [2, 3, 1]);
         sort_rows(&mut rows, 0, false);
         assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [1, 3, 2]);
-    }
-
-    #[test]
-    fn history_forgets_what_is_gone() {
-        let mut h = History::default();
-        h.push(1, 5);
-        h.push(2, 7);
-        h.retain_recent();
-        h.push(1, 6);
-        h.retain_recent();
-        assert_eq!(h.0.get(&1), Some(&vec![5, 6]));
-        assert!(!h.0.contains_key(&2));
+        // Ties by the same column over the window: busy a moment ago before idle all along.
+        rows[0].window_sort = vec![1.0];
+        rows[1].window_sort = vec![5.0];
+        sort_rows(&mut rows, 0, true);
+        assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [2, 3, 1]);
+        let (mut a, mut b) = (r(1, 0.0), r(2, 0.0));
+        a.window_sort = vec![1.0];
+        b.window_sort = vec![5.0];
+        let mut rows = vec![a, b];
+        sort_rows(&mut rows, 0, true);
+        assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [2, 1]);
     }
 
     #[test]
