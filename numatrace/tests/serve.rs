@@ -406,6 +406,25 @@ fn hooks_of(metric: &str) -> Vec<&'static str> {
             .filter_map(|g| g.first().copied())
             .collect();
     }
+    // A family built from counts: the hooks of its feed (the catalogue's own answer).
+    use numatrace::report::metrics::{COUNT_FAMILIES, SCOPES};
+    for f in COUNT_FAMILIES {
+        let named = if f.scoped {
+            SCOPES
+                .iter()
+                .any(|(prefix, ..)| metric == format!("{prefix}{}", f.name))
+        } else {
+            metric == f.name
+        };
+        if named {
+            return f
+                .feed
+                .hooks()
+                .iter()
+                .filter_map(|g| g.first().copied())
+                .collect();
+        }
+    }
     hooks_by_name(metric).to_vec()
 }
 

@@ -87,6 +87,8 @@ pub mod workload {
     pub const SCAN_SECONDS: &str = "scan_seconds_total";
     pub const SCAN_CPU_SECONDS: &str = "scan_cpu_seconds_total";
     pub const SCAN_CALLS: &str = "scan_calls_total";
+    pub const CPU_SAMPLES: &str = "scan_samples_total";
+    pub const SCAN_CPU_SAMPLES: &str = "scan_scan_samples_total";
     pub const RUN_SECONDS: &str = "run_seconds_total";
     pub const PTE_UPDATES: &str = "pte_updates_total";
     pub const HINT_FAULTS: &str = "hint_faults_total";
@@ -166,6 +168,31 @@ pub const COUNT_FAMILIES: &[CountFamily] = &[
         feed: Feed::Scan,
         counters: &["scan.calls"],
         samples: |c, _| one(c.scan.calls),
+    },
+    // Where task_numa_work cannot be hooked, the CPU-clock sampler estimates the scan share
+    // (top's `~SCAN%`): exported per scope under names that say they are samples, never as
+    // scan seconds.
+    CountFamily {
+        name: workload::CPU_SAMPLES,
+        scoped: true,
+        labels: &[],
+        help: "CPU-clock samples of the tasks, taken only where task_numa_work cannot be hooked \
+               (--sample-hz per CPU). With scan_scan_samples_total: the sampled scan share, an \
+               estimate, not a measurement.",
+        feed: Feed::Samples,
+        counters: &["scan.samples"],
+        samples: |c, _| one(c.scan.samples),
+    },
+    CountFamily {
+        name: workload::SCAN_CPU_SAMPLES,
+        scoped: true,
+        labels: &[],
+        help: "Of those CPU-clock samples, the ones taken inside task_numa_work: \
+               rate(scan_scan_samples_total) / rate(scan_samples_total) is the sampled scan \
+               share (top's ~SCAN%), an estimate where scan time cannot be measured.",
+        feed: Feed::Samples,
+        counters: &["scan.scan_samples"],
+        samples: |c, _| one(c.scan.scan_samples),
     },
     CountFamily {
         name: workload::RUN_SECONDS,

@@ -97,6 +97,10 @@ const HOST_ONLY: &[(&str, &str)] = &[
         "boots QEMU guests of its own, from the host (the guests have no QEMU)",
     ),
     (
+        "html",
+        "renders pages in the host's Chromium; vm-test draws each guest capture's page",
+    ),
+    (
         "scan_share",
         "the sampling fallback, never used where task_numa_work is hooked",
     ),

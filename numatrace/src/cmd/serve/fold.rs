@@ -86,9 +86,11 @@ fn nothing(inc: &Counts) -> bool {
     z.finished() == Counts::default().finished()
 }
 
-/// Ranking of live tasks for the top N: PTE-scan time, then hint faults, then pid.
-fn rank(t: &TaskRecord) -> (u64, u64) {
-    (t.counts.scan.time_ns, t.counts.hint_faults.faults)
+/// Ranking of live tasks for the top N: PTE-scan time (or, where only sampled, samples in
+/// task_numa_work), then hint faults, then pid.
+fn rank(t: &TaskRecord) -> (u64, u64, u64) {
+    let c = &t.counts;
+    (c.scan.time_ns, c.scan.scan_samples, c.hint_faults.faults)
 }
 
 impl Fold {
@@ -211,7 +213,7 @@ impl Fold {
         let mut live: Vec<&TaskRecord> = snap
             .tasks
             .iter()
-            .filter(|t| !t.exited && t.tgid != snap.self_tgid && rank(t) > (0, 0))
+            .filter(|t| !t.exited && t.tgid != snap.self_tgid && rank(t) > (0, 0, 0))
             .filter(|t| newest.get(&t.pid) == Some(&t.first_ns))
             .filter(|t| {
                 self.exported
