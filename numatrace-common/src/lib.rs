@@ -87,7 +87,7 @@ mod tests {
         assert_eq!(size_of::<TaskExitEvent>(), 24 + size_of::<TaskStats>());
         assert_eq!(size_of::<VmaScanEvent>(), 24 + 24);
         assert_eq!(size_of::<SpanEvent>(), 24 + 24);
-        assert_eq!(size_of::<Config>(), 6 * 4);
+        assert_eq!(size_of::<Config>(), 7 * 4);
         assert_eq!(size_of::<GapOffsets>(), 8 * 4);
         assert_eq!(size_of::<VmaGap>(), 8 * 8);
     }

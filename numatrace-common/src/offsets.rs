@@ -204,7 +204,20 @@ pub struct Config {
     /// records are submitted without a wake-up (no irq_work, no reader wake-up per record):
     /// userspace reads on a timer and at every snapshot.
     pub wake_bytes: u32,
+    /// Which optional aggregates the running frontend reads ([`READ_REGIONS`] | …): the
+    /// programs keep only those. A read-only global, so the verifier removes the code of the
+    /// others.
+    pub reads: u32,
 }
+
+/// Hint faults per 2 MiB region and scan pass (seed 001's batching check: `stat`, `record`,
+/// `check`).
+pub const READ_REGIONS: u32 = 1 << 0;
+/// PTE updates and calls per VMA (change_prot_numa): the per-process VMA tables of `stat`,
+/// `record`, `check` and `top`'s detail.
+pub const READ_VMAS: u32 = 1 << 1;
+/// Every optional aggregate.
+pub const READ_ALL: u32 = READ_REGIONS | READ_VMAS;
 
 /// `sched_skip_vma_numa` records (per-VMA skips with their reason).
 pub const EMIT_SKIP_VMA: u32 = 1 << 0;
@@ -216,6 +229,11 @@ pub const EMIT_PLACEMENT: u32 = 1 << 2;
 pub const EMIT_MIGRATE_PAGES: u32 = 1 << 3;
 /// Every discrete record (`record`).
 pub const EMIT_ALL: u32 = EMIT_SKIP_VMA | EMIT_VMA_SCAN | EMIT_PLACEMENT | EMIT_MIGRATE_PAGES;
+
+/// Bytes of a tracepoint's record the programs copy at once (one helper call per event): a
+/// field past them is treated as absent. Every field numatrace reads lies below 64 on every
+/// kernel line (the tracefs formats: an 8-byte common header, then a few words).
+pub const TP_RECORD_BYTES: u32 = 128;
 
 /// `sched:sched_skip_vma_numa` (6.7+) field offsets.
 #[repr(C)]

@@ -286,7 +286,7 @@ macro_rules! counter_table {
             own task_entries_created [Always; 2 TasksCreated];
             /// A forked child of a followed process could not be followed.
             loss tracked_map_full [Always; 3 TrackedMapFull];
-            /// A tracepoint field could not be read.
+            /// A tracepoint's record could not be copied (its fields read as absent).
             loss read_failed [Always; 4 ReadFailed];
             /// sched_skip_vma_numa events (any reason): Σ `skipped_vmas`.
             tally skip_vma [SkipVma; 5 SeenSkipVma];

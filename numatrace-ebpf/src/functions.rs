@@ -13,15 +13,15 @@ use numatrace_common::{
     Counter, EMIT_VMA_SCAN, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig,
     LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
     NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
-    RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskOffsets, TaskStats,
-    VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
+    READ_REGIONS, READ_VMAS, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED,
+    TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
 use crate::{
     args::{kprobe_args, pick, tracing_arg, tracing_arg_scalar},
     tasks::{
-        Slots, TASK_OFFSETS, add, count, count_n, current, current_task, emit, followed_current,
-        header, inflight_of, is_self, read_field, send, send_span, slot, touch, touch_noting,
+        Hit, Slots, TASK_OFFSETS, add, count, current_task, emit, followed_current, header,
+        inflight_of, read_field, reads, send, send_span, slot, touch, touch_noting,
     },
     tiering::{note_node_threshold, take_decision, tiers},
 };
@@ -123,9 +123,10 @@ fn slot_take(ts: *mut u64) -> u64 {
 
 #[inline(always)]
 fn on_task_numa_work_enter(kretprobe: bool) {
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
+    let t = h.t;
     let o = TASK_OFFSETS.load();
     let task = current_task();
     let runtime = read_field::<u64>(task, o.sum_exec_runtime).unwrap_or(0);
@@ -144,10 +145,10 @@ fn on_task_numa_work_enter(kretprobe: bool) {
     unsafe { (*r).scan_requeue = 0 };
     if o.node_stamp != numatrace_common::FIELD_ABSENT && node_stamp > runtime && exit_stamp != 0 {
         if requeue {
-            crate::bump!(t, scan.requeued_calls, 1);
+            crate::bump!(h, scan.requeued_calls, 1);
             unsafe { (*r).scan_requeue = 1 };
         } else {
-            crate::bump!(t, scan.stamp_violations, 1);
+            crate::bump!(h, scan.stamp_violations, 1);
         }
     }
     note_runtime(t);
@@ -160,9 +161,10 @@ fn on_task_numa_work_enter(kretprobe: bool) {
 
 #[inline(always)]
 fn on_task_numa_work_exit() {
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
+    let t = h.t;
     let r = inflight_of(t);
     let start_ts = slot_take(unsafe { &raw mut (*r).scan_ts_ns });
     if start_ts == 0 {
@@ -182,8 +184,8 @@ fn on_task_numa_work_exit() {
     let task = current_task();
     let runtime = read_field::<u64>(task, o.sum_exec_runtime);
     let node_stamp = read_field::<u64>(task, o.node_stamp);
-    crate::bump!(t, scan.calls, 1);
-    crate::bump!(t, scan.time_ns, ns);
+    crate::bump!(h, scan.calls, 1);
+    crate::bump!(h, scan.time_ns, ns);
     unsafe {
         if ns > (*t).scan.max_ns {
             (*t).scan.max_ns = ns;
@@ -196,7 +198,7 @@ fn on_task_numa_work_exit() {
     }
     if let Some(rt) = runtime {
         let d_rt = rt.saturating_sub(start_runtime);
-        crate::bump!(t, scan.runtime_in_scan_ns, d_rt);
+        crate::bump!(h, scan.runtime_in_scan_ns, d_rt);
         // A re-queued call continues the one before it: the share the cap bounds is measured
         // up to the start of that first call.
         unsafe {
@@ -217,15 +219,15 @@ fn on_task_numa_work_exit() {
                 (*r).scan_exit_passed = u64::from(rt > before_push);
             }
             let d_stamp = stamp.saturating_sub(start_stamp);
-            crate::bump!(t, scan.node_stamp_advance_ns, d_stamp);
+            crate::bump!(h, scan.node_stamp_advance_ns, d_stamp);
             // Seed 003: when the call consumed runtime, node_stamp must move on by at least
             // 32x that runtime, so the task runs 32x longer before it scans again (within the
             // tick granularity of our reads, see CAP_TOLERANCE_NS).
             if d_rt > 0 {
-                crate::bump!(t, scan.cap_calls, 1);
+                crate::bump!(h, scan.cap_calls, 1);
                 let measured = d_rt.saturating_sub(numatrace_common::CAP_TOLERANCE_NS);
                 if d_stamp < measured.saturating_mul(32) {
-                    crate::bump!(t, scan.cap_violations, 1);
+                    crate::bump!(h, scan.cap_violations, 1);
                 }
             }
         }
@@ -262,7 +264,7 @@ pub fn kretprobe_task_numa_work(_ctx: RetProbeContext) -> u32 {
 
 /// Adds one change_prot_numa call to its VMA's entry.
 #[inline(always)]
-fn vma_add(tgid: u32, vma: *const u8, updated: u64) {
+fn vma_add(pid: u32, tgid: u32, vma: *const u8, updated: u64) {
     let o = PAGE_OFFSETS.load();
     let (Some(start), Some(end)) = (
         read_field::<u64>(vma, o.vm_start),
@@ -273,11 +275,14 @@ fn vma_add(tgid: u32, vma: *const u8, updated: u64) {
     if emit(EMIT_VMA_SCAN) {
         // When each VMA was scanned: seed 002's time from renewed access to the first scan.
         send(VmaScanEvent {
-            hdr: header(EventKind::VmaScan as u32, current().pid, tgid),
+            hdr: header(EventKind::VmaScan as u32, pid, tgid),
             vm_start: start,
             vm_end: end,
             pte_updates: updated,
         });
+    }
+    if !reads(READ_VMAS) {
+        return;
     }
     let key = VmaKey {
         tgid,
@@ -302,21 +307,20 @@ fn vma_add(tgid: u32, vma: *const u8, updated: u64) {
 }
 
 #[inline(always)]
-fn on_change_prot_numa_ret(t: *mut TaskStats, vma: u64, updated: u64) {
-    let tgid = current().tgid;
-    if !is_self(tgid) {
-        vma_add(tgid, vma as *const u8, updated);
+fn on_change_prot_numa_ret(h: Hit, vma: u64, updated: u64) {
+    if !h.me && (reads(READ_VMAS) || emit(EMIT_VMA_SCAN)) {
+        vma_add(h.pid, h.tgid, vma as *const u8, updated);
     }
-    crate::bump!(t, scan.pte_updates, updated);
-    crate::bump!(t, scan.prot_numa_calls, 1);
+    crate::bump!(h, scan.pte_updates, updated);
+    crate::bump!(h, scan.prot_numa_calls, 1);
 }
 
 #[fexit(function = "change_prot_numa")]
 pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
     // (vma, addr, end) -> unsigned long: the return value follows the three arguments.
-    if let Some((t, _)) = followed_current() {
+    if let Some(h) = followed_current() {
         on_change_prot_numa_ret(
-            t,
+            h,
             tracing_arg::<0>(ctx.as_ptr()),
             tracing_arg::<3>(ctx.as_ptr()),
         );
@@ -327,7 +331,8 @@ pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
 /// A kretprobe no longer sees the arguments: the kprobe keeps the vma for it.
 #[kprobe]
 pub fn kprobe_change_prot_numa(ctx: ProbeContext) -> u32 {
-    if let Some((t, _)) = followed_current() {
+    if let Some(h) = followed_current() {
+        let t = h.t;
         let r = inflight_of(t);
         let args = kprobe_args(&ctx);
         unsafe {
@@ -342,11 +347,12 @@ pub fn kprobe_change_prot_numa(ctx: ProbeContext) -> u32 {
 
 #[kretprobe]
 pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return 0;
     };
+    let t = h.t;
     let vma = slot_take(unsafe { &raw mut (*inflight_of(t)).prot_vma });
-    on_change_prot_numa_ret(t, vma, ctx.ret::<u64>());
+    on_change_prot_numa_ret(h, vma, ctx.ret::<u64>());
     0
 }
 
@@ -354,9 +360,10 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
+    let t = h.t;
     // The fault is over: forget whether it was on a COW-shared page, and take where its
     // migrated page came from.
     let r = inflight_of(t);
@@ -380,14 +387,14 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     } else {
         mem_node.max(0) as u64
     };
-    take_decision(t, pages, last_cpupid as u32, from);
+    take_decision(h, pages, last_cpupid as u32, from);
     if tier.slow(from) {
-        crate::bump!(t, tiering.slow_tier_faults, 1);
+        crate::bump!(h, tiering.slow_tier_faults, 1);
         // A slow-tier page the fault meant to move to the faulting CPU's (top-tier) node and
         // could not: refused before the migration (6.12+ migrate_misplaced_folio_prepare: the
         // top node short of free pages wakes kswapd to demote) or failed in it.
         if flags & TNF_MIGRATE_FAIL != 0 {
-            crate::bump!(t, tiering.promote_failed, 1);
+            crate::bump!(h, tiering.promote_failed, 1);
         }
         if tier.reads_threshold() {
             // The node the kernel judged the fault by: the faulting CPU's when it decided
@@ -405,29 +412,29 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     // As the kernel counts pgpromote_success: the pages of a successful migration from a
     // node outside the top tier into it.
     if migrated && tier.promotes(src, mem_node.max(0) as u64) {
-        crate::bump!(t, tiering.promoted_pages, pages);
+        crate::bump!(h, tiering.promoted_pages, pages);
     } else if migrated && src_unresolved && tier.may_promote_into(mem_node.max(0) as u64) {
         // Nothing lost silently: a possible promotion whose source could not be told.
-        count_n(Counter::PromoteSourceUnknown, pages);
+        h.count_n(Counter::PromoteSourceUnknown, pages);
     }
-    crate::bump!(t, hint_faults.faults, 1);
-    crate::bump!(t, hint_faults.pages, pages);
+    crate::bump!(h, hint_faults.faults, 1);
+    crate::bump!(h, hint_faults.pages, pages);
     if local {
-        crate::bump!(t, hint_faults.local, 1);
+        crate::bump!(h, hint_faults.local, 1);
     }
     match pages {
-        1 => crate::bump!(t, hint_faults.faults_4k, 1),
-        512 => crate::bump!(t, hint_faults.faults_thp, 1),
-        _ => crate::bump!(t, hint_faults.faults_large, 1),
+        1 => crate::bump!(h, hint_faults.faults_4k, 1),
+        512 => crate::bump!(h, hint_faults.faults_thp, 1),
+        _ => crate::bump!(h, hint_faults.faults_large, 1),
     }
     if flags & TNF_MIGRATED != 0 {
-        crate::bump!(t, hint_faults.migrated_pages, pages);
+        crate::bump!(h, hint_faults.migrated_pages, pages);
     }
     if flags & TNF_MIGRATE_FAIL != 0 {
-        crate::bump!(t, hint_faults.migrate_failed, 1);
+        crate::bump!(h, hint_faults.migrate_failed, 1);
     }
     touch_noting(t);
-    if is_self(current().tgid) {
+    if h.me {
         return;
     }
     hist_add(&FAULT_PAGES, log2_bucket(pages));
@@ -501,13 +508,13 @@ pub fn kprobe_task_numa_fault(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_numa_page(huge: bool) {
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
     if huge {
-        crate::bump!(t, hint_faults.huge_pmd_numa_entries, 1);
+        crate::bump!(h, hint_faults.huge_pmd_numa_entries, 1);
     } else {
-        crate::bump!(t, hint_faults.numa_page_entries, 1);
+        crate::bump!(h, hint_faults.numa_page_entries, 1);
     }
 }
 
@@ -585,9 +592,10 @@ fn node_arg(raw: u64) -> u64 {
 #[inline(always)]
 fn on_migrate_enter(page: u64, node: u64, kretprobe: bool) {
     let node = node_arg(node);
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
+    let t = h.t;
     let r = inflight_of(t);
     unsafe {
         (*r).migrate_node = node;
@@ -616,10 +624,10 @@ fn matrix_add(ok: bool, src: u64, dst: u64) {
 
 #[inline(always)]
 fn on_migrate_exit(ret: i64) {
-    let cur = current();
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
+    let t = h.t;
     let r = inflight_of(t);
     let start_ts = slot_take(unsafe { &raw mut (*r).migrate_ts_ns });
     if start_ts == 0 {
@@ -633,7 +641,7 @@ fn on_migrate_exit(ret: i64) {
     } else {
         ret == 1
     };
-    let me = is_self(cur.tgid);
+    let me = h.me;
     let src = if src_node < u64::from(MAX_NODES) {
         src_node
     } else {
@@ -658,14 +666,14 @@ fn on_migrate_exit(ret: i64) {
         core::mem::replace(&mut (*r).cow_shared, 0) != 0
     };
     if ok && cow_shared {
-        crate::bump!(t, hint_faults.cow_shared_migrated, 1);
+        crate::bump!(h, hint_faults.cow_shared_migrated, 1);
     }
-    crate::bump!(t, migrations.attempts, 1);
-    crate::bump!(t, migrations.latency_ns_total, ns);
+    crate::bump!(h, migrations.attempts, 1);
+    crate::bump!(h, migrations.latency_ns_total, ns);
     if ok {
-        crate::bump!(t, migrations.succeeded, 1);
+        crate::bump!(h, migrations.succeeded, 1);
     } else {
-        crate::bump!(t, migrations.not_migrated, 1);
+        crate::bump!(h, migrations.not_migrated, 1);
     }
     touch(t);
 }
@@ -735,8 +743,9 @@ fn on_migrate_prepare_exit(ret: i32) {
     if ret == 0 {
         return;
     }
-    if let Some((t, _)) = followed_current() {
-        crate::bump!(t, migrations.refused, 1);
+    if let Some(h) = followed_current() {
+        let t = h.t;
+        crate::bump!(h, migrations.refused, 1);
         touch(t);
     }
 }
@@ -758,24 +767,26 @@ pub fn kretprobe_migrate_prepare(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_migration_wait_enter(kretprobe: bool) {
-    if let Some((t, _)) = followed_current() {
+    if let Some(h) = followed_current() {
+        let t = h.t;
         slot_start(unsafe { &raw mut (*inflight_of(t)).wait_ts_ns }, kretprobe);
     }
 }
 
 #[inline(always)]
 fn on_migration_wait_exit() {
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
+    let t = h.t;
     let start_ts = slot_take(unsafe { &raw mut (*inflight_of(t)).wait_ts_ns });
     if start_ts == 0 {
         return;
     }
     let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ts);
     send_span(EventKind::Stall, start_ts, ns, 0, 0);
-    crate::bump!(t, migrations.stalls, 1);
-    crate::bump!(t, migrations.stall_ns, ns);
+    crate::bump!(h, migrations.stalls, 1);
+    crate::bump!(h, migrations.stall_ns, ns);
     touch(t);
 }
 
@@ -831,16 +842,17 @@ fn cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<(bool, bool)> {
 
 #[inline(always)]
 fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
-    if !is_self(current().tgid) {
-        region_fault(addr);
+    let t = h.t;
+    if !h.me && reads(READ_REGIONS) {
+        region_fault(h.tgid, addr);
     }
     if let Some((true, large)) = cow_shared(page as *const u8, vma_or_vmf as *const u8) {
-        crate::bump!(t, hint_faults.cow_shared, 1);
+        crate::bump!(h, hint_faults.cow_shared, 1);
         if large {
-            crate::bump!(t, hint_faults.cow_shared_large, 1);
+            crate::bump!(h, hint_faults.cow_shared_large, 1);
         }
         unsafe { (*inflight_of(t)).cow_shared = 1 };
     }
@@ -849,7 +861,7 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
 /// Counts the hint fault in its 2 MiB region for the mm's current scan pass (seed 001: without
 /// fault batching each 4K fault restores one PTE, so a region takes many faults per pass).
 #[inline(always)]
-fn region_fault(addr: u64) {
+fn region_fault(tgid: u32, addr: u64) {
     let o = TASK_OFFSETS.load();
     let Some(mm) = read_field::<u64>(current_task(), o.mm) else {
         return;
@@ -858,7 +870,7 @@ fn region_fault(addr: u64) {
         return;
     };
     let key = RegionKey {
-        tgid: current().tgid,
+        tgid,
         scan_seq: seq as u32,
         region: addr >> 21,
     };

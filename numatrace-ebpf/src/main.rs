@@ -25,19 +25,20 @@ macro_rules! debug {
     };
 }
 
-/// Adds `n` to a task's counter (`bump!(t, migrations.refused, n)`: the counter's one name, as
-/// numatrace-common's table declares it) and, where the table keeps a system-wide twin for it,
-/// to that [`numatrace_common::Counter`] slot too: one line per counted thing. (The
-/// tracepoints' `Seen*` slots count every event, entry or not, and are counted apart.)
+/// Adds `n` to a task's counter (`bump!(h, migrations.refused, n)`, `h` a
+/// [`tasks::Hit`]: the counter's one name, as numatrace-common's table declares it) and, where
+/// the table keeps a system-wide twin for it, to that [`numatrace_common::Counter`] slot too:
+/// one line per counted thing. (The tracepoints' `Seen*` slots count every event, entry or
+/// not, and are counted apart.)
 #[macro_export]
 macro_rules! bump {
-    ($t:expr, $group:ident . $f:ident, $n:expr) => {{
+    ($h:expr, $group:ident . $f:ident, $n:expr) => {{
         let n: u64 = $n;
-        let t: *mut numatrace_common::TaskStats = $t;
-        // SAFETY: `t` points into a live task map value (the caller's lookup).
-        $crate::tasks::add(unsafe { &raw mut (*t).$group.$f }, n);
+        let h: &$crate::tasks::Hit = &$h;
+        // SAFETY: `h.t` points into a live task map value (the caller's lookup).
+        $crate::tasks::add(unsafe { &raw mut (*h.t).$group.$f }, n);
         if let Some(c) = numatrace_common::stats::slot::$group::$f {
-            $crate::tasks::count_n(c, n);
+            h.count_n(c, n);
         }
     }};
 }

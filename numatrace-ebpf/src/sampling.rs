@@ -11,7 +11,7 @@ use aya_ebpf::{
 use numatrace_common::ScanRanges;
 
 use crate::tasks::{
-    TASK_OFFSETS, current, current_task, read_field, task_entry, touch_noting, wanted,
+    Hit, TASK_OFFSETS, current, current_task, read_field, task_entry, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -68,7 +68,8 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
     let Some(t) = task_entry(cur.pid, cur.tgid, true) else {
         return 0;
     };
-    crate::bump!(t, scan.samples, 1);
+    let h = Hit::new(t, cur.pid, cur.tgid, cur.tgid);
+    crate::bump!(h, scan.samples, 1);
     touch_noting(t);
     // A sample in user mode has no kernel stack to walk (task_numa_work runs in the kernel).
     if in_user_mode(&ctx) {
@@ -94,7 +95,7 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
         }
         let ip = unsafe { (*buf)[i] };
         if within(ip, &r.task_numa_work) || within(ip, &r.change_prot_numa) {
-            crate::bump!(t, scan.scan_samples, 1);
+            crate::bump!(h, scan.scan_samples, 1);
             break;
         }
     }

@@ -64,7 +64,14 @@ pub static CONFIG: Global<Config> = Global::new(Config {
     self_tgid: 0,
     emit_spans: 0,
     wake_bytes: DEFAULT_RINGBUF_BYTES / 4,
+    reads: numatrace_common::READ_ALL,
 });
+
+/// Whether the running frontend reads the optional aggregate `what` (a `READ_*` bit).
+#[inline(always)]
+pub fn reads(what: u32) -> bool {
+    CONFIG.load().reads & what != 0
+}
 
 /// Whether aya-log debug messages are wanted (cold paths only).
 #[inline(always)]
@@ -123,6 +130,12 @@ pub fn current() -> Current {
 pub fn wanted(tgid: u32) -> bool {
     let c = CONFIG.load();
     tgid == c.self_tgid || c.filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
+}
+
+/// Whether only followed processes are counted.
+#[inline(always)]
+pub fn filtering() -> bool {
+    CONFIG.load().filter_tgids != 0
 }
 
 /// Whether `tgid` is numatrace itself: left out of the system-wide histograms and arrays.
@@ -355,12 +368,59 @@ pub fn read_field<T: Copy>(base: *const u8, off: u32) -> Option<T> {
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(base.add(off as usize).cast::<T>()) }.ok()
 }
 
+/// A counted event's task entry and what each of its counts needs, found once per event: one
+/// pid/tgid helper call and one per-CPU lookup of the system-wide counters, not one of each
+/// per counter.
+#[derive(Clone, Copy)]
+pub struct Hit {
+    pub t: *mut TaskStats,
+    pub pid: u32,
+    pub tgid: u32,
+    /// The running task is numatrace's own: its counts stay out of the system-wide tallies.
+    pub me: bool,
+    /// This CPU's system-wide counters (null: the lookup failed, which it cannot for index 0).
+    sys: *mut u64,
+}
+
+impl Hit {
+    /// `t` is the entry of `pid`/`tgid`; `current_tgid` the running task's.
+    #[inline(always)]
+    pub fn new(t: *mut TaskStats, pid: u32, tgid: u32, current_tgid: u32) -> Self {
+        Self {
+            t,
+            pid,
+            tgid,
+            me: is_self(current_tgid),
+            sys: COUNTERS
+                .get_ptr_mut(0)
+                .map_or(core::ptr::null_mut(), |a| a.cast::<u64>()),
+        }
+    }
+
+    /// Adds to a system-wide counter ([`count_n`] without its helper call and lookup).
+    #[inline(always)]
+    pub fn count_n(&self, c: Counter, n: u64) {
+        if (c.is_tally() && self.me) || self.sys.is_null() {
+            return;
+        }
+        // `c` is a constant below COUNTER_SLOTS at every call: a fixed offset in the value.
+        if (c as u32) < COUNTER_SLOTS {
+            add(unsafe { self.sys.add(c as usize) }, n);
+        }
+    }
+
+    #[inline(always)]
+    pub fn count(&self, c: Counter) {
+        self.count_n(c, 1);
+    }
+}
+
 /// `current`'s followed entry, if it is followed.
 #[inline(always)]
-pub fn followed_current() -> Option<(*mut TaskStats, u32)> {
+pub fn followed_current() -> Option<Hit> {
     let cur = current();
     if !wanted(cur.tgid) {
         return None;
     }
-    task_entry(cur.pid, cur.tgid, true).map(|t| (t, cur.pid))
+    task_entry(cur.pid, cur.tgid, true).map(|t| Hit::new(t, cur.pid, cur.tgid, cur.tgid))
 }

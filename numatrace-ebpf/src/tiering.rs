@@ -24,13 +24,12 @@ use aya_ebpf::{
 };
 use numatrace_common::{
     Counter, HOT_THRESHOLD_SEEN, MAX_NODES, PROMOTE_DECIDED, PROMOTE_EXCHANGED, PROMOTE_NODE_MASK,
-    PROMOTE_NODE_SHIFT, PROMOTE_THRESHOLD_KNOWN, PROMOTE_YES, TaskStats, TierConfig,
-    access_latency_ms,
+    PROMOTE_NODE_SHIFT, PROMOTE_THRESHOLD_KNOWN, PROMOTE_YES, TierConfig, access_latency_ms,
 };
 
 use crate::{
     args::{kprobe_args, tracing_arg},
-    tasks::{count_n, followed_current, inflight_of, read_field},
+    tasks::{Hit, count_n, followed_current, inflight_of, read_field},
 };
 
 /// Written by userspace whenever the tiering mode or the memory tiers change.
@@ -164,9 +163,10 @@ fn on_should_migrate_exit(promote: bool) {
     {
         d |= PROMOTE_THRESHOLD_KNOWN | (u64::from(th) << 32);
     }
-    let Some((t, _)) = followed_current() else {
+    let Some(h) = followed_current() else {
         return;
     };
+    let t = h.t;
     let r = inflight_of(t);
     unsafe {
         // A decision no task_numa_fault took (the fault returned without counting itself).
@@ -182,8 +182,8 @@ fn on_should_migrate_exit(promote: bool) {
 /// `last_cpupid`, which on a slow-tier fault in tiering mode is LAST_CPUPID_MASK; `from`: the
 /// node the faulting page was on (`MAX_NODES`: unknown).
 #[inline(always)]
-pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32, from: u64) {
-    let r = inflight_of(t);
+pub fn take_decision(h: Hit, pages: u64, mask: u32, from: u64) {
+    let r = inflight_of(h.t);
     let d = unsafe { core::mem::replace(&mut (*r).promote_decision, 0) };
     if d & PROMOTE_DECIDED == 0 {
         return;
@@ -191,7 +191,7 @@ pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32, from: u64) {
     // A decision left over from a fault that did not count itself is not this fault's.
     let node = ((d >> PROMOTE_NODE_SHIFT) & PROMOTE_NODE_MASK).wrapping_sub(1);
     if from < u64::from(MAX_NODES) && node != from {
-        count_n(Counter::PromoteUnjudged, 1);
+        h.count(Counter::PromoteUnjudged);
         return;
     }
     let times = unsafe { (*r).promote_times };
@@ -203,10 +203,10 @@ pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32, from: u64) {
     };
     if d & PROMOTE_YES != 0 {
         if exchanged {
-            crate::bump!(t, tiering.promote_hot, pages);
+            crate::bump!(h, tiering.promote_hot, pages);
         } else {
             // pgdat_free_space_enough let it through without its latency being taken.
-            crate::bump!(t, tiering.promote_free_room, pages);
+            crate::bump!(h, tiering.promote_free_room, pages);
         }
     } else if !exchanged {
         // Refused before anything was judged (a node without memory).
@@ -214,17 +214,17 @@ pub fn take_decision(t: *mut TaskStats, pages: u64, mask: u32, from: u64) {
     } else if let (Some(ms), true) = (latency, d & PROMOTE_THRESHOLD_KNOWN != 0) {
         if u64::from(ms) < d >> 32 {
             // Under the threshold: a candidate the rate limit refused.
-            crate::bump!(t, tiering.promote_rate_limited, pages);
+            crate::bump!(h, tiering.promote_rate_limited, pages);
         } else {
-            crate::bump!(t, tiering.promote_not_hot, pages);
+            crate::bump!(h, tiering.promote_not_hot, pages);
         }
     } else {
-        count_n(Counter::PromoteUnjudged, 1);
+        h.count(Counter::PromoteUnjudged);
         return;
     }
     if let Some(ms) = latency {
-        crate::bump!(t, tiering.hint_latency_faults, 1);
-        crate::bump!(t, tiering.hint_latency_ms_total, u64::from(ms));
+        crate::bump!(h, tiering.hint_latency_faults, 1);
+        crate::bump!(h, tiering.hint_latency_ms_total, u64::from(ms));
     }
 }
 

@@ -2,19 +2,20 @@
 //! files, through globals set by the loader: nothing about the layout is baked in here.
 
 use aya_ebpf::{
-    Global,
-    macros::{fentry, tracepoint},
+    EbpfContext, Global,
+    macros::{fentry, map, tracepoint},
+    maps::PerCpuArray,
     programs::{FEntryContext, TracePointContext},
 };
 use numatrace_common::{
-    Counter, EMIT_MIGRATE_PAGES, EMIT_PLACEMENT, EMIT_SKIP_VMA, EventKind, FIELD_ABSENT,
-    ForkOffsets, MR_DEMOTION, MR_NUMA_MISPLACED, MigrateOffsets, MigratePagesEvent, MoveOffsets,
-    PF_KSWAPD, PairOffsets, PlacementEvent, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent,
-    SkipVmaOffsets, TaskExitEvent,
+    Counter, EMIT_MIGRATE_PAGES, EMIT_PLACEMENT, EMIT_SKIP_VMA, EventKind, ForkOffsets,
+    MR_DEMOTION, MR_NUMA_MISPLACED, MigrateOffsets, MigratePagesEvent, MoveOffsets, PF_KSWAPD,
+    PairOffsets, PlacementEvent, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent,
+    SkipVmaOffsets, TP_RECORD_BYTES, TaskExitEvent,
 };
 
 use crate::tasks::{
-    TASK_STATS, add, count, count_n, current, emit, follow_child, header, is_self, send,
+    Hit, TASK_STATS, add, count, count_n, current, emit, follow_child, header, is_self, send,
     task_entry, task_stats, touch, touch_noting, wanted,
 };
 
@@ -31,19 +32,58 @@ static MIGRATE_OFFSETS: Global<MigrateOffsets> = Global::new(MigrateOffsets::ABS
 #[unsafe(no_mangle)]
 static FORK_OFFSETS: Global<ForkOffsets> = Global::new(ForkOffsets::ABSENT);
 
-/// Reads a field at `off`; an absent field reads as `default`, a failed read is counted.
+/// This CPU's copy of the running tracepoint's record: one helper call for the whole record
+/// instead of one per field.
+#[map]
+static RECORD: PerCpuArray<[u64; TP_RECORD_BYTES as usize / 8]> =
+    PerCpuArray::with_max_entries(1, 0);
+
+/// A tracepoint's record: this CPU's copy of its first [`TP_RECORD_BYTES`] (null: the copy
+/// failed, counted once).
+struct Rec {
+    copy: *const u8,
+}
+
+impl Rec {
+    #[inline(always)]
+    fn read(ctx: &TracePointContext) -> Self {
+        let copy = match RECORD.get_ptr_mut(0) {
+            // SAFETY: the destination is this CPU's value of TP_RECORD_BYTES bytes; the source
+            // is the record in the per-CPU trace buffer, which the helper reads without
+            // faulting (past a short record: that buffer's own bytes, never read as a field).
+            Some(p)
+                if unsafe {
+                    aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+                        p.cast(),
+                        TP_RECORD_BYTES,
+                        ctx.as_ptr().cast_const(),
+                    )
+                } == 0 =>
+            {
+                p.cast::<u8>().cast_const()
+            }
+            _ => {
+                count(Counter::ReadFailed);
+                core::ptr::null()
+            }
+        };
+        Self { copy }
+    }
+}
+
+/// A field at `off` of the record; an absent field (or one past the copy: the loader marks
+/// those absent) reads as `default`, as does every field of a record whose copy failed.
 #[inline(always)]
-fn field<T: Copy>(ctx: &TracePointContext, off: u32, default: T) -> T {
-    if off == FIELD_ABSENT {
+fn field<T: Copy>(r: &Rec, off: u32, default: T) -> T {
+    let size = core::mem::size_of::<T>() as u64;
+    // Through memory, so that the verifier sees this bound on the offset it adds (5.10 does not
+    // carry LLVM's folded compares over to the pointer arithmetic).
+    let o: u64 = unsafe { core::ptr::read_volatile(&u64::from(off)) };
+    if r.copy.is_null() || o > u64::from(TP_RECORD_BYTES) - size || !o.is_multiple_of(size) {
         return default;
     }
-    match unsafe { ctx.read_at::<T>(off as usize) } {
-        Ok(v) => v,
-        Err(_) => {
-            count(Counter::ReadFailed);
-            default
-        }
-    }
+    // SAFETY: within this CPU's copy of the record, aligned for T.
+    unsafe { core::ptr::read(r.copy.add(o as usize).cast::<T>()) }
 }
 
 #[tracepoint]
@@ -54,8 +94,9 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
         return 0;
     }
     count(Counter::SeenSkipVma);
+    let r = Rec::read(&ctx);
     let o = SKIP_VMA_OFFSETS.load();
-    let reason: u32 = field(&ctx, o.reason, u32::MAX);
+    let reason: u32 = field(&r, o.reason, u32::MAX);
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
         let slot = if (reason as usize) < SKIP_REASON_OTHER {
             reason as usize
@@ -72,9 +113,9 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
     if emit(EMIT_SKIP_VMA) && !is_self(cur.tgid) {
         send(SkipVmaEvent {
             hdr: header(EventKind::SkipVma as u32, cur.pid, cur.tgid),
-            numa_scan_offset: field(&ctx, o.numa_scan_offset, 0u64),
-            vm_start: field(&ctx, o.vm_start, 0u64),
-            vm_end: field(&ctx, o.vm_end, 0u64),
+            numa_scan_offset: field(&r, o.numa_scan_offset, 0u64),
+            vm_start: field(&r, o.vm_start, 0u64),
+            vm_end: field(&r, o.vm_end, 0u64),
             reason,
             _pad: 0,
         });
@@ -85,25 +126,27 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tp_sched_move_numa(ctx: TracePointContext) -> u32 {
     let o = MOVE_OFFSETS.load();
-    let pid: u32 = field(&ctx, o.pid, 0);
-    let tgid: u32 = field(&ctx, o.tgid, 0);
+    let r = Rec::read(&ctx);
+    let pid: u32 = field(&r, o.pid, 0);
+    let tgid: u32 = field(&r, o.tgid, 0);
     if !wanted(tgid) {
         return 0;
     }
     count(Counter::SeenMove);
-    if let Some(t) = task_entry(pid, tgid, pid == current().pid) {
-        crate::bump!(t, placement.moves, 1);
+    let cur = current();
+    if let Some(t) = task_entry(pid, tgid, pid == cur.pid) {
+        crate::bump!(Hit::new(t, pid, tgid, cur.tgid), placement.moves, 1);
         touch(t);
     }
     if emit(EMIT_PLACEMENT) {
         send(PlacementEvent {
             hdr: header(EventKind::NumaMove as u32, pid, tgid),
-            src_cpu: field(&ctx, o.src_cpu, -1),
-            src_nid: field(&ctx, o.src_nid, -1),
+            src_cpu: field(&r, o.src_cpu, -1),
+            src_nid: field(&r, o.src_nid, -1),
             dst_pid: pid,
             dst_tgid: tgid,
-            dst_cpu: field(&ctx, o.dst_cpu, -1),
-            dst_nid: field(&ctx, o.dst_nid, -1),
+            dst_cpu: field(&r, o.dst_cpu, -1),
+            dst_nid: field(&r, o.dst_nid, -1),
         });
     }
     0
@@ -118,27 +161,27 @@ struct Pair {
 }
 
 #[inline(always)]
-fn read_pair(ctx: &TracePointContext, o: &PairOffsets) -> Pair {
+fn read_pair(r: &Rec, o: &PairOffsets) -> Pair {
     Pair {
-        src_pid: field(ctx, o.src_pid, 0),
-        src_tgid: field(ctx, o.src_tgid, 0),
-        dst_pid: field(ctx, o.dst_pid, 0),
-        dst_tgid: field(ctx, o.dst_tgid, 0),
-        dst_cpu: field(ctx, o.dst_cpu, -1),
+        src_pid: field(r, o.src_pid, 0),
+        src_tgid: field(r, o.src_tgid, 0),
+        dst_pid: field(r, o.dst_pid, 0),
+        dst_tgid: field(r, o.dst_tgid, 0),
+        dst_cpu: field(r, o.dst_cpu, -1),
     }
 }
 
 #[inline(always)]
-fn placement_event(ctx: &TracePointContext, kind: EventKind, o: &PairOffsets, p: &Pair) {
+fn placement_event(r: &Rec, kind: EventKind, o: &PairOffsets, p: &Pair) {
     if emit(EMIT_PLACEMENT) {
         send(PlacementEvent {
             hdr: header(kind as u32, p.src_pid, p.src_tgid),
-            src_cpu: field(ctx, o.src_cpu, -1),
-            src_nid: field(ctx, o.src_nid, -1),
+            src_cpu: field(r, o.src_cpu, -1),
+            src_nid: field(r, o.src_nid, -1),
             dst_pid: p.dst_pid,
             dst_tgid: p.dst_tgid,
             dst_cpu: p.dst_cpu,
-            dst_nid: field(ctx, o.dst_nid, -1),
+            dst_nid: field(r, o.dst_nid, -1),
         });
     }
 }
@@ -146,50 +189,63 @@ fn placement_event(ctx: &TracePointContext, kind: EventKind, o: &PairOffsets, p:
 #[tracepoint]
 pub fn tp_sched_swap_numa(ctx: TracePointContext) -> u32 {
     let o = SWAP_OFFSETS.load();
-    let p = read_pair(&ctx, &o);
+    let r = Rec::read(&ctx);
+    let p = read_pair(&r, &o);
     let (src, dst) = (wanted(p.src_tgid), wanted(p.dst_tgid));
     if !src && !dst {
         return 0;
     }
     count(Counter::SeenSwap);
-    let cur = current().pid;
-    if src && let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == cur) {
-        crate::bump!(t, placement.swaps_out, 1);
+    let cur = current();
+    if src && let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == cur.pid) {
+        crate::bump!(
+            Hit::new(t, p.src_pid, p.src_tgid, cur.tgid),
+            placement.swaps_out,
+            1
+        );
         touch(t);
     }
-    if dst && let Some(t) = task_entry(p.dst_pid, p.dst_tgid, p.dst_pid == cur) {
-        crate::bump!(t, placement.swaps_in, 1);
+    if dst && let Some(t) = task_entry(p.dst_pid, p.dst_tgid, p.dst_pid == cur.pid) {
+        crate::bump!(
+            Hit::new(t, p.dst_pid, p.dst_tgid, cur.tgid),
+            placement.swaps_in,
+            1
+        );
         touch(t);
     }
-    placement_event(&ctx, EventKind::NumaSwap, &o, &p);
+    placement_event(&r, EventKind::NumaSwap, &o, &p);
     0
 }
 
 #[tracepoint]
 pub fn tp_sched_stick_numa(ctx: TracePointContext) -> u32 {
     let o = STICK_OFFSETS.load();
-    let p = read_pair(&ctx, &o);
+    let r = Rec::read(&ctx);
+    let p = read_pair(&r, &o);
     if !wanted(p.src_tgid) {
         return 0;
     }
     count(Counter::SeenStick);
-    if let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == current().pid) {
-        crate::bump!(t, placement.sticks, 1);
+    let cur = current();
+    if let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == cur.pid) {
+        let h = Hit::new(t, p.src_pid, p.src_tgid, cur.tgid);
+        crate::bump!(h, placement.sticks, 1);
         if p.dst_cpu < 0 {
-            crate::bump!(t, placement.stick_no_target, 1);
+            crate::bump!(h, placement.stick_no_target, 1);
         }
         touch(t);
     }
-    placement_event(&ctx, EventKind::NumaStick, &o, &p);
+    placement_event(&r, EventKind::NumaStick, &o, &p);
     0
 }
 
 #[tracepoint]
 pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
     let o = MIGRATE_OFFSETS.load();
-    let reason: i32 = field(&ctx, o.reason, -1);
+    let r = Rec::read(&ctx);
+    let reason: i32 = field(&r, o.reason, -1);
     if reason as u32 == MR_DEMOTION {
-        demotion(&ctx, &o);
+        demotion(&r, &o);
         return 0;
     }
     if reason as u32 != MR_NUMA_MISPLACED {
@@ -201,25 +257,32 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
         return 0;
     }
     count(Counter::SeenMigrateNuma);
-    let ev = MigratePagesEvent {
-        hdr: header(EventKind::MigratePages as u32, cur.pid, cur.tgid),
-        succeeded: field(&ctx, o.succeeded, 0u64),
-        failed: field(&ctx, o.failed, 0u64),
-        thp_succeeded: field(&ctx, o.thp_succeeded, 0u64),
-        thp_failed: field(&ctx, o.thp_failed, 0u64),
-        mode: field(&ctx, o.mode, 0u32),
-        reason: reason as u32,
-    };
+    let (succeeded, failed, thp_succeeded, thp_failed) = (
+        field(&r, o.succeeded, 0u64),
+        field(&r, o.failed, 0u64),
+        field(&r, o.thp_succeeded, 0u64),
+        field(&r, o.thp_failed, 0u64),
+    );
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
-        crate::bump!(t, migrations.calls, 1);
-        crate::bump!(t, migrations.pages_ok, ev.succeeded);
-        crate::bump!(t, migrations.pages_failed, ev.failed);
-        crate::bump!(t, migrations.thp_ok, ev.thp_succeeded);
-        crate::bump!(t, migrations.thp_failed, ev.thp_failed);
+        let h = Hit::new(t, cur.pid, cur.tgid, cur.tgid);
+        crate::bump!(h, migrations.calls, 1);
+        crate::bump!(h, migrations.pages_ok, succeeded);
+        crate::bump!(h, migrations.pages_failed, failed);
+        crate::bump!(h, migrations.thp_ok, thp_succeeded);
+        crate::bump!(h, migrations.thp_failed, thp_failed);
         touch_noting(t);
     }
+    // The header's helper calls only where the record is read.
     if emit(EMIT_MIGRATE_PAGES) {
-        send(ev);
+        send(MigratePagesEvent {
+            hdr: header(EventKind::MigratePages as u32, cur.pid, cur.tgid),
+            succeeded,
+            failed,
+            thp_succeeded,
+            thp_failed,
+            mode: field(&r, o.mode, 0u32),
+            reason: reason as u32,
+        });
     }
     0
 }
@@ -228,11 +291,11 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
 /// reclaiming tasks are not followed), split by who reclaimed as the kernel splits
 /// `pgdemote_*`: kswapd (PF_KSWAPD), khugepaged (its comm), the rest direct or proactive.
 #[inline(always)]
-fn demotion(ctx: &TracePointContext, o: &MigrateOffsets) {
-    let ok: u64 = field(ctx, o.succeeded, 0u64);
+fn demotion(r: &Rec, o: &MigrateOffsets) {
+    let ok: u64 = field(r, o.succeeded, 0u64);
     count(Counter::DemoteCalls);
     count_n(Counter::DemotePages, ok);
-    count_n(Counter::DemoteFailed, field(ctx, o.failed, 0u64));
+    count_n(Counter::DemoteFailed, field(r, o.failed, 0u64));
     let flags = crate::tasks::read_field::<u32>(
         crate::tasks::current_task(),
         crate::tasks::TASK_OFFSETS.load().flags,
@@ -257,7 +320,11 @@ pub fn tp_sched_skip_cpuset_numa(_ctx: TracePointContext) -> u32 {
     }
     count(Counter::SeenSkipCpuset);
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
-        crate::bump!(t, scan.cpuset_skips, 1);
+        crate::bump!(
+            Hit::new(t, cur.pid, cur.tgid, cur.tgid),
+            scan.cpuset_skips,
+            1
+        );
         touch_noting(t);
     }
     0
@@ -266,8 +333,14 @@ pub fn tp_sched_skip_cpuset_numa(_ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tp_sched_process_fork(ctx: TracePointContext) -> u32 {
     // `current` is the parent.
+    // Only a followed process's children are followed (the loader attaches this program only
+    // then; the test keeps it free wherever it runs).
+    if !crate::tasks::filtering() {
+        return 0;
+    }
     let o = FORK_OFFSETS.load();
-    let child: u32 = field(&ctx, o.child_pid, 0);
+    let r = Rec::read(&ctx);
+    let child: u32 = field(&r, o.child_pid, 0);
     if child != 0 && follow_child(current().tgid, child) {
         debug!(&ctx, "following child pid={}", child);
     }

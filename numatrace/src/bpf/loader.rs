@@ -48,6 +48,9 @@ pub struct LoadOptions {
     pub emit_events: u32,
     /// Timed calls for a timeline (`record`): see `Config::emit_spans`.
     pub emit_spans: bool,
+    /// Optional aggregates the frontend reads (`numatrace_common::READ_*` bits): the programs
+    /// skip the others' map updates, and the verifier removes their code.
+    pub reads: u32,
     pub bpf_log: bool,
     /// CPU-clock sampling frequency of the scan-share fallback.
     pub sample_hz: u64,
@@ -56,8 +59,8 @@ pub struct LoadOptions {
 }
 
 impl Default for LoadOptions {
-    /// System-wide, the maps at their default sizes, every record kind, no timeline, 99 Hz
-    /// sampling.
+    /// System-wide, the maps at their default sizes, every record kind and aggregate, no
+    /// timeline, 99 Hz sampling.
     fn default() -> Self {
         Self {
             max_tasks: numatrace_common::DEFAULT_MAX_TASKS,
@@ -66,9 +69,22 @@ impl Default for LoadOptions {
             filter_tgids: false,
             emit_events: numatrace_common::EMIT_ALL,
             emit_spans: false,
+            reads: numatrace_common::READ_ALL,
             bpf_log: false,
             sample_hz: 99,
             no_fentry: false,
+        }
+    }
+}
+
+impl LoadOptions {
+    /// The defaults, with what `needs` declares the command reads.
+    pub fn reading(needs: super::needs::Needs) -> Self {
+        Self {
+            emit_events: needs.emit_events,
+            emit_spans: needs.emit_spans,
+            reads: needs.reads,
+            ..Self::default()
         }
     }
 }
@@ -110,6 +126,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         debug_log: opts.bpf_log.into(),
         self_tgid: std::process::id(),
         wake_bytes: wake_bytes(opts.ringbuf_bytes),
+        reads: opts.reads,
     };
     let o = &plan.offsets;
     EbpfLoader::new()

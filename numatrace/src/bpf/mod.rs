@@ -1,5 +1,6 @@
 //! Loading numatrace's eBPF object and attaching it as a [`crate::plan::Plan`] says.
 pub mod loader;
+pub mod needs;
 
 /// The eBPF object built by build.rs (numatrace-ebpf for bpfel-unknown-none), embedded so the
 /// binary is self-contained.

@@ -18,9 +18,8 @@ pub fn run(json: bool, dump_facts: bool, no_fentry: bool) -> Result<i32> {
         ringbuf_bytes: 64 << 10,
         // Attach for real but count nothing: the followed set stays empty.
         filter_tgids: true,
-        emit_events: 0,
         no_fentry,
-        ..LoadOptions::default()
+        ..LoadOptions::reading(crate::bpf::needs::PROBES)
     };
     let (facts, hooks, code) = match Session::start(facts, &opts) {
         Ok(s) => (s.facts, s.hooks, 0),

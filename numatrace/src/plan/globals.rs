@@ -48,8 +48,13 @@ impl Default for Offsets {
     }
 }
 
+/// A field's offset, absent where the format lacks it or it lies past the bytes the programs
+/// copy of a record (`TP_RECORD_BYTES`; none does on any known kernel, the check keeps a
+/// future layout from being misread), or is not aligned to its size.
 fn off(f: &Format, names: &[&str], size: u32) -> u32 {
-    f.offset(names, size).unwrap_or(FIELD_ABSENT)
+    f.offset(names, size)
+        .filter(|o| o + size <= TP_RECORD_BYTES && o % size == 0)
+        .unwrap_or(FIELD_ABSENT)
 }
 
 /// Writes the offsets of tracepoint `name` from its format; returns the fields its program
@@ -270,4 +275,31 @@ fn node_map(facts: &KernelFacts) -> NodeMap {
     }
     m.nranges = facts.node_pfn_ranges.len().min(NODE_RANGES) as u64;
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_the_programs_cannot_read_from_their_copy_is_absent() {
+        let f = Format::parse(
+            "\tfield:unsigned long near;\toffset:8;\tsize:8;\tsigned:0;\n\
+             \tfield:unsigned long last;\toffset:120;\tsize:8;\tsigned:0;\n\
+             \tfield:unsigned long past;\toffset:128;\tsize:8;\tsigned:0;\n\
+             \tfield:int odd;\toffset:10;\tsize:4;\tsigned:1;",
+        );
+        assert_eq!(off(&f, &["near"], 8), 8);
+        assert_eq!(
+            off(&f, &["last"], 8),
+            120,
+            "ends exactly at TP_RECORD_BYTES"
+        );
+        assert_eq!(off(&f, &["past"], 8), FIELD_ABSENT);
+        assert_eq!(
+            off(&f, &["odd"], 4),
+            FIELD_ABSENT,
+            "not aligned to its size"
+        );
+    }
 }

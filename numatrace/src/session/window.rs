@@ -228,17 +228,15 @@ pub async fn collect_with<O: Observer + ?Sized>(
         max_vmas: opts.max_vmas,
         ringbuf_bytes: opts.ringbuf_size,
         filter_tgids: scope != Scope::System,
-        emit_spans: opts.emit_spans,
-        // A capture keeps every record; a report only needs per-VMA skips and scan times
-        // (placements and migrations are counted per task without records).
-        emit_events: if opts.emit_spans {
-            numatrace_common::EMIT_ALL
-        } else {
-            numatrace_common::EMIT_SKIP_VMA | numatrace_common::EMIT_VMA_SCAN
-        },
         bpf_log: opts.bpf_log,
         sample_hz: opts.sample_hz,
         no_fentry: opts.no_fentry,
+        // A capture (record) or a report (stat, check): see bpf::needs.
+        ..LoadOptions::reading(if opts.emit_spans {
+            crate::bpf::needs::RECORD
+        } else {
+            crate::bpf::needs::STAT
+        })
     };
     let mut engine = Engine::start(facts, &load)?;
     let cgroup_filter = cgroup_filter(&engine, opts.cgroup.as_deref())?;

@@ -128,8 +128,92 @@ pub struct Measured {
     pub notes: Vec<String>,
 }
 
-/// Attaches numatrace as `record` does (every record kind on), a floor beside each program,
-/// runs `mix` with statistics on and returns each program's cost and the ring buffer's load.
+/// How often every program's statistics are read during a run (guest time under `-icount`).
+const POLL: Duration = Duration::from_millis(200);
+
+/// An interval whose ns/run exceeds this many times the program's median interval is taken to
+/// carry another vCPU's time slice (see [`clean_cost`]).
+const SLICE_OUTLIER: f64 = 3.0;
+
+/// One read of every program's statistics: (key, Σ run time ns, Σ runs).
+type Sample = Vec<(String, u64, u64)>;
+
+/// A program's cost over a run from its statistics read every [`POLL`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Cost {
+    /// Runs over the whole run.
+    runs: u64,
+    /// ns per run over the intervals kept.
+    ns_per_run: Option<f64>,
+    /// Intervals left out as carrying another vCPU's slice.
+    dropped: usize,
+}
+
+/// Under TCG both vCPUs run on one host thread, switching every few milliseconds of guest time;
+/// a program that is running when the switch comes counts the other vCPU's whole slice as its
+/// own run time — a few such runs dominate a program's sum (one 50 ms slice adds 4 µs to each of
+/// 12 000 runs). Each interval's ns/run is compared with the program's median interval; those
+/// above [`SLICE_OUTLIER`]× it are left out and the rest summed. Every program, numatrace's, the
+/// empty ones and bpftrace's, is measured the same way.
+fn clean_cost(points: &[(u64, u64)]) -> Cost {
+    let steps: Vec<(u64, u64)> = points
+        .windows(2)
+        .map(|w| (w[1].0.saturating_sub(w[0].0), w[1].1.saturating_sub(w[0].1)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let runs = steps.iter().map(|(_, n)| n).sum();
+    let mut rates: Vec<f64> = steps.iter().map(|(t, n)| *t as f64 / *n as f64).collect();
+    rates.sort_by(f64::total_cmp);
+    let Some(&median) = rates.get(rates.len() / 2) else {
+        return Cost::default();
+    };
+    let (mut t, mut n, mut dropped) = (0u64, 0u64, 0usize);
+    for (dt, dn) in &steps {
+        if *dt as f64 / *dn as f64 > SLICE_OUTLIER * median {
+            dropped += 1;
+        } else {
+            t += dt;
+            n += dn;
+        }
+    }
+    Cost {
+        runs,
+        ns_per_run: per_run(t, n),
+        dropped,
+    }
+}
+
+/// Each key's [`Cost`] over a series of samples.
+fn clean_costs(samples: &[Sample]) -> std::collections::BTreeMap<String, Cost> {
+    let mut series: std::collections::BTreeMap<String, Vec<(u64, u64)>> = Default::default();
+    for s in samples {
+        for (k, t, n) in s {
+            series.entry(k.clone()).or_default().push((*t, *n));
+        }
+    }
+    series
+        .into_iter()
+        .map(|(k, p)| (k, clean_cost(&p)))
+        .collect()
+}
+
+/// bpftrace's programs keyed `bt:NAME#K` (the K-th of that name: its names are truncated).
+fn script_sample(sp: &peer::Peer) -> Sample {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    sp.named_stats()
+        .into_iter()
+        .map(|(n, t, r)| {
+            let k = seen.entry(n.clone()).or_default();
+            *k += 1;
+            (format!("bt:{n}#{k}"), t, r)
+        })
+        .collect()
+}
+
+/// Attaches numatrace twice, as `record` and as `stat` attach it (each command's declared
+/// reads: `numatrace::bpf::needs`), a floor beside each program, runs `mix` with statistics on,
+/// reading every program's statistics each [`POLL`], and returns each program's cost per command
+/// ([`clean_cost`]) and the ring buffer's load under `record`.
 pub fn measure(
     mix: &Mix,
     duration: Duration,
@@ -138,12 +222,21 @@ pub fn measure(
 ) -> Result<Measured> {
     let rt = crate::runtime()?;
     let _rt = rt.enter();
-    let mut opts = crate::load_options();
-    opts.emit_spans = true;
-    let facts = numatrace::kernel::facts::KernelFacts::gather()?;
-    let mut engine = Engine::start(facts, &opts)?;
-    // Counted, not kept: with no room every record goes to `lost`.
-    engine.tap_events(0);
+    let mut engines = Vec::new();
+    for (command, needs) in [
+        ("record", numatrace::bpf::needs::RECORD),
+        ("stat", numatrace::bpf::needs::STAT),
+    ] {
+        let opts = numatrace::bpf::loader::LoadOptions::reading(needs);
+        let facts = numatrace::kernel::facts::KernelFacts::gather()?;
+        let mut engine = Engine::start(facts, &opts)?;
+        // Counted, not kept: with no room every record goes to `lost`.
+        engine.tap_events(0);
+        engines.push((command, engine, opts));
+    }
+    // BPF statistics are system-wide: one holder turns them on for both.
+    engines[0].1.enable_bpf_stats()?;
+    let (_, engine, opts) = &engines[0];
     let hooks: std::collections::HashSet<String> = engine
         .hooks
         .iter()
@@ -151,8 +244,8 @@ pub fn measure(
         .map(|h| h.name.clone())
         .collect();
     let attached = |name: &str| hooks.contains(name);
-    let (floors, errors) = floor::attach_all(&engine.plan, attached, &opts);
-    let peers = start_peers(bpftrace, &program_names(&engine));
+    let (floors, errors) = floor::attach_all(&engine.plan, attached, opts);
+    let peers = start_peers(bpftrace, &program_names(engine));
     let script_peer = match script {
         // The script prints "ready" once every probe is attached.
         Some((bt, s)) => match peer::Peer::start(bt, s, Some("ready")) {
@@ -164,24 +257,66 @@ pub fn measure(
         },
         None => None,
     };
-    engine.enable_bpf_stats()?;
-    let real0 = engine.program_stats();
+    let sample = |engines: &[(&str, Engine, _)]| -> Sample {
+        let mut v = Sample::new();
+        for (command, e, _) in engines {
+            v.extend(
+                e.program_stats()
+                    .into_iter()
+                    .map(|(p, t, n)| (format!("{command}:{p}"), t, n)),
+            );
+        }
+        for (i, f) in floors.iter().enumerate() {
+            let (t, n) = f.stats();
+            v.push((format!("floor:{i}"), t, n));
+        }
+        if let Some(sp) = &script_peer {
+            v.extend(script_sample(sp));
+        }
+        v
+    };
+    let real0 = engines[0].1.program_stats();
     let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, p)| p.stats()).collect();
-    let script0 = script_peer.as_ref().map(peer::Peer::named_stats);
-    let floor0: Vec<(u64, u64)> = floors.iter().map(floor::Floor::stats).collect();
-    let before = engine.snapshot(Detail::Summary)?;
+    let before = engines[0].1.snapshot(Detail::Summary)?;
+    let mut samples = vec![sample(&engines)];
     let t = std::time::Instant::now();
-    mix.run(duration)?;
-    let after = engine.snapshot(Detail::Summary)?;
+    std::thread::scope(|s| -> Result<()> {
+        let run = s.spawn(|| mix.run(duration));
+        while !run.is_finished() {
+            std::thread::sleep(POLL);
+            samples.push(sample(&engines));
+        }
+        run.join()
+            .map_err(|_| anyhow::anyhow!("the workload thread panicked"))?
+    })?;
+    samples.push(sample(&engines));
+    let after = engines[0].1.snapshot(Detail::Summary)?;
     let seconds = t.elapsed().as_secs_f64();
-    let (events, lost) = engine.take_events();
-    let real1 = engine.program_stats();
+    let (events, lost) = engines[0].1.take_events();
+    let real1 = engines[0].1.program_stats();
     let tracked = after.counter(Counter::ExitSnapshots) - before.counter(Counter::ExitSnapshots);
     let peer_costs = peer_rows("system-wide", &peers, &peer0, &real0, &real1, tracked);
     drop(peers);
+    let costs = clean_costs(&samples);
+    let cost = |key: &str| costs.get(key).copied().unwrap_or_default();
+    // Σ over programs of ns/run × runs: their time on the hook's events.
+    let time_of = |keys: &mut dyn Iterator<Item = String>| -> Option<f64> {
+        keys.map(|k| cost(&k))
+            .map(|c| c.ns_per_run.map(|ns| ns * c.runs as f64))
+            .try_fold(0.0, |acc, x| Some(acc + x.unwrap_or(0.0)))
+    };
+    let engine = &engines[0].1;
     let mut hooks = Vec::new();
     let mut notes = Vec::new();
-    if let (Some(sp), Some(s0)) = (&script_peer, &script0) {
+    let dropped: usize = costs.values().map(|c| c.dropped).sum();
+    let intervals = samples.len().saturating_sub(1);
+    notes.push(format!(
+        "statistics read every {} ms ({intervals} intervals); {dropped} program-intervals left \
+         out as carrying the other vCPU's time slice (over {SLICE_OUTLIER}× the program's \
+         median interval)",
+        POLL.as_millis()
+    ));
+    if let Some(sp) = &script_peer {
         let s1 = sp.named_stats();
         let mut names: Vec<&str> = s1.iter().map(|(n, ..)| n.as_str()).collect();
         names.sort_unstable();
@@ -190,65 +325,79 @@ pub fn measure(
             names.len(),
             names.join(", ")
         ));
-        // bpftrace's programs on one target: Σ run time over the run, and how many there are.
-        let sum = |v: &[(String, u64, u64)], name: &str| {
-            v.iter()
-                .filter(|(n, ..)| n == name)
-                .fold((0u64, 0usize), |(t, k), (_, a, _)| (t + a, k + 1))
-        };
-        for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
-            let target = match (h.spec.kind, h.symbol.as_deref()) {
-                (numatrace::kernel::catalogue::HookKind::Tracepoint { name, .. }, _) => name,
-                (numatrace::kernel::catalogue::HookKind::Function { .. }, Some(s)) => s,
-                _ => continue,
-            };
-            let programs = h.programs();
-            let mut t = 0;
-            let mut events = 0;
-            for (i, program) in programs.iter().enumerate() {
-                let ((t0, n0), (t1, n1)) = (stat_of(&real0, program), stat_of(&real1, program));
-                t += t1 - t0;
-                if i == 0 {
-                    events = n1 - n0;
+        for (command, ..) in &engines {
+            for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
+                let target = match (h.spec.kind, h.symbol.as_deref()) {
+                    (numatrace::kernel::catalogue::HookKind::Tracepoint { name, .. }, _) => name,
+                    (numatrace::kernel::catalogue::HookKind::Function { .. }, Some(s)) => s,
+                    _ => continue,
+                };
+                let mut programs: Vec<&str> = h.programs().to_vec();
+                // The tp_btf program on the same tracepoint runs on the same events: its cost
+                // is the hook's too.
+                if let numatrace::kernel::catalogue::HookKind::Tracepoint { name, .. } = h.spec.kind
+                {
+                    for b in engine.plan.hooks.iter().filter(|b| {
+                        attached(b.spec.name)
+                            && matches!(b.spec.kind,
+                                numatrace::kernel::catalogue::HookKind::BtfTracepoint {
+                                    tracepoint, ..
+                                } if tracepoint.split(':').nth(1) == Some(name))
+                    }) {
+                        programs.extend(b.programs());
+                    }
                 }
+                let events = programs
+                    .first()
+                    .map_or(0, |p| cost(&format!("{command}:{p}")).runs);
+                let ours = time_of(&mut programs.iter().map(|p| format!("{command}:{p}")));
+                let name = bpftrace_name(target);
+                let theirs: Vec<String> = costs
+                    .keys()
+                    .filter(|k| {
+                        k.strip_prefix("bt:")
+                            .and_then(|k| k.rsplit_once('#'))
+                            .is_some_and(|(n, _)| n == name)
+                    })
+                    .cloned()
+                    .collect();
+                let k = theirs.len();
+                let bt = time_of(&mut theirs.into_iter());
+                let per_event =
+                    |t: Option<f64>| t.filter(|_| events > 0).map(|t| t / events as f64);
+                hooks.push(HookPeer {
+                    command: (*command).to_owned(),
+                    hook: h.spec.name.to_owned(),
+                    events,
+                    ns_per_event: per_event(ours),
+                    bpftrace_ns_per_event: if k > 0 { per_event(bt) } else { None },
+                    bpftrace_programs: k,
+                });
             }
-            let name = bpftrace_name(target);
-            let ((t1, k), (t0, _)) = (sum(&s1, name), sum(s0, name));
-            hooks.push(HookPeer {
-                hook: h.spec.name.to_owned(),
-                events,
-                ns_per_event: per_run(t, events),
-                bpftrace_ns_per_event: if k > 0 {
-                    per_run(t1 - t0, events)
-                } else {
-                    None
-                },
-                bpftrace_programs: k,
-            });
         }
     }
     drop(script_peer);
     let mut out = Vec::new();
-    for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
-        for program in h.programs() {
-            let ((t0, n0), (t1, n1)) = (stat_of(&real0, program), stat_of(&real1, program));
-            let (ft, fn_) = floors
-                .iter()
-                .zip(&floor0)
-                .find(|(f, _)| f.hook == h.spec.name && f.twin == program)
-                .map_or((0, 0), |(f, (t0, n0))| {
-                    let (t1, n1) = f.stats();
-                    (t1 - t0, n1 - n0)
+    for (command, ..) in &engines {
+        for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
+            for program in h.programs() {
+                let c = cost(&format!("{command}:{program}"));
+                let f = floors
+                    .iter()
+                    .position(|f| f.hook == h.spec.name && f.twin == program)
+                    .map(|i| cost(&format!("floor:{i}")))
+                    .unwrap_or_default();
+                out.push(ProgramCost {
+                    command: (*command).to_owned(),
+                    hook: h.spec.name.to_owned(),
+                    mechanism: h.mechanism.to_string(),
+                    program: program.to_owned(),
+                    runs: c.runs,
+                    ns_per_run: c.ns_per_run,
+                    floor_runs: f.runs,
+                    floor_ns_per_run: f.ns_per_run,
                 });
-            out.push(ProgramCost {
-                hook: h.spec.name.to_owned(),
-                mechanism: h.mechanism.to_string(),
-                program: program.to_owned(),
-                runs: n1 - n0,
-                ns_per_run: per_run(t1 - t0, n1 - n0),
-                floor_runs: fn_,
-                floor_ns_per_run: per_run(ft, fn_),
-            });
+            }
         }
     }
     let ring = RingLoad {
@@ -257,7 +406,9 @@ pub fn measure(
         dropped: after.counter(Counter::RingbufFull) - before.counter(Counter::RingbufFull),
     };
     drop(floors);
-    rt.block_on(engine.stop())?;
+    for (_, e, _) in engines {
+        rt.block_on(e.stop())?;
+    }
     Ok(Measured {
         costs: out,
         hooks,
@@ -266,4 +417,26 @@ pub fn measure(
         errors,
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_with_another_vcpus_slice_is_left_out() {
+        // 100 runs of 1 000 ns per interval; the third carries a 50 ms slice.
+        let mut p = vec![(0u64, 0u64)];
+        for i in 1..=10u64 {
+            let extra = if i == 3 { 50_000_000 } else { 0 };
+            let (t, n) = p[p.len() - 1];
+            p.push((t + 100_000 + extra, n + 100));
+        }
+        let c = clean_cost(&p);
+        assert_eq!(c.runs, 1000);
+        assert_eq!(c.dropped, 1);
+        assert_eq!(c.ns_per_run, Some(1000.0));
+        // Without events in an interval, nothing is judged there.
+        assert_eq!(clean_cost(&[(0, 0), (5, 0)]), Cost::default());
+    }
 }

@@ -29,6 +29,9 @@ pub enum Record {
 /// A program's BPF run time per run against the empty program on the same hook.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgramCost {
+    /// The command whose declared reads the programs were loaded with (`record`, `stat`).
+    #[serde(default)]
+    pub command: String,
     pub hook: String,
     pub mechanism: String,
     pub program: String,
@@ -67,6 +70,9 @@ pub struct PeerCost {
 /// aggregation per task), in the same run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HookPeer {
+    /// The command whose declared reads numatrace's programs were loaded with.
+    #[serde(default)]
+    pub command: String,
     pub hook: String,
     /// Runs of numatrace's first program on the hook (its events).
     pub events: u64,

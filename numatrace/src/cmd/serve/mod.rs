@@ -250,12 +250,9 @@ pub async fn run(args: ServeArgs, no_fentry: bool) -> Result<i32> {
     let facts = KernelFacts::gather().context("reading kernel facts")?;
     let load = LoadOptions {
         max_tasks: args.kernel.max_tasks,
-        // Per-event records feed only the per-VMA detail; serve exports the kernel maps'
-        // aggregates, so the ring buffer carries task exits alone.
-        emit_events: 0,
         sample_hz: args.kernel.sample_hz,
         no_fentry,
-        ..LoadOptions::default()
+        ..LoadOptions::reading(crate::bpf::needs::SERVE)
     };
     let engine = Engine::start(facts, &load)?;
     let limits = FoldLimits {

@@ -105,10 +105,7 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
         filter_tgids: args.pid.is_some(),
         sample_hz: args.kernel.sample_hz,
         no_fentry,
-        // Per-VMA skips and scans for the detail view; placements and migrations are counted
-        // per task without records.
-        emit_events: numatrace_common::EMIT_SKIP_VMA | numatrace_common::EMIT_VMA_SCAN,
-        ..LoadOptions::default()
+        ..LoadOptions::reading(crate::bpf::needs::TOP)
     };
     let mut engine = Engine::start(facts, &load)?;
     if let Some(pid) = args.pid {

@@ -105,7 +105,7 @@ impl Dropped {
             ("task map full", self.task_map_full),
             ("evicted entries", self.task_entries_evicted),
             ("unfollowed children", self.tracked_map_full),
-            ("unreadable fields", self.read_failed),
+            ("unreadable tracepoint records", self.read_failed),
             ("undecodable", self.undecodable),
             ("unmatched calls", self.inflight_lost),
             ("VMA map full", self.vma_map_full),

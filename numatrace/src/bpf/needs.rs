@@ -1,0 +1,79 @@
+//! What each command reads from the kernel side, declared once: the loader hands it to the
+//! programs as read-only globals, so the verifier removes the code of whatever no one reads
+//! (a record that is not sent costs no header, no reservation; an aggregate that is not kept
+//! costs no map update).
+
+use numatrace_common::{EMIT_ALL, EMIT_SKIP_VMA, EMIT_VMA_SCAN, READ_ALL, READ_REGIONS, READ_VMAS};
+
+/// One command's consumption.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needs {
+    /// Ring-buffer record kinds (`EMIT_*`); task exits are always sent.
+    pub emit_events: u32,
+    /// Timed calls for a timeline.
+    pub emit_spans: bool,
+    /// Optional aggregates (`READ_*`).
+    pub reads: u32,
+}
+
+/// `record`: every record, the timeline's spans, every aggregate.
+pub const RECORD: Needs = Needs {
+    emit_events: EMIT_ALL,
+    emit_spans: true,
+    reads: READ_ALL,
+};
+
+/// `stat` and `check`: a report — per-VMA skips and scan times as records (placements and
+/// migrations are counted per task without records), the VMA tables, seed 001's region counts.
+pub const STAT: Needs = Needs {
+    emit_events: EMIT_SKIP_VMA | EMIT_VMA_SCAN,
+    emit_spans: false,
+    reads: READ_ALL,
+};
+
+/// `top`: the detail pane's per-VMA skips, scans and VMA table; no report, so no region counts.
+pub const TOP: Needs = Needs {
+    emit_events: EMIT_SKIP_VMA | EMIT_VMA_SCAN,
+    emit_spans: false,
+    reads: READ_VMAS,
+};
+
+/// `serve`: the kernel maps' per-task and system-wide aggregates only; the ring buffer carries
+/// task exits alone.
+pub const SERVE: Needs = Needs {
+    emit_events: 0,
+    emit_spans: false,
+    reads: 0,
+};
+
+/// `probes`: attaches to report what attaches, counts nothing.
+pub const PROBES: Needs = SERVE;
+
+/// Every command's declaration, by name (the benchmark loads each).
+pub const ALL: [(&str, Needs); 4] = [
+    ("record", RECORD),
+    ("stat", STAT),
+    ("top", TOP),
+    ("serve", SERVE),
+];
+
+impl Needs {
+    /// Whether the programs keep seed 001's per-region fault counts.
+    pub fn regions(&self) -> bool {
+        self.reads & READ_REGIONS != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_reports_pay_for_region_counts_and_only_record_for_spans() {
+        for (name, n) in ALL {
+            assert_eq!(n.regions(), matches!(name, "record" | "stat"), "{name}");
+            assert_eq!(n.emit_spans, name == "record", "{name}");
+        }
+        assert_eq!(SERVE.emit_events | SERVE.reads, 0);
+    }
+}
