@@ -9,11 +9,12 @@
 
 pub mod accum;
 pub mod snapshot;
+pub mod tasks;
 
 use std::{
-    collections::{BTreeMap, HashMap as StdHashMap},
+    collections::{BTreeMap, HashSet},
     os::fd::{AsFd as _, OwnedFd},
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard, atomic::AtomicBool},
 };
 
 use anyhow::{Context as _, Result, anyhow};
@@ -36,12 +37,18 @@ use crate::{
         tiering::{self, Tiering},
         vmstat::Vmstat,
     },
-    model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
+    model::{GapRecord, SkipCounts, VmaRecord},
     plan::Plan,
-    sources::{cgroups::CgroupResolver, maps::Maps, procfs, progstats, ringbuf},
+    sources::{
+        batch::Batch,
+        cgroups::CgroupResolver,
+        maps::{self, Maps, TASK_CHUNK},
+        procfs, progstats, ringbuf,
+    },
 };
 use accum::Accum;
 pub use snapshot::{InFlight, Snapshot};
+use tasks::{Key, TaskTable};
 
 /// How much a snapshot reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,16 +113,15 @@ pub struct Engine {
     logger: Option<JoinHandle<()>>,
     cgroups: CgroupResolver,
     self_tgid: u32,
-    /// The tasks of the previous snapshot, to carry forward those that went missing.
-    previous: BTreeMap<(u32, u64), TaskRecord>,
-    /// Keys the latest read found in the kernel's task map.
-    live_keys: std::collections::HashSet<(u32, u64)>,
+    /// Every task of the previous snapshot (to carry forward those that went missing), as the
+    /// latest read of the kernel's task map found it.
+    table: TaskTable,
     /// Entries marked exited in the kernel's task map that a frontend forgot
     /// ([`Engine::forget_exited`]): they stay in the map until it evicts them or the pid is
     /// reused, and reads skip them meanwhile (else they would come back as new tasks).
-    forgotten_marked: std::collections::HashSet<(u32, u64)>,
+    forgotten_marked: HashSet<Key>,
     /// Marked entries of the latest read whose task had finished before it (their read is final).
-    done_marked: std::collections::HashSet<(u32, u64)>,
+    done_marked: HashSet<Key>,
     /// Marked entries read at least once and then gone from the map (removed when a new task
     /// took the pid): seen, not evicted.
     marked_gone: u64,
@@ -131,6 +137,11 @@ pub struct Engine {
 
 /// Reads of one snapshot before it is taken as it is (see [`Engine::snapshot`]).
 const SNAPSHOT_ATTEMPTS: u32 = 3;
+/// No read is repeated once it held this many tasks: a read that long (~10 ms natively at
+/// 10 000 tasks) is as likely to see the kernel mid-update again, and each repeat would cost as
+/// much. A count, not a time, so that a slow machine (an emulated guest) keeps the repeats of
+/// a small table.
+const RETRY_MAX_TASKS: usize = 8192;
 
 /// Counters whose change during a read means the read saw the kernel mid-update: every tally,
 /// and created entries (the eviction estimate rests on them).
@@ -189,6 +200,8 @@ impl Engine {
             vmas: take(&mut ebpf, MAP_VMA_STATS)?,
             gaps: take(&mut ebpf, MAP_VMA_GAPS)?,
             region_faults: take(&mut ebpf, MAP_REGION_FAULTS)?,
+            task_batch: Batch::new(TASK_CHUNK),
+            batched: AtomicBool::new(true),
         };
         let tracked = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
         let tier_map = take(&mut ebpf, MAP_TIERING)?;
@@ -215,8 +228,7 @@ impl Engine {
             logger,
             cgroups: CgroupResolver::new(),
             self_tgid: std::process::id(),
-            previous: BTreeMap::new(),
-            live_keys: Default::default(),
+            table: TaskTable::default(),
             forgotten_marked: Default::default(),
             done_marked: Default::default(),
             marked_gone: 0,
@@ -269,13 +281,14 @@ impl Engine {
     ///
     /// The kernel maps cannot be read atomically, so the kernel side's own counters are read
     /// before and after everything else; when they differ (something was counted meanwhile)
-    /// the read is repeated, a few times at most. `consistent` says whether they matched.
+    /// the read is repeated, a few times at most, while the reads are quick. `consistent` says
+    /// whether they matched.
     pub fn snapshot(&mut self, detail: Detail) -> Result<Snapshot> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             let (snap, consistent) = self.read_once(detail)?;
-            if consistent || attempt >= SNAPSHOT_ATTEMPTS {
+            if consistent || attempt >= SNAPSHOT_ATTEMPTS || snap.tasks.len() >= RETRY_MAX_TASKS {
                 return Ok(Snapshot { consistent, ..snap });
             }
         }
@@ -286,23 +299,28 @@ impl Engine {
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
         // Marked entries whose task has finished before this read: what it reads of them is
         // final, so they may be forgotten once settled.
-        self.done_marked = self
-            .previous
-            .keys()
-            .filter(|k| self.marked_in_map(k) && procfs::task_done(k.0))
-            .copied()
-            .collect();
+        self.done_marked = self.table.marked_done(procfs::task_done);
         // Counters before the task map: a task created in between is in the map and not yet
         // in `TasksCreated`, so evictions are never over-estimated.
         let counters = self.maps.counters().context("reading counters")?;
         let created_by = monotonic_ns();
-        // With each entry, whether its task has a hint fault in flight: one the kernel counted
-        // before vmstat_lo and numatrace not yet when its entry was read.
-        let (mut live, in_flight) = self.maps.tasks().context("reading the task map")?;
-        let in_map: std::collections::HashSet<(u32, u64)> =
-            live.iter().map(|s| (s.pid, s.first_ns)).collect();
-        self.forgotten_marked.retain(|k| in_map.contains(k));
-        live.retain(|s| !self.forgotten_marked.contains(&(s.pid, s.first_ns)));
+        // The snapshot's task list is faulted in on another thread meanwhile (see
+        // `tasks::prepared_records`).
+        let expected = self.table.len() + self.table.len() / 16;
+        let (read, records) = std::thread::scope(|s| {
+            let prepared = (expected >= tasks::PREPARE_FROM)
+                .then(|| s.spawn(move || tasks::prepared_records(expected)));
+            let read = self.read_tasks();
+            let records = prepared.and_then(|p| p.join().ok()).unwrap_or_default();
+            (read, records)
+        });
+        let in_flight = match read {
+            Ok(n) => n,
+            Err(e) => {
+                self.table.abort_read();
+                return Err(e);
+            }
+        };
         let (migrate_latency, fault_pages) =
             self.maps.histograms().context("reading histograms")?;
         let nodes = self.maps.node_arrays().context("reading the node arrays")?;
@@ -315,27 +333,30 @@ impl Engine {
             Detail::Summary => None,
         };
         let mono_ns = monotonic_ns();
-        let (tasks, events, undecodable, vmas, evicted, marked_gone) = {
-            let mut sh = self.lock();
+        // Cgroups the task list met that no walk has resolved yet.
+        let mut unresolved = HashSet::new();
+        let (mut tasks, events, undecodable, vmas, evicted, marked_gone) = {
+            let shared = Arc::clone(&self.shared);
+            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             sh.drain();
             let acc = &sh.acc;
-            let tasks = Snapshot::tasks_from(&live, &acc.exited);
-            // Marked at the last read, gone from the map now and no exit record: a new task
-            // took the pid and replaced the entry (an exit record would be in `acc.exited`).
-            let replaced = self
-                .previous
-                .keys()
-                .filter(|k| {
-                    self.marked_in_map(k) && !in_map.contains(k) && !acc.exited.contains_key(k)
-                })
-                .count() as u64;
-            let marked_gone = self.marked_gone + replaced;
+            let marked_gone = self.marked_gone + self.table.replaced(&acc.exited);
             // Distinct entries that existed when `created` was read (a map walk can meet a
             // key twice; an exit can be both live and drained).
-            let seen = tasks.iter().filter(|t| t.first_ns <= created_by).count() as u64
-                + acc.forgotten
-                + marked_gone;
+            let seen = self.table.seen(created_by, &acc.exited) + acc.forgotten + marked_gone;
             let evicted = counters.get(Counter::TasksCreated).saturating_sub(seen);
+            let cgroups = &self.cgroups;
+            let tasks = self
+                .table
+                .commit(records, &acc.exited, procfs::pid_exists, |id| {
+                    cgroups.cached(id).map_or_else(
+                        || {
+                            unresolved.insert(id);
+                            None
+                        },
+                        |path| path.map(str::to_owned),
+                    )
+                });
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
             let (events, undecodable) = (acc.events.clone(), acc.undecodable);
             (tasks, events, undecodable, vmas, evicted, marked_gone)
@@ -349,10 +370,14 @@ impl Engine {
             .iter()
             .filter(|c| watched(**c))
             .all(|c| counters.get(*c) == after.get(*c));
-        self.live_keys = live.iter().map(|s| (s.pid, s.first_ns)).collect();
-        let mut tasks = self.carry_forward(tasks);
-        for t in &mut tasks {
-            t.cgroup = self.cgroups.path(t.cgroup_id);
+        // Outside the lock: resolving may walk the whole hierarchy.
+        if !unresolved.is_empty() {
+            for t in tasks
+                .iter_mut()
+                .filter(|t| unresolved.contains(&t.cgroup_id))
+            {
+                t.cgroup = self.cgroups.path(t.cgroup_id);
+            }
         }
         let detail = vmas.is_some();
         let snap = Snapshot {
@@ -387,36 +412,32 @@ impl Engine {
         Ok((snap, consistent))
     }
 
-    /// Tasks seen before and missing now stay, with the counts they had: an entry the LRU
-    /// map evicted (counted under `evicted`), or an exit record not yet readable (behind a
-    /// record another CPU has reserved but not committed). Without this, the next snapshot
-    /// would count such a task's whole history again.
-    ///
-    /// A carried task is marked exited once it cannot be live any more: its pid has a newer
-    /// entry (reused, or the task was seen again after its entry was evicted) or is gone from
-    /// /proc. Such a task then settles and a long-running frontend may forget it.
-    fn carry_forward(&mut self, tasks: Vec<TaskRecord>) -> Vec<TaskRecord> {
-        let mut by_key: BTreeMap<(u32, u64), TaskRecord> =
-            tasks.into_iter().map(|t| (t.key(), t)).collect();
-        let newest: StdHashMap<u32, u64> =
-            by_key.keys().fold(StdHashMap::new(), |mut m, (pid, f)| {
-                let e = m.entry(*pid).or_insert(*f);
-                *e = (*e).max(*f);
-                m
-            });
-        for (k, t) in &self.previous {
-            by_key.entry(*k).or_insert_with(|| {
-                let mut t = t.clone();
-                let superseded = newest.get(&t.pid).is_some_and(|f| *f > t.first_ns);
-                if !t.exited && (superseded || !procfs::pid_exists(t.pid)) {
-                    t.exited = true;
-                }
-                t
-            });
-        }
-        let tasks: Vec<TaskRecord> = by_key.into_values().collect();
-        self.previous = tasks.iter().map(|t| (t.key(), t.clone())).collect();
-        tasks
+    /// Reads the kernel's task map into the table (entries a frontend forgot skipped): how
+    /// many tasks had a hint fault in flight (see [`maps::fault_in_flight`]; forgotten entries
+    /// included, as the kernel counted them).
+    fn read_tasks(&mut self) -> Result<u64> {
+        let Self {
+            maps,
+            table,
+            forgotten_marked,
+            ..
+        } = self;
+        let mut in_flight = 0;
+        let mut forgotten_seen = HashSet::new();
+        table.begin_read();
+        maps.tasks(|e| {
+            in_flight += u64::from(maps::fault_in_flight(e));
+            let k = (e.stats.pid, e.stats.first_ns);
+            if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
+                forgotten_seen.insert(k);
+            } else {
+                table.note(&e.stats);
+            }
+        })
+        .context("reading the task map")?;
+        // Gone from the map: it cannot come back as a new task.
+        forgotten_marked.retain(|k| forgotten_seen.contains(k));
+        Ok(in_flight)
     }
 
     /// Per-VMA rows of the kernel maps: PTE updates and pid_inactive gaps by (tgid, start).
@@ -481,19 +502,18 @@ impl Engine {
         let mut gone = Vec::new();
         let mut marked = Vec::new();
         {
-            let mut sh = self.lock();
+            let shared = Arc::clone(&self.shared);
+            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             for k in keys {
                 if sh.acc.exited.remove(k).is_some() {
                     // Seen, not lost: the eviction estimate still counts it.
                     sh.acc.forgotten += 1;
                     gone.push(*k);
-                } else if self.previous.get(k).is_some_and(|t| t.exited)
-                    && !self.live_keys.contains(k)
-                {
-                    // Carried forward and known gone (see `carry_forward`); already counted
+                } else if self.table.carried_exited(k) {
+                    // Carried forward and known gone (see `TaskTable::commit`); already counted
                     // as evicted when its entry went missing.
                     gone.push(*k);
-                } else if self.marked_in_map(k) && self.done_marked.contains(k) {
+                } else if self.table.marked_in_map(k) && self.done_marked.contains(k) {
                     // Marked exited in the kernel map (created in do_exit, or its exit record
                     // lost to a full ring buffer), and done running: nothing more can count.
                     // A pid taken by a new task keeps it until that task's first event
@@ -505,7 +525,7 @@ impl Engine {
             }
         }
         for k in &gone {
-            self.previous.remove(k);
+            self.table.remove(k);
         }
         self.forgotten_marked.extend(marked);
         gone
@@ -522,12 +542,6 @@ impl Engine {
             .fold((0, 0, 0), |(s, o, a), (_, _, g)| {
                 (s + g.skips, o + g.over_threads, a + g.at_threshold)
             }))
-    }
-
-    /// Whether the latest read found `k` in the kernel's task map marked exited (created in
-    /// do_exit, or its exit record lost to a full ring buffer).
-    fn marked_in_map(&self, k: &(u32, u64)) -> bool {
-        self.live_keys.contains(k) && self.previous.get(k).is_some_and(|t| t.exited)
     }
 
     /// Runs the kernel skipped, by program (see [`progstats::recursion_misses`]); cumulative.

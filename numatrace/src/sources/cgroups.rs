@@ -2,10 +2,12 @@
 //!
 //! On cgroup v2 a cgroup's id (what `bpf_get_current_cgroup_id` returns) is the inode number of
 //! its directory, so ids are resolved by walking the mount. Paths are cached for good: a task
-//! that outlives its cgroup's directory keeps the path it was seen with.
+//! that outlives its cgroup's directory keeps the path it was seen with. An id that a walk
+//! begun after it was asked for did not find belonged to a cgroup removed before it could be
+//! resolved (ids are never reused); it is not walked for again.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
@@ -64,6 +66,10 @@ pub struct CgroupResolver {
     mount: Option<PathBuf>,
     paths: HashMap<u64, String>,
     last_walk: Option<Instant>,
+    /// Unknown ids and when they were first asked for, until a walk settles them.
+    asked: HashMap<u64, Instant>,
+    /// Ids of cgroups removed before they were resolved.
+    gone: HashSet<u64>,
 }
 
 /// How often an unknown id may trigger a walk of the whole hierarchy.
@@ -78,6 +84,8 @@ impl CgroupResolver {
             mount,
             paths: HashMap::new(),
             last_walk: None,
+            asked: HashMap::new(),
+            gone: HashSet::new(),
         }
     }
 
@@ -85,20 +93,56 @@ impl CgroupResolver {
         self.mount.as_deref()
     }
 
+    /// What is known of cgroup `id` without walking: its path, `Some(None)` where it has none
+    /// (0: never seen running, or removed before it was resolved), `None` where only
+    /// [`CgroupResolver::path`] can tell.
+    pub fn cached(&self, id: u64) -> Option<Option<&str>> {
+        if id == 0 || self.gone.contains(&id) {
+            return Some(None);
+        }
+        self.paths.get(&id).map(|p| Some(p.as_str()))
+    }
+
     /// The path of cgroup `id`, walking the hierarchy (at most once a second) when unknown.
+    /// `id` must have been read from a running task before this call (so that a walk that
+    /// misses it afterwards shows its cgroup removed).
     pub fn path(&mut self, id: u64) -> Option<String> {
         if id == 0 {
             return None;
         }
-        if !self.paths.contains_key(&id) && self.last_walk.is_none_or(|t| t.elapsed() >= WALK_EVERY)
-        {
+        if let Some(p) = self.paths.get(&id) {
+            return Some(p.clone());
+        }
+        if self.gone.contains(&id) {
+            return None;
+        }
+        self.asked.entry(id).or_insert_with(Instant::now);
+        if self.last_walk.is_none_or(|t| t.elapsed() >= WALK_EVERY) {
             self.walk();
         }
         self.paths.get(&id).cloned()
     }
 
     fn walk(&mut self) {
-        self.last_walk = Some(Instant::now());
+        let started = Instant::now();
+        self.last_walk = Some(started);
+        self.walk_tree();
+        let Self {
+            paths, asked, gone, ..
+        } = self;
+        asked.retain(|id, at| {
+            if paths.contains_key(id) {
+                false
+            } else if *at <= started {
+                gone.insert(*id);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn walk_tree(&mut self) {
         let Some(root) = self.mount.clone() else {
             return;
         };
@@ -184,7 +228,21 @@ mod tests {
             return;
         };
         let ino = fs::metadata(&mount).unwrap().ino();
+        assert_eq!(r.cached(ino), None, "not walked yet");
         assert_eq!(r.path(ino).as_deref(), Some("/"));
+        assert_eq!(r.cached(ino), Some(Some("/")));
         assert_eq!(r.path(0), None);
+        assert_eq!(r.cached(0), Some(None));
+        // An id no cgroup has: asked before the walk, settled as gone by it.
+        let missing = u64::MAX - 1;
+        r.last_walk = None;
+        assert_eq!(r.path(missing), None);
+        assert!(r.gone.contains(&missing) && r.asked.is_empty());
+        assert_eq!(r.cached(missing), Some(None));
+        let walked = r.last_walk;
+        r.last_walk = None;
+        assert_eq!(r.path(missing), None);
+        assert!(r.last_walk.is_none(), "a gone id walks no more");
+        assert!(walked.is_some());
     }
 }

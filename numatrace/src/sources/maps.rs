@@ -1,13 +1,24 @@
-//! Snapshots of the per-task map and the per-CPU counters.
+//! Snapshots of the per-task map and the per-CPU counters. The hash maps, which hold up to one
+//! entry per task, VMA or region, are read in batches where the kernel can ([`super::batch`]),
+//! else element by element.
 
-use aya::maps::{HashMap, MapData, MapError, PerCpuArray};
+use std::{
+    os::fd::AsFd as _,
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+use aya::{
+    Pod,
+    maps::{HashMap, IterableMap as _, MapData, MapError, PerCpuArray},
+    sys::SyscallError,
+};
 use numatrace_common::{
     COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
-    MIGRATED_PAGES_SLOTS, NODE_FAULT_SLOTS, RegionKey, TaskEntry, TaskStats, VmaGap, VmaKey,
-    VmaStats,
+    MIGRATED_PAGES_SLOTS, NODE_FAULT_SLOTS, RegionKey, TaskEntry, VmaGap, VmaKey, VmaStats,
 };
 use serde::{Deserialize, Serialize};
 
+use super::batch::{Batch, BatchError};
 use crate::model::RegionCount;
 
 /// Per-CPU counters summed over CPUs, indexed by [`Counter`].
@@ -31,7 +42,17 @@ pub struct Maps {
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
     pub gaps: HashMap<MapData, VmaKey, VmaGap>,
     pub region_faults: HashMap<MapData, RegionKey, u64>,
+    /// The task map's chunk buffers, kept from one snapshot to the next.
+    pub task_batch: Batch<u32, TaskEntry>,
+    /// False once the kernel said it has no batched lookup: iterate from then on.
+    pub batched: AtomicBool,
 }
+
+/// Task entries per batched call: ~180 KiB of buffer (an entry is ~720 bytes), and 400 calls
+/// for 100 000 tasks.
+pub const TASK_CHUNK: usize = 256;
+/// Elements per batched call of the smaller-valued maps.
+const CHUNK: usize = 1024;
 
 /// Raw per-node arrays (layouts in numatrace-common).
 pub struct NodeArrays {
@@ -97,11 +118,70 @@ fn sum_array<const N: usize>(a: &Slots<N>) -> Result<Vec<u64>, MapError> {
     Ok(out)
 }
 
+fn batch_error(e: BatchError) -> MapError {
+    let io_error = match e {
+        BatchError::Unsupported(e) | BatchError::Failed(e) => e,
+    };
+    MapError::SyscallError(SyscallError {
+        call: "bpf_map_lookup_batch",
+        io_error,
+    })
+}
+
+/// Reads `map` in batches through `buf` while `batched` holds; Ok(false) when the kernel has
+/// no batched lookup (nothing was read: iterate instead, and `batched` is cleared).
+fn read_batched<K: Pod, V: Pod>(
+    batched: &AtomicBool,
+    map: &HashMap<MapData, K, V>,
+    buf: &mut Batch<K, V>,
+    each: impl FnMut(&K, &V),
+) -> Result<bool, MapError> {
+    if !batched.load(Ordering::Relaxed) {
+        return Ok(false);
+    }
+    match buf.read(map.map().fd().as_fd(), each) {
+        Ok(()) => Ok(true),
+        Err(BatchError::Unsupported(e)) => {
+            tracing::debug!("reading maps element by element: {e}");
+            batched.store(false, Ordering::Relaxed);
+            Ok(false)
+        }
+        Err(e) => Err(batch_error(e)),
+    }
+}
+
+/// Calls `each` with every entry of `map`: batched where the kernel can, else iterated
+/// (`skip_missing`: an entry deleted between listing and lookup is left out rather than an
+/// error).
+fn for_each<K: Pod, V: Pod>(
+    batched: &AtomicBool,
+    map: &HashMap<MapData, K, V>,
+    skip_missing: bool,
+    mut each: impl FnMut(&K, &V),
+) -> Result<(), MapError> {
+    if read_batched(batched, map, &mut Batch::new(CHUNK), &mut each)? {
+        return Ok(());
+    }
+    for kv in map.iter() {
+        match kv {
+            Ok((k, v)) => each(&k, &v),
+            Err(MapError::KeyNotFound) if skip_missing => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Every entry of a map keyed by VMA, as (tgid, vm_start, value).
-fn per_vma<V: aya::Pod>(map: &HashMap<MapData, VmaKey, V>) -> Result<Vec<(u32, u64, V)>, MapError> {
-    map.iter()
-        .map(|kv| kv.map(|(k, v)| (k.tgid, k.vm_start, v)))
-        .collect()
+fn per_vma<V: Pod>(
+    batched: &AtomicBool,
+    map: &HashMap<MapData, VmaKey, V>,
+) -> Result<Vec<(u32, u64, V)>, MapError> {
+    let mut out = Vec::new();
+    for_each(batched, map, false, |k, v| {
+        out.push((k.tgid, k.vm_start, *v))
+    })?;
+    Ok(out)
 }
 
 impl Maps {
@@ -121,25 +201,21 @@ impl Maps {
     /// Hint faults of each (2 MiB region, scan pass).
     pub fn region_faults(&self) -> Result<Vec<RegionCount>, MapError> {
         let mut out = Vec::new();
-        for kv in self.region_faults.iter() {
-            match kv {
-                Ok((k, v)) => out.push(RegionCount::from_key(&k, v)),
-                // Evicted (LRU) between listing and lookup.
-                Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        // An entry evicted (LRU) between listing and lookup is left out.
+        for_each(&self.batched, &self.region_faults, true, |k, v| {
+            out.push(RegionCount::from_key(k, *v))
+        })?;
         Ok(out)
     }
 
     /// PTE updates per VMA: (tgid, vm_start, stats).
     pub fn vmas(&self) -> Result<Vec<(u32, u64, VmaStats)>, MapError> {
-        per_vma(&self.vmas)
+        per_vma(&self.batched, &self.vmas)
     }
 
     /// pid_inactive skips per VMA: (tgid, vm_start, gaps).
     pub fn gaps(&self) -> Result<Vec<(u32, u64, VmaGap)>, MapError> {
-        per_vma(&self.gaps)
+        per_vma(&self.batched, &self.gaps)
     }
 
     /// Raw (migrate_misplaced latency in ns, pages per hint fault) log2 histograms.
@@ -150,28 +226,33 @@ impl Maps {
         ))
     }
 
-    /// Every live entry, and how many of them have a hint fault between its migrate_misplaced
-    /// call and its task_numa_fault (the kernel counted it in numa_hint_faults, before
-    /// migrating; numatrace counts it in task_numa_fault). Entries may change while being
-    /// read; each value is read atomically.
-    pub fn tasks(&self) -> Result<(Vec<TaskStats>, u64), MapError> {
-        let mut out = Vec::new();
-        let mut in_flight = 0;
+    /// Calls `each` with every live entry of the task map. Entries may change while being
+    /// read; each value is read atomically, and a walk may meet an entry twice. An entry
+    /// deleted between listing and lookup (its task exited) is left out: its exit snapshot is
+    /// on the ring buffer.
+    pub fn tasks(&mut self, mut each: impl FnMut(&TaskEntry)) -> Result<(), MapError> {
+        if read_batched(&self.batched, &self.tasks, &mut self.task_batch, |_, v| {
+            each(v)
+        })? {
+            return Ok(());
+        }
         for kv in self.tasks.iter() {
             match kv {
-                Ok((_, v)) => {
-                    // A task that exited has nothing in flight; what its entry kept is stale.
-                    in_flight += u64::from(v.stats.exited == 0 && v.inflight.fault_in_flight());
-                    out.push(v.stats);
-                }
-                // An entry deleted between listing and lookup (its task exited): its exit
-                // snapshot is on the ring buffer.
+                Ok((_, v)) => each(&v),
                 Err(MapError::KeyNotFound) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok((out, in_flight))
+        Ok(())
     }
+}
+
+/// Whether `e`'s task had a hint fault between its migrate_misplaced call and its
+/// task_numa_fault when read (the kernel counted it in numa_hint_faults, before migrating;
+/// numatrace counts it in task_numa_fault). A task that exited has nothing in flight: what its
+/// entry kept is stale.
+pub fn fault_in_flight(e: &TaskEntry) -> bool {
+    e.stats.exited == 0 && e.inflight.fault_in_flight()
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The daemon's own cost with many live tasks: CPU share and peak memory of each long-running
-//! command, its time from start to first frame / scrape, and the engine's snapshot time.
+//! command, its time from start to first frame / scrape, and the engine's snapshot time; then,
+//! where asked, the same at scale ([`crate::scale`]).
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -124,11 +125,12 @@ fn snapshot_cost(tasks: usize) -> Result<SnapshotCost> {
 
 pub const FRONTENDS: [Kind; 4] = [Kind::Stat, Kind::Top, Kind::Serve, Kind::Record];
 
-/// For each task count: every frontend's cost, then the snapshot time.
+/// For each task count: every frontend's cost, then the snapshot time; then the scale run.
 pub fn measure(
     bins: &Bins,
     task_counts: &[usize],
     window: Duration,
+    scale: Option<crate::scale::Scale>,
     mut emit: impl FnMut(crate::Record),
 ) -> Result<()> {
     for &n in task_counts {
@@ -151,6 +153,14 @@ pub fn measure(
             Err(e) => emit(crate::note(format!("snapshot at {n} tasks: {e:#}"))),
         }
         drop(sleepers);
+    }
+    if let Some(scale) = scale
+        && let Err(e) = crate::scale::measure(bins, scale, window, &mut emit)
+    {
+        emit(crate::note(format!(
+            "scale ({} tasks, {} cgroups): not measured: {e:#}",
+            scale.tasks, scale.cgroups
+        )));
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! `NUMATRACE-BENCH {json}` line for xtask to tabulate; progress goes to stderr.
 
 mod bpftrace;
+mod cgroup_dirs;
 mod daemon;
 mod floor;
 mod frontends;
@@ -11,6 +12,8 @@ mod peer;
 mod procfs;
 mod programs;
 mod record;
+mod scale;
+mod synthetic;
 mod workloads;
 
 use std::{collections::HashSet, path::PathBuf, time::Duration};
@@ -61,6 +64,12 @@ enum Phase {
         tasks: Vec<usize>,
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         window: Duration,
+        /// Then task entries written into each command's task map (0: no scale run).
+        #[arg(long, default_value_t = 0)]
+        scale_tasks: usize,
+        /// Cgroups created for them (round-robin).
+        #[arg(long, default_value_t = 10_000)]
+        scale_cgroups: usize,
     },
 }
 
@@ -194,7 +203,18 @@ fn main() -> Result<()> {
             rows.into_iter().for_each(|r| emit(Record::Overhead(r)));
             notes.into_iter().for_each(|n| emit(note(n)));
         }
-        Phase::Daemon { tasks, window } => daemon::measure(&bins, &tasks, window, emit)?,
+        Phase::Daemon {
+            tasks,
+            window,
+            scale_tasks,
+            scale_cgroups,
+        } => {
+            let scale = (scale_tasks > 0).then_some(scale::Scale {
+                tasks: scale_tasks,
+                cgroups: scale_cgroups,
+            });
+            daemon::measure(&bins, &tasks, window, scale, emit)?
+        }
     }
     Ok(())
 }

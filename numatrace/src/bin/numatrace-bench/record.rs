@@ -21,6 +21,7 @@ pub enum Record {
     Overhead(Overhead),
     Daemon(DaemonCost),
     Snapshot(SnapshotCost),
+    Scale(ScaleCost),
     Note {
         text: String,
     },
@@ -120,6 +121,41 @@ pub struct SnapshotCost {
     pub tracked: usize,
     pub summary_ms: f64,
     pub full_ms: f64,
+}
+
+/// One command with `tasks` entries in the kernel's task map over `cgroups` cgroups (issue 37,
+/// item 4): `written` of them by the benchmark, `real` created by the kernel side from real
+/// activity before they were written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScaleCost {
+    /// `engine (in-process)`, `serve` or `top -b`.
+    pub command: String,
+    pub tasks: usize,
+    pub written: usize,
+    pub real: usize,
+    pub cgroups: usize,
+    /// The task map's capacity (`--max-tasks`).
+    pub max_tasks: u32,
+    /// The engine's snapshot: the first after the entries were written (new cgroups to
+    /// resolve), then the median of 5, each after every entry changed.
+    pub first_snapshot_ms: Option<f64>,
+    pub summary_ms: Option<f64>,
+    pub full_ms: Option<f64>,
+    /// The kernel's part: one batched read of the whole task map (median of 5), nothing done
+    /// with the entries.
+    pub map_read_ms: Option<f64>,
+    /// The size of one snapshot's task list (a record per task).
+    pub task_list_mib: f64,
+    /// serve: median scrape (default cardinality limits) and the slowest.
+    pub scrape_ms: Option<f64>,
+    pub scrape_max_ms: Option<f64>,
+    pub peak_rss_mib: f64,
+    /// % of one core over the window (None: the benchmark's own process).
+    pub cpu_pct: Option<f64>,
+    /// top: frames printed over the window and the longest time between two.
+    pub frames: u64,
+    pub max_frame_gap_s: Option<f64>,
+    pub window_s: f64,
 }
 
 /// The marker of a record line in a log.

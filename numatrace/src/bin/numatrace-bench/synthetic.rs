@@ -1,0 +1,122 @@
+//! Task entries the benchmark writes into a running numatrace's kernel task map itself, for
+//! task counts real activity cannot reach here (sleeping threads rarely take hint faults; the
+//! host has one node). Their pids lie above `pid_max`, so no live task can collide with them.
+
+use std::fs;
+
+use anyhow::{Context as _, Result, bail};
+use aya::maps::{HashMap, Map, MapData, MapInfo};
+use numatrace_common::{MAP_TASK_STATS, TaskEntry, TaskStats};
+
+/// The first pid written (the kernel's limit is 2^22 = 4 194 304).
+pub const PID_BASE: u32 = 4_000_000;
+/// Threads per synthetic process.
+const THREADS: u32 = 10;
+
+/// The task map of process `pid`: the map named [`MAP_TASK_STATS`] among its open descriptors
+/// (their fdinfo names the map id), the newest if several.
+pub fn task_map_of(pid: u32) -> Result<HashMap<MapData, u32, TaskEntry>> {
+    let dir = format!("/proc/{pid}/fdinfo");
+    let mut newest = None;
+    for e in fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
+        let Ok(text) = fs::read_to_string(e?.path()) else {
+            continue;
+        };
+        let Some(id) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("map_id:")?.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if MapInfo::from_id(id).is_ok_and(|i| i.name_as_str() == Some(MAP_TASK_STATS)) {
+            newest = newest.max(Some(id));
+        }
+    }
+    let id = newest.with_context(|| format!("process {pid} holds no {MAP_TASK_STATS} map"))?;
+    let data = MapData::from_id(id).with_context(|| format!("map id {id}"))?;
+    HashMap::try_from(Map::LruHashMap(data)).context(MAP_TASK_STATS)
+}
+
+/// Fails unless every synthetic pid is beyond what the kernel hands out.
+pub fn check_pid_max(tasks: usize) -> Result<()> {
+    let max: u64 = fs::read_to_string("/proc/sys/kernel/pid_max")?
+        .trim()
+        .parse()?;
+    if max > u64::from(PID_BASE) {
+        bail!("pid_max {max} reaches the synthetic pids {PID_BASE}..: they could collide");
+    }
+    if u64::from(PID_BASE) + tasks as u64 > u64::from(u32::MAX) {
+        bail!("{tasks} synthetic tasks overflow the pid range");
+    }
+    Ok(())
+}
+
+/// `tasks` entries spread round-robin over `cgroups`, rewritten with growing counters.
+pub struct Synthetic {
+    map: HashMap<MapData, u32, TaskEntry>,
+    cgroups: Vec<u64>,
+    tasks: usize,
+    first_ns: u64,
+}
+
+impl Synthetic {
+    pub fn new(map: HashMap<MapData, u32, TaskEntry>, cgroups: &[u64], tasks: usize) -> Self {
+        Self {
+            map,
+            cgroups: cgroups.to_vec(),
+            tasks,
+            first_ns: 1,
+        }
+    }
+
+    pub fn map(&self) -> &HashMap<MapData, u32, TaskEntry> {
+        &self.map
+    }
+
+    /// Entries in the map now (before writing: the ones the kernel side created).
+    pub fn count(&self) -> usize {
+        self.map.keys().filter(Result::is_ok).count()
+    }
+
+    /// Writes every entry as at `generation` (1, 2, …): each counter grows with it, so each
+    /// write changes every entry, as if every task had been active since the previous one.
+    pub fn write(&mut self, generation: u64) -> Result<()> {
+        for i in 0..self.tasks {
+            let e = self.entry(i, generation);
+            self.map
+                .insert(&e.stats.pid, &e, 0)
+                .with_context(|| format!("writing entry {i} of {}", self.tasks))?;
+        }
+        Ok(())
+    }
+
+    fn entry(&self, i: usize, g: u64) -> TaskEntry {
+        let pid = PID_BASE + i as u32;
+        let mut s = TaskStats::new(pid, PID_BASE + i as u32 / THREADS * THREADS);
+        s.comm[..9].copy_from_slice(b"ntb-scale");
+        s.first_ns = self.first_ns;
+        s.last_ns = self.first_ns + g * 1_000_000_000;
+        s.cgroup_id = self
+            .cgroups
+            .get(i % self.cgroups.len().max(1))
+            .copied()
+            .unwrap_or(0);
+        s.preferred_nid = 1;
+        s.last_nid = 1;
+        let k = i as u64;
+        let faults = g * (1 + k % 7);
+        s.hint_faults.faults = faults;
+        s.hint_faults.local = faults;
+        s.hint_faults.pages = faults;
+        s.hint_faults.faults_4k = faults;
+        s.scan.pte_updates = g * 64 * (1 + k % 5);
+        s.scan.prot_numa_calls = g;
+        s.scan.samples = g;
+        s.scan.scan_samples = g * u64::from(k.is_multiple_of(50));
+        s.skip_vma[3] = g;
+        TaskEntry {
+            stats: s,
+            ..TaskEntry::default()
+        }
+    }
+}

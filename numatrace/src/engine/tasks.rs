@@ -1,0 +1,694 @@
+//! The engine's memory of every task between snapshots: each task's kernel entry as last read,
+//! updated in place by each read of the task map, and whether the latest snapshot reported it
+//! exited. A snapshot's task list is built from it in one ordered pass, merged with the exit
+//! records of the ring buffer; a task missing from the map keeps what it had (carried
+//! forward).
+//!
+//! At 100 000 tasks a snapshot is ~70 MiB of records: the table keeps the raw entries (no heap
+//! per task), an index by key and the key order (re-sorted only when tasks come or go), so that
+//! building the list is the only per-task work left.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    hash::{BuildHasherDefault, Hasher},
+    ops::Bound,
+};
+
+use numatrace_common::TaskStats;
+
+use crate::model::TaskRecord;
+
+/// A task across snapshots: (pid, creation time of its entry); a pid reused later is another.
+pub type Key = (u32, u64);
+
+fn key(s: &TaskStats) -> Key {
+    (s.pid, s.first_ns)
+}
+
+/// A multiply-rotate hash of the keys (as rustc's FxHasher): they are the kernel's own pids
+/// and clocks, and SipHash would cost more than the rest of an index lookup.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0xf135_7aea_2e62_a9c5);
+    }
+    fn finish(&self) -> u64 {
+        // The table picks buckets by the low bits and tags by the high ones: fold the full
+        // product so that both depend on every input bit.
+        let m = u128::from(self.0) * 0x9e37_79b9_7f4a_7c15;
+        (m as u64) ^ ((m >> 64) as u64)
+    }
+}
+
+type Index = HashMap<Key, u32, BuildHasherDefault<KeyHasher>>;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Flags {
+    /// Read from the kernel's map by the latest completed read.
+    in_map: bool,
+    /// Read by the read in progress.
+    reading: bool,
+    /// Reported exited by the latest snapshot.
+    exited: bool,
+    /// No task: forgotten, the slot free for another.
+    free: bool,
+}
+
+#[derive(Default)]
+pub struct TaskTable {
+    keys: Vec<Key>,
+    raw: Vec<TaskStats>,
+    flags: Vec<Flags>,
+    index: Index,
+    free: Vec<u32>,
+    /// Occupied slots in key order, valid unless `dirty`.
+    order: Vec<u32>,
+    dirty: bool,
+    /// Slots the read in progress created.
+    added: Vec<u32>,
+    /// The slot each position of the previous read found: a map walk meets the entries in the
+    /// same (bucket) order each time, so the index is consulted only where that changed.
+    read_slots: Vec<u32>,
+    /// Position of the read in progress.
+    read_pos: usize,
+}
+
+impl TaskTable {
+    fn slot(&self, k: &Key) -> Option<usize> {
+        self.index.get(k).map(|&i| i as usize)
+    }
+
+    /// Tasks in the table.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Whether the latest read found `k` in the kernel's map.
+    pub fn in_map(&self, k: &Key) -> bool {
+        self.slot(k).is_some_and(|i| self.flags[i].in_map)
+    }
+
+    /// Whether the latest read found `k` in the kernel's map and the latest snapshot reported it
+    /// exited: an entry marked exited in the map (created in do_exit, or its exit record lost
+    /// to a full ring buffer), or one whose exit record has arrived since.
+    pub fn marked_in_map(&self, k: &Key) -> bool {
+        self.slot(k)
+            .is_some_and(|i| self.flags[i].in_map && self.flags[i].exited)
+    }
+
+    /// Whether `k` was carried forward (missing from the latest read) and reported exited.
+    pub fn carried_exited(&self, k: &Key) -> bool {
+        self.slot(k)
+            .is_some_and(|i| !self.flags[i].in_map && self.flags[i].exited)
+    }
+
+    /// Keys marked in the map (see [`TaskTable::marked_in_map`]) whose task `done` says has
+    /// finished.
+    pub fn marked_done(&self, done: impl Fn(u32) -> bool) -> HashSet<Key> {
+        self.occupied()
+            .filter(|&i| self.flags[i].in_map && self.flags[i].exited)
+            .map(|i| self.keys[i])
+            .filter(|k| done(k.0))
+            .collect()
+    }
+
+    fn occupied(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.flags.len()).filter(|&i| !self.flags[i].free)
+    }
+
+    /// Starts a read of the kernel's map: [`TaskTable::note`] each entry, then
+    /// [`TaskTable::commit`] (or [`TaskTable::abort_read`]).
+    pub fn begin_read(&mut self) {
+        for f in &mut self.flags {
+            f.reading = false;
+        }
+        self.added.clear();
+        self.read_pos = 0;
+    }
+
+    /// An entry of the map as read now (a walk meeting it twice: the later wins).
+    pub fn note(&mut self, s: &TaskStats) {
+        let k = key(s);
+        let pos = self.read_pos;
+        self.read_pos += 1;
+        let known = self
+            .read_slots
+            .get(pos)
+            .map(|&i| i as usize)
+            .filter(|&i| !self.flags[i].free && self.keys[i] == k)
+            .or_else(|| self.slot(&k));
+        let i = match known {
+            Some(i) => {
+                self.raw[i] = *s;
+                self.flags[i].reading = true;
+                i
+            }
+            None => self.add(k, s),
+        };
+        match self.read_slots.get_mut(pos) {
+            Some(p) => *p = i as u32,
+            None => self.read_slots.push(i as u32),
+        }
+    }
+
+    fn add(&mut self, k: Key, s: &TaskStats) -> usize {
+        let flags = Flags {
+            reading: true,
+            ..Flags::default()
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                let i = i as usize;
+                (self.keys[i], self.raw[i], self.flags[i]) = (k, *s, flags);
+                i
+            }
+            None => {
+                self.keys.push(k);
+                self.raw.push(*s);
+                self.flags.push(flags);
+                self.keys.len() - 1
+            }
+        };
+        self.index.insert(k, i as u32);
+        self.added.push(i as u32);
+        self.dirty = true;
+        i
+    }
+
+    /// A read that failed: the tasks it added are dropped again.
+    pub fn abort_read(&mut self) {
+        for i in std::mem::take(&mut self.added) {
+            let k = self.keys[i as usize];
+            self.release(&k);
+        }
+        for f in &mut self.flags {
+            f.reading = false;
+        }
+    }
+
+    /// Entries the latest read found marked (see [`TaskTable::marked_in_map`]) that the read in
+    /// progress does not find, with no exit record: a new task took the pid and replaced the
+    /// entry (an exit record would be in `exited`).
+    pub fn replaced(&self, exited: &BTreeMap<Key, TaskStats>) -> u64 {
+        self.occupied()
+            .filter(|&i| {
+                let f = self.flags[i];
+                f.in_map && f.exited && !f.reading && !exited.contains_key(&self.keys[i])
+            })
+            .count() as u64
+    }
+
+    /// Distinct tasks of the read in progress and of `exited` whose entry was created by
+    /// `created_by` (bpf_ktime_get_ns).
+    pub fn seen(&self, created_by: u64, exited: &BTreeMap<Key, TaskStats>) -> u64 {
+        let read = self
+            .occupied()
+            .filter(|&i| self.flags[i].reading && self.keys[i].1 <= created_by)
+            .count();
+        let mut both = 0;
+        let mut gone = 0;
+        for k in exited.keys().filter(|k| k.1 <= created_by) {
+            gone += 1;
+            both += usize::from(self.slot(k).is_some_and(|i| self.flags[i].reading));
+        }
+        (read + gone - both) as u64
+    }
+
+    /// Completes the read in progress: every task in key order, the exit records in `exited`
+    /// winning over the map's entries (read later, they only grew).
+    ///
+    /// A task seen before and missing now stays, with the counts it had: an entry the LRU map
+    /// evicted (counted under `evicted`), or an exit record not yet readable (behind a record
+    /// another CPU has reserved but not committed). Without this, the next snapshot would count
+    /// such a task's whole history again. A carried task is marked exited once it cannot be
+    /// live any more: its pid has a newer entry (reused, or the task was seen again after its
+    /// entry was evicted) or `pid_exists` says it is gone. Such a task then settles and a
+    /// long-running frontend may forget it.
+    ///
+    /// `out`: an empty list to fill (see [`prepared_records`]); `cgroup`: each record's cgroup
+    /// path from its id, as far as known (set while the record is in the cache).
+    pub fn commit(
+        &mut self,
+        mut out: Vec<TaskRecord>,
+        exited: &BTreeMap<Key, TaskStats>,
+        pid_exists: impl Fn(u32) -> bool,
+        mut cgroup: impl FnMut(u64) -> Option<String>,
+    ) -> Vec<TaskRecord> {
+        for f in &mut self.flags {
+            f.in_map = f.reading;
+        }
+        self.added.clear();
+        self.read_slots.truncate(self.read_pos);
+        self.sort();
+        let order = std::mem::take(&mut self.order);
+        out.clear();
+        out.reserve(order.len() + exited.len());
+        let mut ex = exited.iter().peekable();
+        let mut pos = 0;
+        loop {
+            let slot = order.get(pos).map(|&i| i as usize);
+            let next = match (slot.map(|i| &self.keys[i]), ex.peek()) {
+                (None, None) => break,
+                (Some(k), Some((e, _))) => k.cmp(e),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+            };
+            if next.is_ge()
+                && let Some((_, s)) = ex.next()
+            {
+                out.push(labelled(TaskRecord::from_stats(s, true), &mut cgroup));
+                if next.is_eq() {
+                    self.flags[slot.unwrap_or_default()].exited = true;
+                    pos += 1;
+                }
+                continue;
+            }
+            let Some(i) = slot else { break };
+            if let Some(&ahead) = order.get(pos + PREFETCH_AHEAD) {
+                let ahead = ahead as usize;
+                prefetch(&self.raw[ahead]);
+                prefetch(&self.keys[ahead]);
+                prefetch(&self.flags[ahead]);
+            }
+            let exited_now = if self.flags[i].in_map {
+                self.raw[i].exited != 0
+            } else {
+                let (pid, _) = self.keys[i];
+                self.flags[i].exited
+                    || self.superseded(&order[pos + 1..], self.keys[i], exited)
+                    || !pid_exists(pid)
+            };
+            self.flags[i].exited = exited_now;
+            let t = TaskRecord::from_stats(&self.raw[i], exited_now);
+            out.push(labelled(t, &mut cgroup));
+            pos += 1;
+        }
+        self.order = order;
+        out
+    }
+
+    /// Whether the read in progress or an exit record has a newer entry of `k`'s pid than `k`
+    /// (`after`: the slots after `k`'s in key order).
+    fn superseded(&self, after: &[u32], k: Key, exited: &BTreeMap<Key, TaskStats>) -> bool {
+        let newer_read = after
+            .iter()
+            .map(|&i| i as usize)
+            .take_while(|&i| self.keys[i].0 == k.0)
+            .any(|i| self.flags[i].in_map);
+        newer_read
+            || exited
+                .range((Bound::Excluded(k), Bound::Included((k.0, u64::MAX))))
+                .next()
+                .is_some()
+    }
+
+    /// Forgets `k` (a frontend folded its final counts).
+    pub fn remove(&mut self, k: &Key) {
+        self.release(k);
+    }
+
+    fn release(&mut self, k: &Key) {
+        if let Some(i) = self.index.remove(k) {
+            self.flags[i as usize] = Flags {
+                free: true,
+                ..Flags::default()
+            };
+            self.free.push(i);
+            self.dirty = true;
+        }
+    }
+
+    fn sort(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        let mut by_key: Vec<(Key, u32)> =
+            self.occupied().map(|i| (self.keys[i], i as u32)).collect();
+        by_key.sort_unstable();
+        self.order.clear();
+        self.order.extend(by_key.into_iter().map(|(_, i)| i));
+        self.dirty = false;
+    }
+}
+
+fn labelled(mut t: TaskRecord, cgroup: &mut impl FnMut(u64) -> Option<String>) -> TaskRecord {
+    t.cgroup = cgroup(t.cgroup_id);
+    t
+}
+
+/// How many tasks ahead of the one being built [`TaskTable::commit`] asks for: enough entries
+/// in flight to hide the memory's latency.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Starts loading `*v` into the cache, where this build knows the CPU's instruction for it:
+/// the table is read in key order, not in the order the map walk filled it, so without it
+/// every task waits for memory (building the list of 100 000 tasks took twice as long).
+#[inline(always)]
+fn prefetch<T>(v: &T) {
+    let base = (v as *const T).cast::<u8>();
+    for off in (0..size_of::<T>()).step_by(64) {
+        let line = base.wrapping_add(off);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch hint on an address inside `*v`: it cannot fault and changes
+        // nothing.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast())
+        };
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as above (PRFM never faults).
+        unsafe {
+            std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) line, options(nostack, readonly, preserves_flags))
+        };
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let _ = line;
+    }
+}
+
+/// Records of this many tasks or more are worth [`prepared_records`] on another thread.
+pub const PREPARE_FROM: usize = 8192;
+
+/// An empty list with room for `n` records, its memory already faulted in. A snapshot of
+/// 100 000 tasks is ~70 MiB, mapped afresh each time (the allocator hands blocks that large
+/// back to the kernel when they are freed); faulting it in takes about as long as filling it,
+/// so the engine has it done on another thread while it reads the kernel's map.
+pub fn prepared_records(n: usize) -> Vec<TaskRecord> {
+    let v: Vec<TaskRecord> = Vec::with_capacity(n);
+    let (at, len) = (v.as_ptr() as usize, n * size_of::<TaskRecord>());
+    let start = at.next_multiple_of(4096);
+    let end = (at + len) / 4096 * 4096;
+    if end > start {
+        // SAFETY: populates (faults in, zeroed) whole pages of the list's own allocation, not
+        // yet used; no contents change. 5.14+: elsewhere the pages fault in as records are
+        // written.
+        unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    //! The table against the engine's earlier task bookkeeping (a BTreeMap of the previous
+    //! snapshot's records and a set of the keys read), kept here as the reference: over random
+    //! histories of entries appearing, growing, being marked, evicted, replaced by a new task of
+    //! the same pid, exiting (with their exit record before or after the read) and forgotten,
+    //! both give the same snapshots and the same answers.
+    use std::collections::{BTreeMap, HashMap as StdHashMap, HashSet};
+
+    use super::*;
+    use crate::model::TaskRecord;
+
+    /// The earlier bookkeeping, as it was.
+    #[derive(Default)]
+    struct Reference {
+        previous: BTreeMap<Key, TaskRecord>,
+        live_keys: HashSet<Key>,
+    }
+
+    impl Reference {
+        fn marked_in_map(&self, k: &Key) -> bool {
+            self.live_keys.contains(k) && self.previous.get(k).is_some_and(|t| t.exited)
+        }
+
+        fn done_marked(&self, done: impl Fn(u32) -> bool) -> HashSet<Key> {
+            self.previous
+                .keys()
+                .filter(|k| self.marked_in_map(k) && done(k.0))
+                .copied()
+                .collect()
+        }
+
+        /// (tasks, replaced, seen) of one read.
+        fn read(
+            &mut self,
+            live: &[TaskStats],
+            in_map: &HashSet<Key>,
+            exited: &BTreeMap<Key, TaskStats>,
+            created_by: u64,
+            pid_exists: impl Fn(u32) -> bool,
+        ) -> (Vec<TaskRecord>, u64, u64) {
+            let tasks = crate::engine::Snapshot::tasks_from(live, exited);
+            let replaced = self
+                .previous
+                .keys()
+                .filter(|k| self.marked_in_map(k) && !in_map.contains(k) && !exited.contains_key(k))
+                .count() as u64;
+            let seen = tasks.iter().filter(|t| t.first_ns <= created_by).count() as u64;
+            self.live_keys = live.iter().map(|s| (s.pid, s.first_ns)).collect();
+            let mut by_key: BTreeMap<Key, TaskRecord> =
+                tasks.into_iter().map(|t| (t.key(), t)).collect();
+            let newest: StdHashMap<u32, u64> =
+                by_key.keys().fold(StdHashMap::new(), |mut m, (pid, f)| {
+                    let e = m.entry(*pid).or_insert(*f);
+                    *e = (*e).max(*f);
+                    m
+                });
+            for (k, t) in &self.previous {
+                by_key.entry(*k).or_insert_with(|| {
+                    let mut t = t.clone();
+                    let superseded = newest.get(&t.pid).is_some_and(|f| *f > t.first_ns);
+                    if !t.exited && (superseded || !pid_exists(t.pid)) {
+                        t.exited = true;
+                    }
+                    t
+                });
+            }
+            let tasks: Vec<TaskRecord> = by_key.into_values().collect();
+            self.previous = tasks.iter().map(|t| (t.key(), t.clone())).collect();
+            (tasks, replaced, seen)
+        }
+    }
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    fn entry(pid: u32, first_ns: u64) -> TaskStats {
+        let mut s = TaskStats::new(pid, pid);
+        s.first_ns = first_ns;
+        s.comm[..4].copy_from_slice(b"task");
+        s
+    }
+
+    /// Which of the reference's and the table's forget rules let `k` go (the engine's
+    /// `forget_exited`, minus the exit records, which both sides share).
+    fn forgettable(
+        carried_exited: bool,
+        marked: bool,
+        done: &HashSet<Key>,
+        exited: &mut BTreeMap<Key, TaskStats>,
+        k: &Key,
+    ) -> (bool, bool) {
+        if exited.remove(k).is_some() || carried_exited {
+            (true, false)
+        } else if marked && done.contains(k) {
+            (true, true)
+        } else {
+            (false, false)
+        }
+    }
+
+    #[test]
+    fn the_table_gives_what_the_earlier_bookkeeping_gave() {
+        for seed in 1..=400u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut map: BTreeMap<u32, TaskStats> = BTreeMap::new();
+            let (mut ex_ref, mut ex_new) = (BTreeMap::new(), BTreeMap::new());
+            let (mut reference, mut table) = (Reference::default(), TaskTable::default());
+            let (mut forgotten_ref, mut forgotten_new) = (HashSet::new(), HashSet::new());
+            let mut clock = 1u64;
+            for step in 0..40 {
+                // The kernel side between two reads.
+                for pid in 1..=6u32 {
+                    clock += 1;
+                    match rng.below(10) {
+                        0 | 1 => {
+                            map.entry(pid).or_insert_with(|| entry(pid, clock));
+                        }
+                        2 if map.contains_key(&pid) => {
+                            // Exits: its record now (or the entry is only marked).
+                            let mut s = map.remove(&pid).unwrap_or_else(|| entry(pid, 0));
+                            s.hint_faults.faults += 1;
+                            if rng.chance(70) {
+                                ex_ref.insert((s.pid, s.first_ns), s);
+                                ex_new.insert((s.pid, s.first_ns), s);
+                            } else {
+                                s.exited = 1;
+                                map.insert(pid, s);
+                            }
+                        }
+                        3 => {
+                            // Evicted, or replaced by a new task of the same pid.
+                            map.remove(&pid);
+                            if rng.chance(50) {
+                                map.insert(pid, entry(pid, clock));
+                            }
+                        }
+                        4 if map.contains_key(&pid) && rng.chance(30) => {
+                            // Its exit record drains while the entry is still read.
+                            let s = map[&pid];
+                            ex_ref.insert((s.pid, s.first_ns), s);
+                            ex_new.insert((s.pid, s.first_ns), s);
+                        }
+                        _ => {
+                            if let Some(s) = map.get_mut(&pid) {
+                                s.hint_faults.faults += rng.below(3);
+                                s.placement.moves += rng.below(2);
+                            }
+                        }
+                    }
+                }
+                let alive: Vec<bool> = (0..=6).map(|_| rng.chance(60)).collect();
+                let done: Vec<bool> = (0..=6).map(|_| rng.chance(50)).collect();
+                let pid_exists = |pid: u32| alive[pid as usize];
+                let task_done = |pid: u32| done[pid as usize];
+                // One read: map order shuffled, an entry met twice now and then.
+                let mut read: Vec<TaskStats> = map.values().copied().collect();
+                for i in (1..read.len()).rev() {
+                    read.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                if !read.is_empty() && rng.chance(20) {
+                    let twice = read[rng.below(read.len() as u64) as usize];
+                    read.push(twice);
+                }
+                let created_by = clock - rng.below(4);
+
+                let done_ref = reference.done_marked(task_done);
+                let done_new = table.marked_done(task_done);
+                assert_eq!(done_ref, done_new, "seed {seed} step {step}: done marked");
+
+                // The engine's read: forgotten entries skipped.
+                let in_map: HashSet<Key> = read.iter().map(|s| (s.pid, s.first_ns)).collect();
+                forgotten_ref.retain(|k| in_map.contains(k));
+                let live: Vec<TaskStats> = read
+                    .iter()
+                    .filter(|s| !forgotten_ref.contains(&(s.pid, s.first_ns)))
+                    .copied()
+                    .collect();
+                let (tasks_ref, replaced_ref, seen_ref) =
+                    reference.read(&live, &in_map, &ex_ref, created_by, pid_exists);
+
+                table.begin_read();
+                let mut forgotten_seen = HashSet::new();
+                for s in &read {
+                    let k = (s.pid, s.first_ns);
+                    if forgotten_new.contains(&k) {
+                        forgotten_seen.insert(k);
+                    } else {
+                        table.note(s);
+                    }
+                }
+                forgotten_new.retain(|k| forgotten_seen.contains(k));
+                let replaced_new = table.replaced(&ex_new);
+                let seen_new = table.seen(created_by, &ex_new);
+                let tasks_new = table.commit(Vec::new(), &ex_new, pid_exists, |_| None);
+                assert_eq!(tasks_ref, tasks_new, "seed {seed} step {step}: tasks");
+                assert_eq!(
+                    replaced_ref, replaced_new,
+                    "seed {seed} step {step}: replaced"
+                );
+                assert_eq!(seen_ref, seen_new, "seed {seed} step {step}: seen");
+
+                // A frontend forgets some exited tasks.
+                let keys: Vec<Key> = tasks_new
+                    .iter()
+                    .filter(|t| t.exited && rng.chance(50))
+                    .map(|t| t.key())
+                    .collect();
+                for k in &keys {
+                    let carried_ref = reference.previous.get(k).is_some_and(|t| t.exited)
+                        && !reference.live_keys.contains(k);
+                    let a = forgettable(
+                        carried_ref,
+                        reference.marked_in_map(k),
+                        &done_ref,
+                        &mut ex_ref,
+                        k,
+                    );
+                    let b = forgettable(
+                        table.carried_exited(k),
+                        table.marked_in_map(k),
+                        &done_new,
+                        &mut ex_new,
+                        k,
+                    );
+                    assert_eq!(a, b, "seed {seed} step {step}: forgetting {k:?}");
+                    if a.0 {
+                        reference.previous.remove(k);
+                        table.remove(k);
+                    }
+                    if a.1 {
+                        forgotten_ref.insert(*k);
+                        forgotten_new.insert(*k);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_read_adds_no_task() {
+        let mut t = TaskTable::default();
+        t.begin_read();
+        t.note(&entry(1, 10));
+        t.commit(Vec::new(), &BTreeMap::new(), |_| true, |_| None);
+        t.begin_read();
+        t.note(&entry(1, 10));
+        t.note(&entry(2, 11));
+        t.abort_read();
+        assert_eq!(t.len(), 1);
+        assert!(t.in_map(&(1, 10)) && !t.in_map(&(2, 11)));
+        t.begin_read();
+        t.note(&entry(1, 10));
+        let tasks = t.commit(Vec::new(), &BTreeMap::new(), |_| true, |_| None);
+        assert_eq!(tasks.len(), 1);
+    }
+
+    #[test]
+    fn the_key_hash_spreads_neighbouring_keys() {
+        let hash = |k: Key| {
+            let mut h = KeyHasher::default();
+            h.write_u32(k.0);
+            h.write_u64(k.1);
+            h.finish()
+        };
+        // hashbrown picks the bucket from the low bits and a tag from the top 7.
+        let low: HashSet<u64> = (0..1024u32).map(|p| hash((p, 5)) & 1023).collect();
+        let top: HashSet<u64> = (0..1024u32).map(|p| hash((p, 5)) >> 57).collect();
+        assert!(low.len() > 600, "{} low-bit buckets of 1024", low.len());
+        assert_eq!(top.len(), 128);
+    }
+}
