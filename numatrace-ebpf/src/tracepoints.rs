@@ -333,8 +333,8 @@ pub fn tp_sched_skip_cpuset_numa(_ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tp_sched_process_fork(ctx: TracePointContext) -> u32 {
     // `current` is the parent.
-    // Only a followed process's children are followed (the loader attaches this program only
-    // then; the test keeps it free wherever it runs).
+    // Only a followed process's children are followed: system-wide this returns at once, and
+    // with the filter a read-only constant the verifier removes the rest.
     if !crate::tasks::filtering() {
         return 0;
     }

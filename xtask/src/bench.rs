@@ -882,7 +882,7 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
             }
             out.push(match what {
                 "snapshot" => format!(
-                    "Snapshot at {n} tasks ({place}): {} ms (target ≤ 50 ms). The kernel's batched \
+                    "Snapshot at {n} tasks ({place}): {} ms (target ≤ {SCALE_SNAPSHOT_MS} ms). The kernel's batched \
                      lookup alone hands the {n} entries over in {} ms (BPF_MAP_LOOKUP_BATCH: a \
                      bucket lock and two copies to userspace per entry); the rest builds the \
                      snapshot's task list, {:.0} MiB of records allocated afresh each time, and \
@@ -892,14 +892,14 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                     r.task_list_mib
                 ),
                 "scrape" => format!(
-                    "serve's scrape at {n} tasks ({place}): {} ms median (target ≤ 100 ms): the \
+                    "serve's scrape at {n} tasks ({place}): {} ms median (target ≤ {SCALE_SCRAPE_MS} ms): the \
                      engine's snapshot is {} ms of it (the in-process row); the rest is serve's \
                      own per-task work (the fold's increments and the exposition).",
                     fmt_opt(r.scrape_ms, 1),
                     fmt_opt(engine.and_then(|e| e.summary_ms), 1)
                 ),
                 "RSS" => format!(
-                    "{} at {n} tasks ({place}): peak RSS {:.1} MiB (target ≤ 64 MiB): one \
+                    "{} at {n} tasks ({place}): peak RSS {:.1} MiB (target ≤ {SCALE_RSS_MIB} MiB): one \
                      snapshot's task list alone is {:.0} MiB ({} bytes per task), and the \
                      command holds the engine's table of the kernel entries besides its own \
                      per-task state.",

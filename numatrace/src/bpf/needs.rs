@@ -3,7 +3,7 @@
 //! (a record that is not sent costs no header, no reservation; an aggregate that is not kept
 //! costs no map update).
 
-use numatrace_common::{EMIT_ALL, EMIT_SKIP_VMA, EMIT_VMA_SCAN, READ_ALL, READ_REGIONS, READ_VMAS};
+use numatrace_common::{EMIT_ALL, EMIT_SKIP_VMA, EMIT_VMA_SCAN, READ_ALL, READ_VMAS};
 
 /// One command's consumption.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,21 +57,19 @@ pub const ALL: [(&str, Needs); 4] = [
     ("serve", SERVE),
 ];
 
-impl Needs {
-    /// Whether the programs keep seed 001's per-region fault counts.
-    pub fn regions(&self) -> bool {
-        self.reads & READ_REGIONS != 0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use numatrace_common::READ_REGIONS;
 
     #[test]
     fn only_reports_pay_for_region_counts_and_only_record_for_spans() {
         for (name, n) in ALL {
-            assert_eq!(n.regions(), matches!(name, "record" | "stat"), "{name}");
+            assert_eq!(
+                n.reads & READ_REGIONS != 0,
+                matches!(name, "record" | "stat"),
+                "{name}"
+            );
             assert_eq!(n.emit_spans, name == "record", "{name}");
         }
         assert_eq!(SERVE.emit_events | SERVE.reads, 0);

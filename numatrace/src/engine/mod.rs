@@ -273,8 +273,7 @@ impl Engine {
     }
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
-        // A panic while holding the lock leaves plain counters behind: still readable.
-        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.shared)
     }
 
     /// Everything counted since attach, now.
@@ -336,8 +335,8 @@ impl Engine {
         // Cgroups the task list met that no walk has resolved yet.
         let mut unresolved = HashSet::new();
         let (mut tasks, events, undecodable, vmas, evicted, marked_gone) = {
-            let shared = Arc::clone(&self.shared);
-            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            // The field, not `self.lock()`: the table is updated while the lock is held.
+            let mut sh = lock(&self.shared);
             sh.drain();
             let acc = &sh.acc;
             let marked_gone = self.marked_gone + self.table.replaced(&acc.exited);
@@ -502,8 +501,7 @@ impl Engine {
         let mut gone = Vec::new();
         let mut marked = Vec::new();
         {
-            let shared = Arc::clone(&self.shared);
-            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let mut sh = self.lock();
             for k in keys {
                 if sh.acc.exited.remove(k).is_some() {
                     // Seen, not lost: the eviction estimate still counts it.
@@ -636,6 +634,12 @@ fn merge_vmas(rows: BTreeMap<(u32, u64), VmaRecord>, acc: &Accum) -> BTreeMap<u3
 /// timer, and every snapshot drains it.
 pub const READ_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// The shared state, locked. A panic while holding the lock leaves plain counters behind:
+/// still readable.
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Drains the ring buffer into the accumulator every [`READ_INTERVAL`] and whenever the kernel
 /// signals records.
 async fn read_ring(
@@ -648,11 +652,11 @@ async fn read_ring(
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                shared.lock().unwrap_or_else(|p| p.into_inner()).drain();
+                lock(&shared).drain();
             }
             guard = fd.readable() => {
                 let Ok(mut guard) = guard else { break };
-                shared.lock().unwrap_or_else(|p| p.into_inner()).drain();
+                lock(&shared).drain();
                 guard.clear_ready();
             }
             changed = stop.changed() => {

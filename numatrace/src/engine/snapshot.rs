@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use numatrace_common::{Counter, MAX_NODES, NODE_FAULT_FIELDS, SKIP_REASON_SLOTS, TaskStats};
+use numatrace_common::{Counter, MAX_NODES, NODE_FAULT_FIELDS, SKIP_REASON_SLOTS};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -98,10 +98,13 @@ fn sub_maps(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<St
 
 impl Snapshot {
     /// Builds the task list from live map entries and exited tasks' final entries; an exit
-    /// entry wins over a live one with the same key (it was read later and only grew).
+    /// entry wins over a live one with the same key (it was read later and only grew). The
+    /// engine builds it in one pass of its task table (`TaskTable::commit`); this is the
+    /// reference its tests compare with, and the tests' way to make a snapshot.
+    #[cfg(test)]
     pub fn tasks_from(
-        live: &[TaskStats],
-        exited: &BTreeMap<(u32, u64), TaskStats>,
+        live: &[numatrace_common::TaskStats],
+        exited: &BTreeMap<(u32, u64), numatrace_common::TaskStats>,
     ) -> Vec<TaskRecord> {
         let mut by_key: BTreeMap<(u32, u64), TaskRecord> = BTreeMap::new();
         for s in live {
@@ -434,6 +437,7 @@ const _: () = assert!(SKIP_REASON_SLOTS == 8);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use numatrace_common::TaskStats;
 
     fn stats(pid: u32, tgid: u32, first_ns: u64) -> TaskStats {
         let mut s = TaskStats::new(pid, tgid);

@@ -98,6 +98,7 @@ impl TaskTable {
     }
 
     /// Whether the latest read found `k` in the kernel's map.
+    #[cfg(test)]
     pub fn in_map(&self, k: &Key) -> bool {
         self.slot(k).is_some_and(|i| self.flags[i].in_map)
     }
@@ -106,8 +107,12 @@ impl TaskTable {
     /// exited: an entry marked exited in the map (created in do_exit, or its exit record lost
     /// to a full ring buffer), or one whose exit record has arrived since.
     pub fn marked_in_map(&self, k: &Key) -> bool {
-        self.slot(k)
-            .is_some_and(|i| self.flags[i].in_map && self.flags[i].exited)
+        self.slot(k).is_some_and(|i| self.marked(i))
+    }
+
+    /// Slot `i` read in the map by the latest read and reported exited by the latest snapshot.
+    fn marked(&self, i: usize) -> bool {
+        self.flags[i].in_map && self.flags[i].exited
     }
 
     /// Whether `k` was carried forward (missing from the latest read) and reported exited.
@@ -120,7 +125,7 @@ impl TaskTable {
     /// finished.
     pub fn marked_done(&self, done: impl Fn(u32) -> bool) -> HashSet<Key> {
         self.occupied()
-            .filter(|&i| self.flags[i].in_map && self.flags[i].exited)
+            .filter(|&i| self.marked(i))
             .map(|i| self.keys[i])
             .filter(|k| done(k.0))
             .collect()
@@ -206,8 +211,7 @@ impl TaskTable {
     pub fn replaced(&self, exited: &BTreeMap<Key, TaskStats>) -> u64 {
         self.occupied()
             .filter(|&i| {
-                let f = self.flags[i];
-                f.in_map && f.exited && !f.reading && !exited.contains_key(&self.keys[i])
+                self.marked(i) && !self.flags[i].reading && !exited.contains_key(&self.keys[i])
             })
             .count() as u64
     }

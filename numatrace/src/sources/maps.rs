@@ -150,16 +150,17 @@ fn read_batched<K: Pod, V: Pod>(
     }
 }
 
-/// Calls `each` with every entry of `map`: batched where the kernel can, else iterated
-/// (`skip_missing`: an entry deleted between listing and lookup is left out rather than an
-/// error).
-fn for_each<K: Pod, V: Pod>(
+/// Calls `each` with every entry of `map`: batched through `buf` where the kernel can, else
+/// iterated (`skip_missing`: an entry deleted between listing and lookup is left out rather
+/// than an error).
+fn for_each_in<K: Pod, V: Pod>(
     batched: &AtomicBool,
     map: &HashMap<MapData, K, V>,
+    buf: &mut Batch<K, V>,
     skip_missing: bool,
     mut each: impl FnMut(&K, &V),
 ) -> Result<(), MapError> {
-    if read_batched(batched, map, &mut Batch::new(CHUNK), &mut each)? {
+    if read_batched(batched, map, buf, &mut each)? {
         return Ok(());
     }
     for kv in map.iter() {
@@ -170,6 +171,16 @@ fn for_each<K: Pod, V: Pod>(
         }
     }
     Ok(())
+}
+
+/// [`for_each_in`] with a buffer of its own.
+fn for_each<K: Pod, V: Pod>(
+    batched: &AtomicBool,
+    map: &HashMap<MapData, K, V>,
+    skip_missing: bool,
+    each: impl FnMut(&K, &V),
+) -> Result<(), MapError> {
+    for_each_in(batched, map, &mut Batch::new(CHUNK), skip_missing, each)
 }
 
 /// Every entry of a map keyed by VMA, as (tgid, vm_start, value).
@@ -231,19 +242,13 @@ impl Maps {
     /// deleted between listing and lookup (its task exited) is left out: its exit snapshot is
     /// on the ring buffer.
     pub fn tasks(&mut self, mut each: impl FnMut(&TaskEntry)) -> Result<(), MapError> {
-        if read_batched(&self.batched, &self.tasks, &mut self.task_batch, |_, v| {
-            each(v)
-        })? {
-            return Ok(());
-        }
-        for kv in self.tasks.iter() {
-            match kv {
-                Ok((_, v)) => each(&v),
-                Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        for_each_in(
+            &self.batched,
+            &self.tasks,
+            &mut self.task_batch,
+            true,
+            |_, v| each(v),
+        )
     }
 }
 

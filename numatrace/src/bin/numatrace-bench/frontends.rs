@@ -6,7 +6,7 @@ use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::TcpStream,
     path::PathBuf,
-    process::{Child, ChildStderr, ChildStdout, Command, Stdio},
+    process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -105,6 +105,21 @@ fn wait_for(rx: &mpsc::Receiver<String>, what: &str, pred: impl Fn(&str) -> bool
             Err(_) => bail!("{what} never became ready; it said: {}", seen.join(" | ")),
         }
     }
+}
+
+/// SIGINT to `child`, as Ctrl-C, and its exit status once it exits (None: still running a
+/// minute later; the caller kills it).
+pub fn interrupt(child: &mut Child) -> Result<Option<ExitStatus>> {
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Some(s) = child.try_wait()? {
+            return Ok(Some(s));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(None)
 }
 
 fn numatrace(bins: &Bins, args: &[&str]) -> Command {
@@ -243,20 +258,11 @@ impl Running {
     /// SIGINT, as Ctrl-C; killed if it has not exited within a minute.
     pub fn stop(mut self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
-        // SAFETY: signals our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = self.child.try_wait()? {
-                break Some(s);
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = interrupt(&mut self.child)?;
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -300,10 +300,10 @@ pub fn measure(
     let costs = clean_costs(&samples);
     let cost = |key: &str| costs.get(key).copied().unwrap_or_default();
     // Σ over programs of ns/run × runs: their time on the hook's events.
-    let time_of = |keys: &mut dyn Iterator<Item = String>| -> Option<f64> {
+    let time_of = |keys: &mut dyn Iterator<Item = String>| -> f64 {
         keys.map(|k| cost(&k))
-            .map(|c| c.ns_per_run.map(|ns| ns * c.runs as f64))
-            .try_fold(0.0, |acc, x| Some(acc + x.unwrap_or(0.0)))
+            .map(|c| c.ns_per_run.map_or(0.0, |ns| ns * c.runs as f64))
+            .sum()
     };
     let engine = &engines[0].1;
     let mut hooks = Vec::new();
@@ -363,8 +363,7 @@ pub fn measure(
                     .collect();
                 let k = theirs.len();
                 let bt = time_of(&mut theirs.into_iter());
-                let per_event =
-                    |t: Option<f64>| t.filter(|_| events > 0).map(|t| t / events as f64);
+                let per_event = |t: f64| (events > 0).then(|| t / events as f64);
                 hooks.push(HookPeer {
                     command: (*command).to_owned(),
                     hook: h.spec.name.to_owned(),

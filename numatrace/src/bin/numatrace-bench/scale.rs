@@ -239,22 +239,13 @@ impl Cmd {
         }
     }
 
-    /// SIGINT, as Ctrl-C; killed after a minute.
+    /// SIGINT, as Ctrl-C; killed (on drop) after a minute.
     fn stop(mut self) -> Result<()> {
-        // SAFETY: signals our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Some(s) = self.child.try_wait()? {
-                return if s.success() {
-                    Ok(())
-                } else {
-                    bail!("exited with {s}")
-                };
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        match crate::frontends::interrupt(&mut self.child)? {
+            Some(s) if s.success() => Ok(()),
+            Some(s) => bail!("exited with {s}"),
+            None => bail!("did not stop within a minute of SIGINT: killed"),
         }
-        bail!("did not stop within a minute of SIGINT: killed")
     }
 }
 
