@@ -98,6 +98,10 @@ pub const MAP_ZERO_STATS: &str = "ZERO_STATS";
 pub const GLOBAL_TASK_OFFSETS: &str = "TASK_OFFSETS";
 pub const GLOBAL_FUNC_CONFIG: &str = "FUNC_CONFIG";
 pub const GLOBAL_SCAN_RANGES: &str = "SCAN_RANGES";
+/// Non-zero (`u32`): the kernel has bpf_get_current_task_btf (5.11+), so the programs read
+/// `current`'s fields, and those of the structs it points to, with plain loads instead of a
+/// helper call each. Its own global: each test of it is then one load.
+pub const GLOBAL_TYPED_CURRENT: &str = "TYPED_CURRENT";
 pub const GLOBAL_PAGE_OFFSETS: &str = "PAGE_OFFSETS";
 
 /// Hint faults per 2 MiB region per scan pass (seed 001), key [`RegionKey`], value: faults.
@@ -240,6 +244,7 @@ pub const GLOBALS: &[&str] = &[
     GLOBAL_TASK_OFFSETS,
     GLOBAL_FUNC_CONFIG,
     GLOBAL_SCAN_RANGES,
+    GLOBAL_TYPED_CURRENT,
     GLOBAL_PAGE_OFFSETS,
     GLOBAL_NODE_MAP,
     GLOBAL_GAP_OFFSETS,

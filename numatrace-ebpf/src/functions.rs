@@ -20,8 +20,9 @@ use numatrace_common::{
 use crate::{
     args::{kprobe_args, pick, tracing_arg, tracing_arg_scalar},
     tasks::{
-        Hit, Slots, TASK_OFFSETS, add, count, current_task, emit, followed_current, header,
-        inflight_of, read_field, reads, send, send_span, slot, touch, touch_noting,
+        Hit, Slots, TASK_OFFSETS, add, count, current_field, emit, field_of, followed_current,
+        header, inflight_of, read_field, reads, send, send_span, slot, touch, touch_noting,
+        via_current,
     },
     tiering::{note_node_threshold, take_decision, tiers},
 };
@@ -84,7 +85,7 @@ fn hist_add<const N: usize>(map: &Slots<N>, bucket: u32) {
 
 #[inline(always)]
 fn runtime_now(o: &TaskOffsets) -> Option<u64> {
-    read_field::<u64>(current_task(), o.sum_exec_runtime)
+    current_field::<u64>(o.sum_exec_runtime)
 }
 
 /// Records `se.sum_exec_runtime` as first/last seen: the denominator of the scan share.
@@ -128,9 +129,8 @@ fn on_task_numa_work_enter(kretprobe: bool) {
     };
     let t = h.t;
     let o = TASK_OFFSETS.load();
-    let task = current_task();
-    let runtime = read_field::<u64>(task, o.sum_exec_runtime).unwrap_or(0);
-    let node_stamp = read_field::<u64>(task, o.node_stamp).unwrap_or(0);
+    let runtime = current_field::<u64>(o.sum_exec_runtime).unwrap_or(0);
+    let node_stamp = current_field::<u64>(o.node_stamp).unwrap_or(0);
     let r = inflight_of(t);
     // Seed 003, invariant 1: node_stamp must never run ahead of the runtime at entry — unless
     // the work was queued while the previous call ran (a tick inside a call longer than the
@@ -181,17 +181,16 @@ fn on_task_numa_work_exit() {
     let ns = now.saturating_sub(start_ts);
     send_span(EventKind::ScanCall, start_ts, ns, 0, 0);
     let o = TASK_OFFSETS.load();
-    let task = current_task();
-    let runtime = read_field::<u64>(task, o.sum_exec_runtime);
-    let node_stamp = read_field::<u64>(task, o.node_stamp);
+    let runtime = current_field::<u64>(o.sum_exec_runtime);
+    let node_stamp = current_field::<u64>(o.node_stamp);
     crate::bump!(h, scan.calls, 1);
     crate::bump!(h, scan.time_ns, ns);
     unsafe {
         if ns > (*t).scan.max_ns {
             (*t).scan.max_ns = ns;
         }
-        if let Some(mm) = read_field::<u64>(task, o.mm)
-            && let Some(seq) = read_field::<i32>(mm as *const u8, o.mm_numa_scan_seq)
+        if let Some(mm) = current_field::<u64>(o.mm)
+            && let Some(seq) = via_current::<i32>(mm as *const u8, o.mm_numa_scan_seq)
         {
             (*t).scan.scan_seq = seq.max(0) as u64;
         }
@@ -262,13 +261,14 @@ pub fn kretprobe_task_numa_work(_ctx: RetProbeContext) -> u32 {
 
 // ---- change_prot_numa ----------------------------------------------------------------------
 
-/// Adds one change_prot_numa call to its VMA's entry.
+/// Adds one change_prot_numa call to its VMA's entry. `TYPED`: `vma` is fexit's BTF-typed
+/// argument (plain loads), not a kretprobe's number.
 #[inline(always)]
-fn vma_add(pid: u32, tgid: u32, vma: *const u8, updated: u64) {
+fn vma_add<const TYPED: bool>(pid: u32, tgid: u32, vma: *const u8, updated: u64) {
     let o = PAGE_OFFSETS.load();
     let (Some(start), Some(end)) = (
-        read_field::<u64>(vma, o.vm_start),
-        read_field::<u64>(vma, o.vm_end),
+        field_of::<TYPED, u64>(vma, o.vm_start),
+        field_of::<TYPED, u64>(vma, o.vm_end),
     ) else {
         return;
     };
@@ -307,9 +307,9 @@ fn vma_add(pid: u32, tgid: u32, vma: *const u8, updated: u64) {
 }
 
 #[inline(always)]
-fn on_change_prot_numa_ret(h: Hit, vma: u64, updated: u64) {
+fn on_change_prot_numa_ret<const TYPED: bool>(h: Hit, vma: u64, updated: u64) {
     if !h.me && (reads(READ_VMAS) || emit(EMIT_VMA_SCAN)) {
-        vma_add(h.pid, h.tgid, vma as *const u8, updated);
+        vma_add::<TYPED>(h.pid, h.tgid, vma as *const u8, updated);
     }
     crate::bump!(h, scan.pte_updates, updated);
     crate::bump!(h, scan.prot_numa_calls, 1);
@@ -319,7 +319,7 @@ fn on_change_prot_numa_ret(h: Hit, vma: u64, updated: u64) {
 pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
     // (vma, addr, end) -> unsigned long: the return value follows the three arguments.
     if let Some(h) = followed_current() {
-        on_change_prot_numa_ret(
+        on_change_prot_numa_ret::<true>(
             h,
             tracing_arg::<0>(ctx.as_ptr()),
             tracing_arg::<3>(ctx.as_ptr()),
@@ -352,7 +352,7 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
     };
     let t = h.t;
     let vma = slot_take(unsafe { &raw mut (*inflight_of(t)).prot_vma });
-    on_change_prot_numa_ret(h, vma, ctx.ret::<u64>());
+    on_change_prot_numa_ret::<false>(h, vma, ctx.ret::<u64>());
     0
 }
 
@@ -818,30 +818,33 @@ pub fn kretprobe_migration_entry_wait(_ctx: RetProbeContext) -> u32 {
 
 /// Whether the page being hint-faulted is COW-shared — in a copy-on-write mapping
 /// (`is_cow_mapping`) and mapped by more than one process — and whether it is a large folio.
+/// `TYPED`: the pointers are fentry's BTF-typed arguments (plain loads), not a kprobe's numbers.
 #[inline(always)]
-fn cow_shared(page: *const u8, vma_or_vmf: *const u8) -> Option<(bool, bool)> {
+fn cow_shared<const TYPED: bool>(page: *const u8, vma_or_vmf: *const u8) -> Option<(bool, bool)> {
     let o = PAGE_OFFSETS.load();
     let vma = if o.vmf_vma == FIELD_ABSENT {
         vma_or_vmf
     } else {
-        read_field::<u64>(vma_or_vmf, o.vmf_vma)? as *const u8
+        field_of::<TYPED, u64>(vma_or_vmf, o.vmf_vma)? as *const u8
     };
-    let vm_flags = read_field::<u64>(vma, o.vm_flags)?;
-    let page_flags = read_field::<u64>(page, o.flags).unwrap_or(0);
+    let vm_flags = field_of::<TYPED, u64>(vma, o.vm_flags)?;
+    let page_flags = field_of::<TYPED, u64>(page, o.flags).unwrap_or(0);
     let large = o.head_bit < 64 && page_flags & (1u64 << o.head_bit) != 0;
     if vm_flags & (VM_SHARED | VM_MAYWRITE) != VM_MAYWRITE {
         return Some((false, large));
     }
     let mapcount_minus_one = if large && o.large_mapcount != FIELD_ABSENT {
+        // Through the helper always: before 6.7 the argument is a `struct page` and this field
+        // lies in the next page of the folio, past the type a plain load may read.
         read_field::<i32>(page, o.large_mapcount)?
     } else {
-        read_field::<i32>(page, o.mapcount)?
+        field_of::<TYPED, i32>(page, o.mapcount)?
     };
     Some((mapcount_minus_one >= 1, large))
 }
 
 #[inline(always)]
-fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
+fn on_mpol_misplaced<const TYPED: bool>(page: u64, vma_or_vmf: u64, addr: u64) {
     let Some(h) = followed_current() else {
         return;
     };
@@ -849,7 +852,7 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
     if !h.me && reads(READ_REGIONS) {
         region_fault(h.tgid, addr);
     }
-    if let Some((true, large)) = cow_shared(page as *const u8, vma_or_vmf as *const u8) {
+    if let Some((true, large)) = cow_shared::<TYPED>(page as *const u8, vma_or_vmf as *const u8) {
         crate::bump!(h, hint_faults.cow_shared, 1);
         if large {
             crate::bump!(h, hint_faults.cow_shared_large, 1);
@@ -863,10 +866,10 @@ fn on_mpol_misplaced(page: u64, vma_or_vmf: u64, addr: u64) {
 #[inline(always)]
 fn region_fault(tgid: u32, addr: u64) {
     let o = TASK_OFFSETS.load();
-    let Some(mm) = read_field::<u64>(current_task(), o.mm) else {
+    let Some(mm) = current_field::<u64>(o.mm) else {
         return;
     };
-    let Some(seq) = read_field::<i32>(mm as *const u8, o.mm_numa_scan_seq) else {
+    let Some(seq) = via_current::<i32>(mm as *const u8, o.mm_numa_scan_seq) else {
         return;
     };
     let key = RegionKey {
@@ -884,7 +887,7 @@ fn region_fault(tgid: u32, addr: u64) {
 
 #[fentry(function = "mpol_misplaced")]
 pub fn fentry_mpol_misplaced(ctx: FEntryContext) -> u32 {
-    on_mpol_misplaced(
+    on_mpol_misplaced::<true>(
         tracing_arg::<0>(ctx.as_ptr()),
         tracing_arg::<1>(ctx.as_ptr()),
         tracing_arg::<2>(ctx.as_ptr()),
@@ -896,7 +899,7 @@ pub fn fentry_mpol_misplaced(ctx: FEntryContext) -> u32 {
 pub fn kprobe_mpol_misplaced(ctx: ProbeContext) -> u32 {
     let c = FUNC_CONFIG.load();
     let args = kprobe_args(&ctx);
-    on_mpol_misplaced(
+    on_mpol_misplaced::<false>(
         pick(&args, c.mpol_page_arg),
         pick(&args, c.mpol_vma_arg),
         pick(&args, c.mpol_addr_arg),

@@ -10,8 +10,8 @@ use aya_ebpf::{
 use numatrace_common::{Counter, GapOffsets, MAX_VMAS, VmaGap, VmaKey};
 
 use crate::{
-    args::tracing_arg_scalar,
-    tasks::{count, current, current_task, is_self, read_field, wanted},
+    args::tracing_arg,
+    tasks::{count, count_as, current, current_field, is_self, load_field, via_current, wanted},
 };
 
 #[unsafe(no_mangle)]
@@ -24,30 +24,31 @@ static VMA_GAPS: HashMap<VmaKey, VmaGap> = HashMap::with_max_entries(MAX_VMAS, 0
 #[btf_tracepoint(function = "sched_skip_vma_numa")]
 pub fn btf_skip_vma_gap(ctx: BtfTracePointContext) -> i32 {
     let o = GAP_OFFSETS.load();
-    // Arguments as plain numbers: typed pointers allow no arithmetic with unknown offsets.
+    // Typed pointers: their fields are plain loads (load_field), not helper calls.
     let (mm, vma, reason) = (
-        tracing_arg_scalar::<0>(ctx.as_ptr()) as *const u8,
-        tracing_arg_scalar::<1>(ctx.as_ptr()) as *const u8,
-        tracing_arg_scalar::<2>(ctx.as_ptr()),
+        tracing_arg::<0>(ctx.as_ptr()) as *const u8,
+        tracing_arg::<1>(ctx.as_ptr()) as *const u8,
+        tracing_arg::<2>(ctx.as_ptr()),
     );
     let cur = current();
     if !wanted(cur.tgid) {
         return 0;
     }
-    count(Counter::SeenSkipVmaBtf);
+    count_as(Counter::SeenSkipVmaBtf, cur.tgid);
     // numatrace's own VMAs would only take room in the per-VMA map.
     if reason != u64::from(o.pid_inactive) || is_self(cur.tgid) {
         return 0;
     }
-    count(Counter::SeenSkipGap);
-    let numab = read_field::<u64>(vma, o.vma_numab_state).unwrap_or(0) as *const u8;
-    let signal = read_field::<u64>(current_task(), o.task_signal).unwrap_or(0) as *const u8;
+    count_as(Counter::SeenSkipGap, cur.tgid);
+    // numab_state is null until the VMA's first scan; load_field says None for it.
+    let numab = load_field::<u64>(vma, o.vma_numab_state).unwrap_or(0) as *const u8;
+    let signal = current_field::<u64>(o.task_signal).unwrap_or(0) as *const u8;
     let (Some(prev), Some(seq), Some(threads), Some(start), Some(end)) = (
-        read_field::<i32>(numab, o.prev_scan_seq),
-        read_field::<i32>(mm, o.mm_numa_scan_seq),
-        read_field::<i32>(signal, o.nr_threads),
-        read_field::<u64>(vma, o.vm_start),
-        read_field::<u64>(vma, o.vm_end),
+        load_field::<i32>(numab, o.prev_scan_seq),
+        load_field::<i32>(mm, o.mm_numa_scan_seq),
+        via_current::<i32>(signal, o.nr_threads),
+        load_field::<u64>(vma, o.vm_start),
+        load_field::<u64>(vma, o.vm_end),
     ) else {
         count(Counter::SkipGapLost);
         return 0;

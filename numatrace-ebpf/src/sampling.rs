@@ -10,9 +10,7 @@ use aya_ebpf::{
 };
 use numatrace_common::ScanRanges;
 
-use crate::tasks::{
-    Hit, TASK_OFFSETS, current, current_task, read_field, task_entry, touch_noting, wanted,
-};
+use crate::tasks::{Hit, TASK_OFFSETS, current, current_field, task_entry, touch_noting, wanted};
 
 #[unsafe(no_mangle)]
 static SCAN_RANGES: Global<ScanRanges> = Global::new(ScanRanges {
@@ -75,7 +73,7 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
     if in_user_mode(&ctx) {
         return 0;
     }
-    let flags = read_field::<u32>(current_task(), TASK_OFFSETS.load().flags);
+    let flags = current_field::<u32>(TASK_OFFSETS.load().flags);
     if flags.is_some_and(|f| f & PF_KTHREAD != 0) {
         return 0;
     }

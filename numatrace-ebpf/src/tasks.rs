@@ -93,6 +93,20 @@ pub fn count_n(c: Counter, n: u64) {
     if c.is_tally() && is_self(current().tgid) {
         return;
     }
+    count_raw(c, n);
+}
+
+/// [`count`] where the program already knows the running task's tgid (one helper call less).
+#[inline(always)]
+pub fn count_as(c: Counter, current_tgid: u32) {
+    if c.is_tally() && is_self(current_tgid) {
+        return;
+    }
+    count_raw(c, 1);
+}
+
+#[inline(always)]
+fn count_raw(c: Counter, n: u64) {
     if let Some(p) = slot(&COUNTERS, c as u32) {
         // A per-CPU slot, but a kprobe can interrupt a tracepoint program on the same CPU:
         // the atomic add keeps both increments.
@@ -203,6 +217,8 @@ const PF_EXITING: u32 = 0x4;
 /// hinting fault in mm_release can follow it.
 #[inline(always)]
 pub fn current_exiting() -> bool {
+    // Through the helper: a cold path (a new or marked entry), where a typed read would only
+    // add its second variant to every program that creates entries.
     let off = TASK_OFFSETS.load().flags;
     read_field::<u32>(current_task(), off).is_some_and(|f| f & PF_EXITING != 0)
 }
@@ -353,10 +369,43 @@ pub fn send<T: 'static>(ev: T) {
     }
 }
 
-/// The current task, for reading its fields at BTF-derived offsets.
+/// The current task as a plain number, for [`read_field`]: cold paths (see [`current_field`]).
 #[inline(always)]
 pub fn current_task() -> *const u8 {
     unsafe { aya_ebpf::helpers::bpf_get_current_task() as *const u8 }
+}
+
+/// Non-zero: `current` is read through its BTF type (5.11+). A read-only global: the verifier
+/// keeps one branch of each test, so 5.10 never sees the helper it lacks.
+#[unsafe(no_mangle)]
+static TYPED_CURRENT: Global<u32> = Global::new(0);
+
+#[inline(always)]
+fn typed_current() -> bool {
+    TYPED_CURRENT.load() != 0
+}
+
+/// A field of the running task at a BTF-derived offset: a plain load where the kernel gives the
+/// task a type ([`load_field`]), a helper call where it does not.
+#[inline(always)]
+pub fn current_field<T: Copy>(off: u32) -> Option<T> {
+    if typed_current() {
+        let task = unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() } as *const u8;
+        load_field(task, off)
+    } else {
+        read_field(current_task(), off)
+    }
+}
+
+/// A field of a struct that a pointer read by [`current_field`] leads to (its mm, its signal):
+/// typed where `current` is.
+#[inline(always)]
+pub fn via_current<T: Copy>(base: *const u8, off: u32) -> Option<T> {
+    if typed_current() {
+        load_field(base, off)
+    } else {
+        read_field(base, off)
+    }
 }
 
 /// Reads a `T` at `base + off`; `None` for an absent field or a failed read.
@@ -366,6 +415,32 @@ pub fn read_field<T: Copy>(base: *const u8, off: u32) -> Option<T> {
         return None;
     }
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(base.add(off as usize).cast::<T>()) }.ok()
+}
+
+/// Reads a `T` at `base + off` with a plain load, for a `base` the verifier knows by its BTF
+/// type (a tracing program's argument, or a pointer field loaded from one): it makes the load
+/// fault-safe (BPF_PROBE_MEM: a fault reads 0) and checks `off` against the type at load time,
+/// so no helper call is made. `off` must be a load-time constant (a read-only global) inside
+/// `base`'s type, or the program is refused; a kprobe's plain-number pointers use
+/// [`read_field`].
+#[inline(always)]
+pub fn load_field<T: Copy>(base: *const u8, off: u32) -> Option<T> {
+    if off == numatrace_common::FIELD_ABSENT || base.is_null() {
+        return None;
+    }
+    // SAFETY: the verifier rewrites the load into an exception-table-guarded one.
+    Some(unsafe { core::ptr::read_volatile(base.add(off as usize).cast::<T>()) })
+}
+
+/// [`load_field`] where `TYPED` (a tracing program's BTF-typed pointer), [`read_field`] where
+/// not (a kprobe's register): one body for both mechanisms' programs.
+#[inline(always)]
+pub fn field_of<const TYPED: bool, T: Copy>(base: *const u8, off: u32) -> Option<T> {
+    if TYPED {
+        load_field(base, off)
+    } else {
+        read_field(base, off)
+    }
 }
 
 /// A counted event's task entry and what each of its counts needs, found once per event: one

@@ -15,8 +15,8 @@ use numatrace_common::{
 };
 
 use crate::tasks::{
-    Hit, TASK_STATS, add, count, count_n, current, emit, follow_child, header, is_self, send,
-    task_entry, task_stats, touch, touch_noting, wanted,
+    Hit, TASK_STATS, add, count, count_as, count_n, current, emit, follow_child, header, is_self,
+    send, task_entry, task_stats, touch, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -93,7 +93,7 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
     if !wanted(cur.tgid) {
         return 0;
     }
-    count(Counter::SeenSkipVma);
+    count_as(Counter::SeenSkipVma, cur.tgid);
     let r = Rec::read(&ctx);
     let o = SKIP_VMA_OFFSETS.load();
     let reason: u32 = field(&r, o.reason, u32::MAX);
@@ -132,8 +132,8 @@ pub fn tp_sched_move_numa(ctx: TracePointContext) -> u32 {
     if !wanted(tgid) {
         return 0;
     }
-    count(Counter::SeenMove);
     let cur = current();
+    count_as(Counter::SeenMove, cur.tgid);
     if let Some(t) = task_entry(pid, tgid, pid == cur.pid) {
         crate::bump!(Hit::new(t, pid, tgid, cur.tgid), placement.moves, 1);
         touch(t);
@@ -195,8 +195,8 @@ pub fn tp_sched_swap_numa(ctx: TracePointContext) -> u32 {
     if !src && !dst {
         return 0;
     }
-    count(Counter::SeenSwap);
     let cur = current();
+    count_as(Counter::SeenSwap, cur.tgid);
     if src && let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == cur.pid) {
         crate::bump!(
             Hit::new(t, p.src_pid, p.src_tgid, cur.tgid),
@@ -225,8 +225,8 @@ pub fn tp_sched_stick_numa(ctx: TracePointContext) -> u32 {
     if !wanted(p.src_tgid) {
         return 0;
     }
-    count(Counter::SeenStick);
     let cur = current();
+    count_as(Counter::SeenStick, cur.tgid);
     if let Some(t) = task_entry(p.src_pid, p.src_tgid, p.src_pid == cur.pid) {
         let h = Hit::new(t, p.src_pid, p.src_tgid, cur.tgid);
         crate::bump!(h, placement.sticks, 1);
@@ -256,7 +256,7 @@ pub fn tp_mm_migrate_pages(ctx: TracePointContext) -> u32 {
     if !wanted(cur.tgid) {
         return 0;
     }
-    count(Counter::SeenMigrateNuma);
+    count_as(Counter::SeenMigrateNuma, cur.tgid);
     let (succeeded, failed, thp_succeeded, thp_failed) = (
         field(&r, o.succeeded, 0u64),
         field(&r, o.failed, 0u64),
@@ -296,11 +296,8 @@ fn demotion(r: &Rec, o: &MigrateOffsets) {
     count(Counter::DemoteCalls);
     count_n(Counter::DemotePages, ok);
     count_n(Counter::DemoteFailed, field(r, o.failed, 0u64));
-    let flags = crate::tasks::read_field::<u32>(
-        crate::tasks::current_task(),
-        crate::tasks::TASK_OFFSETS.load().flags,
-    )
-    .unwrap_or(0);
+    let flags =
+        crate::tasks::current_field::<u32>(crate::tasks::TASK_OFFSETS.load().flags).unwrap_or(0);
     if flags & PF_KSWAPD != 0 {
         count_n(Counter::DemoteKswapd, ok);
     } else if aya_ebpf::helpers::bpf_get_current_comm()
@@ -318,7 +315,7 @@ pub fn tp_sched_skip_cpuset_numa(_ctx: TracePointContext) -> u32 {
     if !wanted(cur.tgid) {
         return 0;
     }
-    count(Counter::SeenSkipCpuset);
+    count_as(Counter::SeenSkipCpuset, cur.tgid);
     if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
         crate::bump!(
             Hit::new(t, cur.pid, cur.tgid, cur.tgid),

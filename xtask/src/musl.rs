@@ -58,6 +58,13 @@ pub fn musl_cargo(tools: &Tools, arch: Arch, subcommand: &str) -> Result<Command
             cross_gcc_package(arch),
             &format!("{arch} builds compile zstd's C library and link with {gcc}"),
         )?;
+        // ring's and zstd's C sources include the target's libc headers, which Debian's cross
+        // gcc only recommends (left out by --no-install-recommends): without them the host's
+        // /usr/include is found and fails (bits/libc-header-start.h).
+        ensure_package(
+            cross_libc_dev_package(arch),
+            &format!("{arch} builds compile C against the target's libc headers"),
+        )?;
         cargo.env(format!("CC_{triple}"), &gcc).env(
             format!("CARGO_TARGET_{}_LINKER", triple.to_uppercase()),
             &gcc,
@@ -91,9 +98,17 @@ pub fn build_static(tools: &Tools, arch: Arch) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// `tool` on PATH, else its Debian package installed as root, else a clear error.
-fn ensure_tool(tool: &str, package: &str, why: &str) -> Result<()> {
-    if Command::new(tool).arg("--version").output().is_ok() {
+/// Debian's package of `arch`'s libc headers for its cross compiler.
+fn cross_libc_dev_package(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Amd64 => "libc6-dev-amd64-cross",
+        Arch::Arm64 => "libc6-dev-arm64-cross",
+    }
+}
+
+/// Debian's `package`, installed as root when missing, else a clear error.
+fn ensure_package(package: &str, why: &str) -> Result<()> {
+    if crate::setup::dpkg_installed(package) {
         return Ok(());
     }
     if !crate::process::is_root() {
@@ -103,4 +118,12 @@ fn ensure_tool(tool: &str, package: &str, why: &str) -> Result<()> {
         );
     }
     ensure_packages(&[package])
+}
+
+/// `tool` on PATH, else its Debian package installed as root, else a clear error.
+fn ensure_tool(tool: &str, package: &str, why: &str) -> Result<()> {
+    if Command::new(tool).arg("--version").output().is_ok() {
+        return Ok(());
+    }
+    ensure_package(package, why)
 }

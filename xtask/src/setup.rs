@@ -261,7 +261,7 @@ pub fn ensure_cargo_fuzz(p: &Pins) -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn dpkg_installed(pkg: &str) -> bool {
+pub fn dpkg_installed(pkg: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", pkg])
         .output()

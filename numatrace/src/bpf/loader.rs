@@ -143,6 +143,11 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(numatrace_common::GLOBAL_PAGE_OFFSETS, &o.page, true)
         .override_global(numatrace_common::GLOBAL_NODE_MAP, &o.node_map, true)
         .override_global(numatrace_common::GLOBAL_GAP_OFFSETS, &o.gap, true)
+        .override_global(
+            numatrace_common::GLOBAL_TYPED_CURRENT,
+            &o.typed_current,
+            true,
+        )
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(numatrace_common::MAP_VMA_STATS, opts.max_vmas)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
