@@ -3,7 +3,10 @@
 //! holding what was counted in between); views cut either by task, process, cgroup and node.
 //! Pure data: no aya types, so it is unit-tested and serialised as it is.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::BuildHasherDefault,
+};
 
 use numatrace_common::{Counter, MAX_NODES, NODE_FAULT_FIELDS, SKIP_REASON_SLOTS};
 use serde::{Deserialize, Serialize};
@@ -83,6 +86,40 @@ pub struct Snapshot {
     pub tiering_start: Option<Tiering>,
 }
 
+/// The cgroup rows of `tasks`: each cgroup's tasks and their counts, the most active first.
+pub fn cgroups_of<'a>(tasks: impl Iterator<Item = &'a TaskRecord>) -> Vec<CgroupRecord> {
+    let mut by_id: BTreeMap<u64, CgroupRecord> = BTreeMap::new();
+    for t in tasks {
+        let c = by_id.entry(t.cgroup_id).or_insert_with(|| CgroupRecord {
+            id: t.cgroup_id,
+            path: t.cgroup.clone(),
+            tasks: 0,
+            counts: Counts::default(),
+        });
+        c.tasks += 1;
+        c.counts.add(&t.counts);
+    }
+    let activity = |c: &CgroupRecord| {
+        c.counts
+            .hint_faults
+            .faults
+            .saturating_add(c.counts.scan.pte_updates)
+            .saturating_add(c.counts.skipped_vmas_total)
+    };
+    let mut v: Vec<_> = by_id
+        .into_values()
+        .map(|mut c| {
+            c.counts = c.counts.finished();
+            c
+        })
+        .collect();
+    v.sort_by(|a, b| activity(b).cmp(&activity(a)).then(a.id.cmp(&b.id)));
+    v
+}
+
+/// Tasks by key, hashed as the engine's table hashes them (100 000 per delta).
+type ByKey<V> = HashMap<(u32, u64), V, BuildHasherDefault<super::tasks::KeyHasher>>;
+
 fn sub_arrays(a: &[u64], b: &[u64]) -> Vec<u64> {
     a.iter()
         .enumerate()
@@ -122,8 +159,7 @@ impl Snapshot {
 
     /// What was counted between `earlier` and `self`.
     pub fn delta(&self, earlier: &Snapshot) -> Snapshot {
-        let before: HashMap<(u32, u64), &TaskRecord> =
-            earlier.tasks.iter().map(|t| (t.key(), t)).collect();
+        let before: ByKey<&TaskRecord> = earlier.tasks.iter().map(|t| (t.key(), t)).collect();
         let tasks = self
             .tasks
             .iter()
@@ -259,11 +295,12 @@ impl Snapshot {
 
     /// Tasks with anything counted, most skipped VMAs first, then by pid.
     pub fn task_rows(&self, f: &Filter) -> Vec<TaskRecord> {
-        let mut v: Vec<TaskRecord> = self
-            .traced(f)
-            .filter(|t| !t.counts.is_empty())
-            .cloned()
-            .collect();
+        self.task_refs(f).into_iter().cloned().collect()
+    }
+
+    /// [`Snapshot::task_rows`] without copying them.
+    pub fn task_refs<'a>(&'a self, f: &'a Filter) -> Vec<&'a TaskRecord> {
+        let mut v: Vec<&TaskRecord> = self.traced(f).filter(|t| !t.counts.is_empty()).collect();
         v.sort_by(|a, b| {
             b.counts
                 .skipped_vmas_total
@@ -292,8 +329,16 @@ impl Snapshot {
     }
 
     pub fn processes(&self, f: &Filter) -> Vec<ProcessRecord> {
+        self.processes_of(self.traced(f).filter(|t| !t.counts.is_empty()))
+    }
+
+    /// [`Snapshot::processes`] of `tasks` (of this snapshot).
+    pub fn processes_of<'a>(
+        &self,
+        tasks: impl Iterator<Item = &'a TaskRecord>,
+    ) -> Vec<ProcessRecord> {
         let mut by_tgid: BTreeMap<u32, ProcessRecord> = BTreeMap::new();
-        for t in self.traced(f).filter(|t| !t.counts.is_empty()) {
+        for t in tasks {
             let p = by_tgid.entry(t.tgid).or_insert_with(|| ProcessRecord {
                 tgid: t.tgid,
                 comm: t.comm.clone(),
@@ -330,33 +375,7 @@ impl Snapshot {
 
     /// Per cgroup (each directory on its own, not its descendants), busiest first.
     pub fn cgroups(&self, f: &Filter) -> Vec<CgroupRecord> {
-        let mut by_id: BTreeMap<u64, CgroupRecord> = BTreeMap::new();
-        for t in self.traced(f).filter(|t| !t.counts.is_empty()) {
-            let c = by_id.entry(t.cgroup_id).or_insert_with(|| CgroupRecord {
-                id: t.cgroup_id,
-                path: t.cgroup.clone(),
-                tasks: 0,
-                counts: Counts::default(),
-            });
-            c.tasks += 1;
-            c.counts.add(&t.counts);
-        }
-        let activity = |c: &CgroupRecord| {
-            c.counts
-                .hint_faults
-                .faults
-                .saturating_add(c.counts.scan.pte_updates)
-                .saturating_add(c.counts.skipped_vmas_total)
-        };
-        let mut v: Vec<_> = by_id
-            .into_values()
-            .map(|mut c| {
-                c.counts = c.counts.finished();
-                c
-            })
-            .collect();
-        v.sort_by(|a, b| activity(b).cmp(&activity(a)).then(a.id.cmp(&b.id)));
-        v
+        cgroups_of(self.traced(f).filter(|t| !t.counts.is_empty()))
     }
 
     /// Migrations between nodes: calls (folios) and pages.

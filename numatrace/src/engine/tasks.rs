@@ -410,7 +410,7 @@ pub fn prepared_records(n: usize) -> Vec<TaskRecord> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The table against the engine's earlier task bookkeeping (a BTreeMap of the previous
     //! snapshot's records and a set of the keys read), kept here as the reference: over random
     //! histories of entries appearing, growing, being marked, evicted, replaced by a new task of
@@ -482,20 +482,20 @@ mod tests {
         }
     }
 
-    /// A small deterministic generator (xorshift64*).
-    struct Rng(u64);
+    /// A small deterministic generator (xorshift64*), for random histories.
+    pub(crate) struct Rng(pub(crate) u64);
 
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 ^= self.0 >> 12;
             self.0 ^= self.0 << 25;
             self.0 ^= self.0 >> 27;
             self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
         }
-        fn below(&mut self, n: u64) -> u64 {
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
             self.next() % n
         }
-        fn chance(&mut self, percent: u64) -> bool {
+        pub(crate) fn chance(&mut self, percent: u64) -> bool {
             self.below(100) < percent
         }
     }

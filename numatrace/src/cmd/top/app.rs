@@ -153,11 +153,9 @@ impl App {
             .iter()
             .filter(|r| {
                 needle.is_empty()
-                    || text_cols.iter().any(|&i| {
-                        r.cells
-                            .get(i)
-                            .is_some_and(|c| c.to_lowercase().contains(&needle))
-                    })
+                    || text_cols
+                        .iter()
+                        .any(|&i| r.cell(i).to_lowercase().contains(&needle))
             })
             .cloned()
             .collect();

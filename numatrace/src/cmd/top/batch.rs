@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::{
     graph,
     history::{LastActivity, SPARK_S, fmt_window},
-    view::{self, COLUMNS, Caps, FrameView, OwnCost, SystemRates, shown_columns, sort_rows},
+    view::{self, COLUMNS, Caps, FrameView, OwnCost, SystemRates, first_rows, shown_columns},
 };
 use crate::report::{stat::StatJson, table};
 
@@ -70,12 +70,11 @@ pub fn text_frame(
         ));
     }
     out.push_str("\n\n");
-    let mut tasks = view.tasks.clone();
     let col = sort.unwrap_or_else(|| view::busiest_column(&view.caps));
     let desc = COLUMNS
         .get(col)
         .is_some_and(|c| c.numeric() && *c != super::view::Column::Pid);
-    sort_rows(&mut tasks, col, desc);
+    let tasks = &view.tasks;
     if tasks.is_empty() {
         out.push_str(&view.quiet_text(balancing));
         out.push('\n');
@@ -88,9 +87,8 @@ pub fn text_frame(
                 .collect::<Vec<_>>(),
         ];
         t.extend(
-            tasks
-                .iter()
-                .take(rows)
+            first_rows(tasks, rows, col, desc)
+                .into_iter()
                 .map(|r| shown.iter().map(|c| c.cell(r)).collect()),
         );
         out.push_str(&table(&t));

@@ -4,8 +4,10 @@
 //! - per refresh, the system-wide series the header draws as sparklines (hint faults/s and
 //!   pages migrated/s from /proc/vmstat, the traced tasks' scan share) and the node-to-node
 //!   migrations;
-//! - per task active within the horizon, what it counted in each refresh since, so that it
-//!   stays listed for the activity window after a burst, with its counts over that window;
+//! - per task active within the horizon, what it counted in each refresh since (the amounts its
+//!   rows and sparklines show, not every counter: at 100 000 busy tasks a full set of counts per
+//!   task and refresh was gigabytes), so that it stays listed for the activity window after a
+//!   burst, with its counts over it;
 //! - the last activity seen, to say when something last moved.
 //!
 //! Pure data, unit-tested without a kernel.
@@ -136,31 +138,122 @@ fn amount(c: &Counts) -> u64 {
     .fold(0u64, |a, b| a.saturating_add(*b))
 }
 
-/// One refresh of a recently active task: its counts when it did something, else only its
+/// Declares [`Amounts`]: the counters of [`Counts`] that a window's rows (the table's columns,
+/// the process and cgroup rows made of them) and the detail's sparklines read.
+macro_rules! amounts {
+    ($( $($f:ident).+ ),* $(,)?) => {
+        /// What one refresh of a task added to the counters a window shows.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        struct Amounts([u64; [$(stringify!($($f).+)),*].len()]);
+
+        impl Amounts {
+            fn of(c: &Counts) -> Self {
+                Self([$(c.$($f).+),*])
+            }
+
+            /// As counts (the others zero; ratios left to `finished()`).
+            fn counts(&self) -> Counts {
+                let mut c = Counts::default();
+                let mut v = self.0.iter();
+                $( c.$($f).+ = v.next().copied().unwrap_or(0); )*
+                c
+            }
+        }
+    };
+}
+
+amounts!(
+    scan.runtime_in_scan_ns,
+    scan.task_runtime_ns,
+    scan.scan_samples,
+    scan.samples,
+    scan.pte_updates,
+    hint_faults.faults,
+    hint_faults.local,
+    hint_faults.faults_thp,
+    hint_faults.cow_shared,
+    hint_faults.migrated_pages,
+    migrations.pages_ok,
+    migrations.pages_failed,
+    migrations.latency_ns_total,
+    migrations.attempts,
+    migrations.stalls,
+    placement.moves,
+    skipped_vmas_total,
+);
+
+impl Amounts {
+    fn add(&mut self, o: &Self) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a = a.saturating_add(b);
+        }
+    }
+}
+
+/// One refresh of a recently active task: its amounts when it did something, else only its
 /// run time and CPU samples (what the scan share over the window divides by; from its first
 /// activity within the horizon on).
 #[derive(Clone, Debug)]
 struct Entry {
     end_ns: u64,
-    counts: Option<Box<Counts>>,
-    runtime_ns: u64,
-    samples: u64,
+    did: Did,
+}
+
+#[derive(Clone, Debug)]
+enum Did {
+    Something(Box<Amounts>),
+    Nothing { runtime_ns: u64, samples: u64 },
+}
+
+impl Entry {
+    fn active(&self) -> bool {
+        matches!(self.did, Did::Something(_))
+    }
+
+    /// What it adds to a window's amounts.
+    fn amounts(&self) -> Amounts {
+        match &self.did {
+            Did::Something(a) => **a,
+            Did::Nothing {
+                runtime_ns,
+                samples,
+            } => {
+                let mut c = Counts::default();
+                c.scan.task_runtime_ns = *runtime_ns;
+                c.scan.samples = *samples;
+                Amounts::of(&c)
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
 struct Trail {
     /// The task as last seen (its counts unused).
     record: TaskRecord,
+    /// When it last did something: it is remembered while that lies within the horizon.
+    last_active_ns: u64,
+    /// Its refreshes since its first activity within the horizon.
     entries: VecDeque<Entry>,
 }
 
 impl Trail {
+    /// The end of its latest active refresh.
     fn last_active_ns(&self) -> Option<u64> {
         self.entries
             .iter()
             .rev()
-            .find(|e| e.counts.is_some())
+            .find(|e| e.active())
             .map(|e| e.end_ns)
+    }
+
+    /// `t` as last seen: its names' storage reused (every task, every refresh).
+    fn seen(&mut self, t: &TaskRecord) {
+        let r = &mut self.record;
+        r.comm.clone_from(&t.comm);
+        r.cgroup.clone_from(&t.cgroup);
+        (r.pid, r.tgid, r.exited, r.cgroup_id) = (t.pid, t.tgid, t.exited, t.cgroup_id);
+        (r.preferred_node, r.last_node, r.first_ns) = (t.preferred_node, t.last_node, t.first_ns);
     }
 }
 
@@ -172,7 +265,8 @@ pub struct WindowData {
     pub span_s: f64,
     /// The latest refresh's end.
     pub now_ns: u64,
-    /// Each with its counts summed over the window (finished) and when it was last active.
+    /// Each with its counts summed over the window (the counters a window shows, finished)
+    /// and when it was last active.
     pub tasks: Vec<(TaskRecord, u64)>,
     pub flows: Vec<NodeFlow>,
     pub self_tgid: u32,
@@ -184,13 +278,16 @@ impl WindowData {
         self.now_ns.saturating_sub(at_ns) as f64 / 1e9
     }
 
-    /// As a snapshot, for the process and cgroup aggregations.
-    pub fn snapshot(&self) -> Snapshot {
+    /// As a snapshot, for the process and cgroup aggregations: its tasks move there.
+    pub fn take_snapshot(&mut self) -> Snapshot {
         Snapshot {
             mono_ns: self.now_ns,
             span_ns: (self.span_s * 1e9) as u64,
             self_tgid: self.self_tgid,
-            tasks: self.tasks.iter().map(|(t, _)| t.clone()).collect(),
+            tasks: std::mem::take(&mut self.tasks)
+                .into_iter()
+                .map(|(t, _)| t)
+                .collect(),
             ..Snapshot::default()
         }
     }
@@ -241,21 +338,26 @@ impl Recent {
             let trail = match self.tasks.get_mut(&t.key()) {
                 Some(tr) => tr,
                 None if active => self.tasks.entry(t.key()).or_insert_with(|| Trail {
-                    record: t.clone(),
+                    record: TaskRecord {
+                        counts: Counts::default(),
+                        ..t.clone()
+                    },
+                    last_active_ns: end,
                     entries: VecDeque::new(),
                 }),
                 None => continue,
             };
-            trail.record = TaskRecord {
-                counts: Counts::default(),
-                ..t.clone()
+            trail.seen(t);
+            let did = if active {
+                trail.last_active_ns = end;
+                Did::Something(Box::new(Amounts::of(&t.counts)))
+            } else {
+                Did::Nothing {
+                    runtime_ns: t.counts.scan.task_runtime_ns,
+                    samples: t.counts.scan.samples,
+                }
             };
-            trail.entries.push_back(Entry {
-                end_ns: end,
-                counts: active.then(|| Box::new(t.counts.clone())),
-                runtime_ns: t.counts.scan.task_runtime_ns,
-                samples: t.counts.scan.samples,
-            });
+            trail.entries.push_back(Entry { end_ns: end, did });
         }
         if let Some((t, _)) = busiest {
             self.last = Some(LastActivity {
@@ -274,7 +376,7 @@ impl Recent {
         self.prune(end);
     }
 
-    /// Forgets refreshes older than the horizon, and tasks with no activity left.
+    /// Forgets refreshes older than the horizon, and tasks not active within it.
     fn prune(&mut self, now: u64) {
         let keep = |end: u64| end.saturating_add(self.horizon_ns) > now;
         while self.samples.front().is_some_and(|s| !keep(s.end_ns))
@@ -287,7 +389,7 @@ impl Recent {
             while tr.entries.front().is_some_and(|e| e.end_ns < oldest) {
                 tr.entries.pop_front();
             }
-            tr.entries.iter().any(|e| e.counts.is_some())
+            tr.last_active_ns >= oldest
         });
     }
 
@@ -327,26 +429,17 @@ impl Recent {
                 if !self.within(last, window_s) {
                     return None;
                 }
-                let mut c = Counts::default();
-                let (mut runtime, mut samples) = (0u64, 0u64);
+                let mut sum = Amounts::default();
                 for e in tr
                     .entries
                     .iter()
                     .filter(|e| self.within(e.end_ns, window_s))
                 {
-                    match &e.counts {
-                        Some(x) => c.add(x),
-                        None => {
-                            runtime = runtime.saturating_add(e.runtime_ns);
-                            samples = samples.saturating_add(e.samples);
-                        }
-                    }
+                    sum.add(&e.amounts());
                 }
-                c.scan.task_runtime_ns = c.scan.task_runtime_ns.saturating_add(runtime);
-                c.scan.samples = c.scan.samples.saturating_add(samples);
                 Some((
                     TaskRecord {
-                        counts: c.finished(),
+                        counts: sum.counts().finished(),
                         ..tr.record.clone()
                     },
                     last,
@@ -393,24 +486,18 @@ impl Recent {
             .enumerate()
             .map(|(i, (t, _))| (*t, i))
             .collect();
-        let mut sums = vec![Counts::default(); times.len()];
+        let mut sums = vec![Amounts::default(); times.len()];
         for tr in self.tasks.values().filter(|tr| pick(&tr.record)) {
             for e in &tr.entries {
                 let Some(&i) = index.get(&e.end_ns) else {
                     continue;
                 };
-                match &e.counts {
-                    Some(c) => sums[i].add(c),
-                    None => {
-                        sums[i].scan.task_runtime_ns += e.runtime_ns;
-                        sums[i].scan.samples += e.samples;
-                    }
-                }
+                sums[i].add(&e.amounts());
             }
         }
         let mut out = TaskSeries::default();
         for (c, (_, secs)) in sums.into_iter().zip(&times) {
-            let c = c.finished();
+            let c = c.counts().finished();
             let rate = |n: u64| if *secs > 0.0 { n as f64 / secs } else { 0.0 };
             out.hint.push(rate(c.hint_faults.faults));
             out.migr.push(rate(
@@ -488,6 +575,10 @@ impl TaskSeries {
         ]
     }
 }
+
+#[cfg(test)]
+#[path = "history_reference.rs"]
+mod reference;
 
 #[cfg(test)]
 pub mod tests {
@@ -582,7 +673,7 @@ pub mod tests {
         push(&mut r, &delta(1, 1, &[(7, 0, 100)]));
         push(&mut r, &delta(2, 1, &[(7, 0, 0), (9, 3, 0)]));
         push(&mut r, &delta(3, 1, &[(7, 0, 50)]));
-        let w = r.window(10);
+        let mut w = r.window(10);
         assert_eq!(pids(&w), [7, 9]);
         assert_eq!(w.tasks[0].0.counts.hint_faults.faults, 150);
         assert_eq!(w.ago_s(w.tasks[0].1), 0.0);
@@ -591,7 +682,7 @@ pub mod tests {
         assert_eq!(pids(&r.window(1)), [7]);
         assert_eq!(r.window(1).tasks[0].0.counts.hint_faults.faults, 50);
         // The process and cgroup views aggregate the window like a delta.
-        let p = w.snapshot().processes(&Filter::default());
+        let p = w.take_snapshot().processes(&Filter::default());
         assert_eq!(p.len(), 1);
         assert_eq!((p[0].threads, p[0].counts.hint_faults.faults), (2, 150));
         // Series for the detail: hint faults/s per refresh, 0 where it did nothing.

@@ -169,16 +169,20 @@ async fn run_batch(
     let nodes = engine.facts.numa_nodes as usize;
     let mut recent = Recent::new(args.window);
     let mut out = std::io::stdout().lock();
+    // The first frame comes soon after attach (its rates over that shorter interval, which it
+    // states), the rest every --delay from it, however long a frame took to make (a frame
+    // late by more than that is followed by the next a --delay later); a single frame (-n 1)
+    // covers a whole --delay.
+    let first = if args.iterations == Some(1) {
+        args.delay
+    } else {
+        args.delay.min(FIRST_BATCH_FRAME)
+    };
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, args.delay);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for frame in 1..=args.iterations.unwrap_or(u64::MAX) {
-        // The first frame comes soon after attach (its rates over that shorter interval, which
-        // it states), the rest every --delay; a single frame (-n 1) covers a whole --delay.
-        let wait = if frame == 1 && args.iterations != Some(1) {
-            args.delay.min(FIRST_BATCH_FRAME)
-        } else {
-            args.delay
-        };
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tick.tick() => {}
             _ = signals.any() => break,
         }
         let cur = engine.snapshot(detail)?;

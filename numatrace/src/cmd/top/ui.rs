@@ -164,7 +164,7 @@ fn draw_table(f: &mut Frame, area: Rect, app: &App, view: &FrameView, rows: &[Ro
         if task_table {
             TRow::new(shown.iter().take(n).map(|c| Cell::from(c.cell(r))))
         } else {
-            TRow::new(r.cells.iter().take(n).map(|c| Cell::from(c.clone())))
+            TRow::new((0..r.len().min(n)).map(|i| Cell::from(r.cell(i))))
         }
     });
     let title = if view.window_s > 0 && app.view != View::Nodes {

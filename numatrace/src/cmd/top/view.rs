@@ -90,14 +90,48 @@ pub const COLUMNS: [Column; 17] = {
 
 /// A column as data: its title, width in cells (the last columns only show on wide
 /// terminals), whether it sorts as a number (largest first) or as text, the feed it needs (`-`
-/// where that was not measured, never 0) and its cell with its sort key.
+/// where that was not measured, never 0) and its cell.
 struct ColumnDef {
     column: Column,
     title: &'static str,
     width: u16,
     numeric: bool,
     feed: Option<Feed>,
-    cell: fn(&Cells) -> (String, f64),
+    cell: Value,
+}
+
+/// A cell: text, or a number (its sort key; below 0: none, shown `-`) whose text is made only
+/// for the rows shown ([`Row::cell`]): at 100 000 tasks, formatting every cell of every row
+/// each refresh took longer than the refresh.
+#[derive(Clone, Copy)]
+enum Value {
+    Text(fn(&Cells) -> String),
+    Number {
+        of: fn(&Cells) -> f64,
+        /// The text of a value (never below 0); the flag: the scan share is sampled.
+        show: fn(f64, bool) -> String,
+    },
+}
+
+/// "-" for a value below 0 (none, or not measured), else `show`'s text.
+fn shown(v: f64, sampled: bool, show: fn(f64, bool) -> String) -> String {
+    if v < 0.0 {
+        "-".into()
+    } else {
+        show(v, sampled)
+    }
+}
+
+fn show_int(v: f64, _: bool) -> String {
+    (v as u64).to_string()
+}
+
+fn show_rate(v: f64, _: bool) -> String {
+    fmt_rate(v)
+}
+
+fn show_pct(v: f64, _: bool) -> String {
+    format!("{v:.0}")
 }
 
 /// What a cell is computed from: one row's counts over `secs` and its text columns.
@@ -106,22 +140,25 @@ struct Cells<'a> {
     secs: f64,
     /// The scan share is the sampled estimate (task_numa_work not hooked).
     sampled: bool,
-    pid: &'a str,
+    pid: u64,
     comm: &'a str,
     node: &'a str,
     cgroup: &'a str,
 }
 
-fn rate_cell(n: u64, secs: f64) -> (String, f64) {
-    let r = rate(n, secs);
-    (fmt_rate(r), r)
+const fn rate_cell(of: fn(&Cells) -> f64) -> Value {
+    Value::Number {
+        of,
+        show: show_rate,
+    }
 }
 
-fn pct_cell(n: u64, d: u64) -> (String, f64) {
-    match pct(n, d) {
-        Some(p) => (format!("{p:.0}"), p),
-        None => ("-".into(), -1.0),
-    }
+fn pct_cell(n: u64, d: u64) -> f64 {
+    pct(n, d).unwrap_or(-1.0)
+}
+
+const fn int_cell(of: fn(&Cells) -> f64) -> Value {
+    Value::Number { of, show: show_int }
 }
 
 /// The columns, in display order.
@@ -132,7 +169,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: None,
-        cell: |x| (x.pid.to_owned(), x.pid.parse().unwrap_or(0.0)),
+        cell: int_cell(|x| x.pid as f64),
     },
     ColumnDef {
         column: Column::Comm,
@@ -140,7 +177,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 15,
         numeric: false,
         feed: None,
-        cell: |x| (x.comm.to_owned(), 0.0),
+        cell: Value::Text(|x| x.comm.to_owned()),
     },
     ColumnDef {
         column: Column::ScanPct,
@@ -148,20 +185,17 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::ScanShare),
-        cell: |x| {
-            let share = if x.sampled {
-                x.c.scan.sampled_share
-            } else {
-                x.c.scan.share
-            };
-            match share {
-                Some(s) => (
-                    format!("{}{:.2}", if x.sampled { "~" } else { "" }, s * 100.0),
-                    s,
-                ),
+        cell: Value::Number {
+            of: |x| {
+                let share = if x.sampled {
+                    x.c.scan.sampled_share
+                } else {
+                    x.c.scan.share
+                };
                 // No run time (or no sample) seen in the interval: unknown, not 0.
-                None => ("-".into(), -1.0),
-            }
+                share.unwrap_or(-1.0)
+            },
+            show: |s, sampled| format!("{}{:.2}", if sampled { "~" } else { "" }, s * 100.0),
         },
     },
     ColumnDef {
@@ -170,7 +204,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::Pte),
-        cell: |x| rate_cell(x.c.scan.pte_updates, x.secs),
+        cell: rate_cell(|x| rate(x.c.scan.pte_updates, x.secs)),
     },
     ColumnDef {
         column: Column::HintRate,
@@ -178,7 +212,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::HintFaults),
-        cell: |x| rate_cell(x.c.hint_faults.faults, x.secs),
+        cell: rate_cell(|x| rate(x.c.hint_faults.faults, x.secs)),
     },
     ColumnDef {
         column: Column::LocalPct,
@@ -186,7 +220,10 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::HintFaults),
-        cell: |x| pct_cell(x.c.hint_faults.local, x.c.hint_faults.faults),
+        cell: Value::Number {
+            of: |x| pct_cell(x.c.hint_faults.local, x.c.hint_faults.faults),
+            show: show_pct,
+        },
     },
     ColumnDef {
         column: Column::MigrRate,
@@ -196,12 +233,12 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         feed: Some(Feed::PagesMigrated),
         // Pages, from mm_migrate_pages or from the hint faults' TNF_MIGRATED (whichever this
         // kernel supplies; both count pages).
-        cell: |x| {
-            rate_cell(
+        cell: rate_cell(|x| {
+            rate(
                 x.c.migrations.pages_ok.max(x.c.hint_faults.migrated_pages),
                 x.secs,
             )
-        },
+        }),
     },
     ColumnDef {
         column: Column::SkipRate,
@@ -209,7 +246,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::SkipVma),
-        cell: |x| rate_cell(x.c.skipped_vmas_total, x.secs),
+        cell: rate_cell(|x| rate(x.c.skipped_vmas_total, x.secs)),
     },
     ColumnDef {
         column: Column::Node,
@@ -217,7 +254,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 5,
         numeric: false,
         feed: None,
-        cell: |x| (x.node.to_owned(), 0.0),
+        cell: Value::Text(|x| x.node.to_owned()),
     },
     ColumnDef {
         column: Column::ThpPct,
@@ -225,7 +262,10 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::HintFaults),
-        cell: |x| pct_cell(x.c.hint_faults.faults_thp, x.c.hint_faults.faults),
+        cell: Value::Number {
+            of: |x| pct_cell(x.c.hint_faults.faults_thp, x.c.hint_faults.faults),
+            show: show_pct,
+        },
     },
     ColumnDef {
         column: Column::MigrFail,
@@ -233,10 +273,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::MigratePages),
-        cell: |x| {
-            let n = x.c.migrations.pages_failed;
-            (n.to_string(), n as f64)
-        },
+        cell: int_cell(|x| x.c.migrations.pages_failed as f64),
     },
     ColumnDef {
         column: Column::Latency,
@@ -244,9 +281,9 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::MigrateMisplaced),
-        cell: |x| match x.c.migrations.latency_ns_mean {
-            Some(ns) => (fmt_ns(ns), ns),
-            None => ("-".into(), -1.0),
+        cell: Value::Number {
+            of: |x| x.c.migrations.latency_ns_mean.unwrap_or(-1.0),
+            show: |ns, _| fmt_ns(ns),
         },
     },
     ColumnDef {
@@ -255,7 +292,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::Cow),
-        cell: |x| rate_cell(x.c.hint_faults.cow_shared, x.secs),
+        cell: rate_cell(|x| rate(x.c.hint_faults.cow_shared, x.secs)),
     },
     ColumnDef {
         column: Column::Stalls,
@@ -263,10 +300,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::Stalls),
-        cell: |x| {
-            let n = x.c.migrations.stalls;
-            (n.to_string(), n as f64)
-        },
+        cell: int_cell(|x| x.c.migrations.stalls as f64),
     },
     ColumnDef {
         column: Column::Reason,
@@ -274,7 +308,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 12,
         numeric: false,
         feed: Some(Feed::SkipVma),
-        cell: |x| (x.c.skipped_vmas.top().unwrap_or("-").to_owned(), 0.0),
+        cell: Value::Text(|x| x.c.skipped_vmas.top().unwrap_or("-").to_owned()),
     },
     ColumnDef {
         column: Column::Moves,
@@ -282,10 +316,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 7,
         numeric: true,
         feed: Some(Feed::Moves),
-        cell: |x| {
-            let n = x.c.placement.moves;
-            (n.to_string(), n as f64)
-        },
+        cell: int_cell(|x| x.c.placement.moves as f64),
     },
     ColumnDef {
         column: Column::Cgroup,
@@ -293,7 +324,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 24,
         numeric: false,
         feed: None,
-        cell: |x| (x.cgroup.to_owned(), 0.0),
+        cell: Value::Text(|x| x.cgroup.to_owned()),
     },
 ];
 
@@ -320,23 +351,72 @@ impl Column {
     }
 }
 
-/// One table row: a key to find it again, cells as shown, and numbers to sort by.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+/// One table row: a key to find it again, its cells, and numbers to sort by.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Row {
     /// pid (tasks), tgid (processes), cgroup id (cgroups) or node.
     pub key: u64,
+    /// As shown, except where `layout` makes a number's text from `sort` ([`Row::cell`]).
     pub cells: Vec<String>,
-    #[serde(skip)]
     pub sort: Vec<f64>,
-    /// The same cells and sort keys over the activity window (empty: not windowed).
-    #[serde(skip)]
-    pub window_cells: Vec<String>,
-    #[serde(skip)]
+    /// The sort keys over the activity window (empty: not windowed).
     pub window_sort: Vec<f64>,
     /// Seconds since its last activity (0: in this interval; `None`: not windowed).
-    #[serde(skip)]
     pub idle_s: Option<f64>,
+    pub(super) layout: Layout,
 }
+
+/// What a row's cells are.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) enum Layout {
+    /// All in `cells`.
+    #[default]
+    Ready,
+    /// Cell `i` is column `COLUMN_DEFS[pick[i]]`: a number's text is made from its sort key.
+    Columns {
+        pick: &'static [usize],
+        sampled: bool,
+    },
+}
+
+impl Row {
+    /// Cell `i` as shown (empty past the last).
+    pub fn cell(&self, i: usize) -> String {
+        self.cell_of(i, &self.sort)
+    }
+
+    /// Cell `i` over the activity window (`-`: not windowed).
+    pub fn window_cell(&self, i: usize) -> String {
+        if self.window_sort.is_empty() {
+            return "-".into();
+        }
+        self.cell_of(i, &self.window_sort)
+    }
+
+    fn cell_of(&self, i: usize, sort: &[f64]) -> String {
+        if let Layout::Columns { pick, sampled } = self.layout
+            && let Some(Value::Number { show, .. }) = pick.get(i).map(|&c| COLUMN_DEFS[c].cell)
+            && let Some(&v) = sort.get(i)
+        {
+            return shown(v, sampled, show);
+        }
+        self.cells.get(i).cloned().unwrap_or_default()
+    }
+
+    /// Its cells, as many as it has.
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+}
+
+/// Every column, in order: the task and process tables.
+const ALL_COLUMNS: [usize; 17] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+/// The cgroup table's: CGROUP, TASKS, SCAN%, PTE/s, HINT/s, LOCAL%, MIGR/s, SKIP/s.
+const CGROUP_PICK: [usize; 8] = [1, 0, 2, 3, 4, 5, 6, 7];
 
 fn rate(n: u64, secs: f64) -> f64 {
     if secs > 0.0 { n as f64 / secs } else { 0.0 }
@@ -355,32 +435,78 @@ fn fmt_ns(v: f64) -> String {
     }
 }
 
-/// Cells and sort keys of one set of counts (a task, a process or a cgroup).
+/// The row of one set of counts (a task, a process or a cgroup) with columns `pick`: the text
+/// cells, and every column's sort key (a number's text is made when shown).
+#[allow(clippy::too_many_arguments)]
 fn counts_row(
+    key: u64,
+    pick: &'static [usize],
     c: &Counts,
     m: &Measured,
     secs: f64,
-    pid: String,
-    comm: String,
-    node: String,
-    cgroup: String,
-) -> (Vec<String>, Vec<f64>) {
+    pid: u64,
+    comm: &str,
+    node: &str,
+    cgroup: &str,
+) -> Row {
+    let sampled = !m.is(Feed::Scan) && m.is(Feed::Samples);
+    let x = Cells {
+        c,
+        secs,
+        sampled,
+        pid,
+        comm,
+        node,
+        cgroup,
+    };
+    let (cells, sort) = pick
+        .iter()
+        .map(|&i| {
+            let d = &COLUMN_DEFS[i];
+            let text = match d.cell {
+                Value::Text(_) if !measured(d, m) => "-".to_owned(),
+                Value::Text(text) => text(&x),
+                Value::Number { .. } => String::new(),
+            };
+            (text, sort_key(d, &x, m))
+        })
+        .unzip();
+    Row {
+        key,
+        cells,
+        sort,
+        layout: Layout::Columns { pick, sampled },
+        ..Row::default()
+    }
+}
+
+fn measured(d: &ColumnDef, m: &Measured) -> bool {
+    d.feed.is_none_or(|f| m.is(f))
+}
+
+/// Column `d`'s sort key: -1 where not measured, else a number's value (-1: none), 0 for text.
+fn sort_key(d: &ColumnDef, x: &Cells, m: &Measured) -> f64 {
+    match d.cell {
+        _ if !measured(d, m) => -1.0,
+        Value::Number { of, .. } => of(x),
+        Value::Text(_) => 0.0,
+    }
+}
+
+/// The sort keys of columns `pick` of counts `c` over `secs` (no text made).
+fn sort_keys(pick: &[usize], c: &Counts, m: &Measured, secs: f64) -> Vec<f64> {
     let x = Cells {
         c,
         secs,
         sampled: !m.is(Feed::Scan) && m.is(Feed::Samples),
-        pid: &pid,
-        comm: &comm,
-        node: &node,
-        cgroup: &cgroup,
+        pid: 0,
+        comm: "",
+        node: "",
+        cgroup: "",
     };
-    COLUMN_DEFS
-        .iter()
-        .map(|d| match d.feed {
-            Some(f) if !m.is(f) => ("-".to_owned(), -1.0),
-            _ => (d.cell)(&x),
-        })
-        .unzip()
+    pick.iter()
+        .map(|&i| sort_key(&COLUMN_DEFS[i], &x, m))
+        .collect()
 }
 
 /// The last component of a cgroup path, which is what tells containers and services apart
@@ -402,71 +528,57 @@ fn node_cell(t: &TaskRecord) -> String {
 }
 
 fn task_row(t: &TaskRecord, m: &Measured, secs: f64) -> Row {
-    let (cells, sort) = counts_row(
+    counts_row(
+        u64::from(t.pid),
+        &ALL_COLUMNS,
         &t.counts,
         m,
         secs,
-        t.pid.to_string(),
-        escape(&t.comm).into_owned(),
-        node_cell(t),
-        short_cgroup(t.cgroup.as_deref()),
-    );
-    Row {
-        key: u64::from(t.pid),
-        cells,
-        sort,
-        ..Row::default()
-    }
+        u64::from(t.pid),
+        &escape(&t.comm),
+        &node_cell(t),
+        &short_cgroup(t.cgroup.as_deref()),
+    )
 }
 
 fn process_row(p: &ProcessRecord, m: &Measured, secs: f64) -> Row {
-    let (cells, sort) = counts_row(
+    counts_row(
+        u64::from(p.tgid),
+        &ALL_COLUMNS,
         &p.counts,
         m,
         secs,
-        p.tgid.to_string(),
-        format!("{} ({})", Escaped(&p.comm), p.threads),
-        "-".into(),
-        String::new(),
-    );
-    Row {
-        key: u64::from(p.tgid),
-        cells,
-        sort,
-        ..Row::default()
-    }
+        u64::from(p.tgid),
+        &format!("{} ({})", Escaped(&p.comm), p.threads),
+        "-",
+        "",
+    )
 }
 
 fn cgroup_row(c: &CgroupRecord, m: &Measured, secs: f64) -> Row {
-    let (cells, sort) = counts_row(
+    counts_row(
+        c.id,
+        &CGROUP_PICK,
         &c.counts,
         m,
         secs,
-        c.tasks.to_string(),
-        c.path
+        u64::from(c.tasks),
+        &c.path
             .as_deref()
             .map_or_else(|| format!("id {}", c.id), |p| escape(p).into_owned()),
-        String::new(),
-        String::new(),
-    );
-    // CGROUP, TASKS, SCAN%, PTE/s, HINT/s, LOCAL%, MIGR/s, SKIP/s
-    let pick = [1, 0, 2, 3, 4, 5, 6, 7];
-    Row {
-        key: c.id,
-        cells: pick.iter().map(|&i| cells[i].clone()).collect(),
-        sort: pick.iter().map(|&i| sort[i]).collect(),
-        ..Row::default()
-    }
+        "",
+        "",
+    )
 }
 
 /// Rows of one view over the activity window: a row for each record active in it (`window`),
 /// with this interval's cells where it was active in the interval (`interval`) and those of
-/// `quiet` (nothing counted) where not, and its cells over the window (`over`) beside them;
+/// `quiet` (nothing counted) where not, and its key and sort keys over the window (`over`);
 /// `idle` says how long ago it was last active.
 fn merge_window<T>(
     interval: Vec<Row>,
     window: &[T],
-    over: impl Fn(&T) -> Row,
+    over: impl Fn(&T) -> (u64, Vec<f64>),
     quiet: impl Fn(&T) -> Row,
     idle: impl Fn(&T) -> f64,
 ) -> Vec<Row> {
@@ -474,17 +586,15 @@ fn merge_window<T>(
     let mut out: Vec<Row> = window
         .iter()
         .map(|w| {
-            let o = over(w);
-            let mut row = now.remove(&o.key).unwrap_or_else(|| quiet(w));
-            row.window_cells = o.cells;
-            row.window_sort = o.sort;
+            let (key, sort) = over(w);
+            let mut row = now.remove(&key).unwrap_or_else(|| quiet(w));
+            row.window_sort = sort;
             row.idle_s = Some(idle(w));
             row
         })
         .collect();
     // Active in the interval but not in the window's record (not expected): as they are.
     out.extend(now.into_values().map(|mut r| {
-        r.window_cells = r.cells.clone();
         r.window_sort = r.sort.clone();
         r.idle_s = Some(0.0);
         r
@@ -528,7 +638,7 @@ pub struct OwnCost {
     pub bpf_runs: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FrameView {
     pub interval_s: f64,
     pub system: SystemRates,
@@ -536,7 +646,6 @@ pub struct FrameView {
     pub hooks_missing: Vec<String>,
     pub caps: Caps,
     /// What `caps` is made of, for the detail pane's sentences.
-    #[serde(skip)]
     pub measured: Measured,
     pub own: OwnCost,
     pub tasks: Vec<Row>,
@@ -557,13 +666,10 @@ pub struct FrameView {
     pub window_s: u64,
     pub window_span_s: f64,
     /// Node-to-node migrations over the window.
-    #[serde(skip)]
     pub window_flows: Vec<NodeFlow>,
     /// The header's sparklines over the last minute.
-    #[serde(skip)]
     pub trend: Vec<Series>,
     /// What an empty table says.
-    #[serde(skip)]
     pub quiet: Quiet,
 }
 
@@ -725,8 +831,8 @@ impl FrameView {
             mode: delta.tiering.mode,
         };
         let tasks = delta
-            .task_rows(filter)
-            .iter()
+            .task_refs(filter)
+            .into_iter()
             .filter(|t| !t.exited)
             .map(|t| task_row(t, &measured, secs))
             .collect();
@@ -817,7 +923,7 @@ impl FrameView {
     /// where it did nothing in it), its cells over the window and how long ago it was last
     /// active; plus the header's sparklines and when anything last moved.
     pub fn windowed(mut self, recent: &Recent, window_s: u64) -> Self {
-        let w = recent.window(window_s);
+        let mut w = recent.window(window_s);
         let m = self.measured.clone();
         let (secs, ws) = (self.interval_s, w.span_s);
         // Per process and cgroup, its most recently active task.
@@ -834,23 +940,29 @@ impl FrameView {
         self.tasks = merge_window(
             std::mem::take(&mut self.tasks),
             &tasks,
-            |(t, _)| task_row(t, &m, ws),
+            |(t, _)| (u64::from(t.pid), sort_keys(&ALL_COLUMNS, &t.counts, &m, ws)),
             |(t, _)| task_row(&quiet(t, |t| &mut t.counts), &m, secs),
             |(_, at)| w.ago_s(*at),
         );
-        let snap = w.snapshot();
+        let snap = w.take_snapshot();
+        // Every task of the window was active in it.
         let all = Filter::default();
         self.processes = merge_window(
             std::mem::take(&mut self.processes),
-            &snap.processes(&all),
-            |p| process_row(p, &m, ws),
+            &snap.processes_of(snap.traced(&all)),
+            |p| {
+                (
+                    u64::from(p.tgid),
+                    sort_keys(&ALL_COLUMNS, &p.counts, &m, ws),
+                )
+            },
             |p| process_row(&quiet(p, |p| &mut p.counts), &m, secs),
             |p| by_tgid.get(&p.tgid).copied().unwrap_or(0.0),
         );
         self.cgroups = merge_window(
             std::mem::take(&mut self.cgroups),
-            &snap.cgroups(&all),
-            |c| cgroup_row(c, &m, ws),
+            &crate::engine::snapshot::cgroups_of(snap.traced(&all)),
+            |c| (c.id, sort_keys(&CGROUP_PICK, &c.counts, &m, ws)),
             |c| cgroup_row(&quiet(c, |c| &mut c.counts), &m, secs),
             |c| by_cgroup.get(&c.id).copied().unwrap_or(0.0),
         );
@@ -1065,9 +1177,9 @@ impl Shown {
 
     pub fn cell(self, r: &Row) -> String {
         match self {
-            Self::Col(i) => r.cells.get(i).cloned().unwrap_or_default(),
+            Self::Col(i) => r.cell(i),
             Self::Last => r.idle_s.map_or("-".into(), fmt_ago),
-            Self::Window(i) => r.window_cells.get(i).cloned().unwrap_or("-".into()),
+            Self::Window(i) => r.window_cell(i),
         }
     }
 }
@@ -1095,20 +1207,40 @@ pub fn shown_columns(view: &FrameView, sort_col: usize) -> Vec<Shown> {
 /// Sorts rows by column `col` (numbers largest first when `desc`); ties by the same column
 /// over the activity window (a task busy a moment ago before one idle all along).
 pub fn sort_rows(rows: &mut [Row], col: usize, desc: bool) {
-    rows.sort_by(|a, b| {
-        let num = |s: &[f64]| s.get(col).copied().unwrap_or(0.0);
-        let (x, y) = (num(&a.sort), num(&b.sort));
-        let (wx, wy) = (num(&a.window_sort), num(&b.window_sort));
-        let o = if x != y {
-            x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
-        } else if wx != wy {
-            wx.partial_cmp(&wy).unwrap_or(std::cmp::Ordering::Equal)
-        } else {
-            a.cells.get(col).cmp(&b.cells.get(col))
-        };
-        let o = o.then(a.key.cmp(&b.key));
-        if desc { o.reverse() } else { o }
-    });
+    rows.sort_by(|a, b| row_order(a, b, col, desc));
+}
+
+/// The first `n` of `rows` in [`sort_rows`]'s order, without sorting the rest.
+pub fn first_rows(rows: &[Row], n: usize, col: usize, desc: bool) -> Vec<&Row> {
+    // Equal rows (one key twice) keep their order, as in the stable sort.
+    let order =
+        |a: &(usize, &Row), b: &(usize, &Row)| row_order(a.1, b.1, col, desc).then(a.0.cmp(&b.0));
+    let mut v: Vec<(usize, &Row)> = rows.iter().enumerate().collect();
+    if n < v.len() {
+        if n == 0 {
+            return Vec::new();
+        }
+        v.select_nth_unstable_by(n - 1, order);
+        v.truncate(n);
+    }
+    v.sort_unstable_by(order);
+    v.into_iter().map(|(_, r)| r).collect()
+}
+
+fn row_order(a: &Row, b: &Row, col: usize, desc: bool) -> std::cmp::Ordering {
+    let num = |s: &[f64]| s.get(col).copied().unwrap_or(0.0);
+    let (x, y) = (num(&a.sort), num(&b.sort));
+    let (wx, wy) = (num(&a.window_sort), num(&b.window_sort));
+    // A number's text follows its value: equal values, equal texts (an empty cell).
+    let o = if x != y {
+        x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
+    } else if wx != wy {
+        wx.partial_cmp(&wy).unwrap_or(std::cmp::Ordering::Equal)
+    } else {
+        a.cells.get(col).cmp(&b.cells.get(col))
+    };
+    let o = o.then(a.key.cmp(&b.key));
+    if desc { o.reverse() } else { o }
 }
 
 #[cfg(test)]
@@ -1240,6 +1372,62 @@ mod tests {
         let mut rows = vec![a, b];
         sort_rows(&mut rows, 0, true);
         assert_eq!(rows.iter().map(|r| r.key).collect::<Vec<_>>(), [2, 1]);
+    }
+
+    proptest::proptest! {
+        /// The first rows are those of the full sort, in its order (ties, one key twice).
+        #[test]
+        fn first_rows_are_the_sorted_rows_first(
+            rows in proptest::collection::vec((0u64..6, 0u8..4, 0u8..3, 0u8..3), 0..40),
+            n in 0usize..45,
+            col in 0usize..2,
+            desc in proptest::bool::ANY,
+        ) {
+            let rows: Vec<Row> = rows
+                .into_iter()
+                .map(|(key, a, b, text)| Row {
+                    key,
+                    cells: vec![format!("{a}"), format!("t{text}")],
+                    sort: vec![f64::from(a), 0.0],
+                    window_sort: vec![f64::from(b), 0.0],
+                    ..Row::default()
+                })
+                .collect();
+            let mut sorted = rows.clone();
+            sort_rows(&mut sorted, col, desc);
+            let first: Vec<Row> = first_rows(&rows, n, col, desc).into_iter().cloned().collect();
+            proptest::prop_assert_eq!(&first[..], &sorted[..n.min(sorted.len())]);
+        }
+    }
+
+    #[test]
+    fn numbers_are_shown_from_their_sort_keys() {
+        let mut t = crate::cmd::top::history::tests::delta(2, 2, &[(7, 4, 10)]).tasks[0].clone();
+        t.counts.hint_faults.local = 5;
+        t.counts.migrations.attempts = 2;
+        t.counts.migrations.latency_ns_total = 3000;
+        t.counts = t.counts.finished();
+        let all = Measured::from_hooks(&crate::report::measured::tests::all_but(&[]));
+        let r = task_row(&t, &all, 2.0);
+        let cells: Vec<String> = (0..r.len()).map(|i| r.cell(i)).collect();
+        assert_eq!(
+            cells[..8],
+            ["7", "t7", "1.00", "0.0", "5.0", "50", "0.0", "2.0"],
+            "{cells:?}"
+        );
+        assert_eq!(cells[11], "2us", "{cells:?}");
+        assert_eq!(cells[9], "0", "no THP fault of 10: {cells:?}");
+        // Not measured: `-`, in the interval and over the window.
+        let no_hint = crate::report::measured::tests::all_but(&["task_numa_fault"]);
+        let none = task_row(&t, &Measured::from_hooks(&no_hint), 2.0);
+        assert_eq!(none.cell(4), "-");
+        assert_eq!(r.window_cell(4), "-", "not windowed");
+        let w = Row {
+            window_sort: r.sort.clone(),
+            ..r.clone()
+        };
+        assert_eq!(w.window_cell(4), "5.0");
+        assert_eq!(w.window_cell(1), "t7", "text: the row's");
     }
 
     #[test]
