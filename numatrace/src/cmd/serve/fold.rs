@@ -9,12 +9,20 @@
 //! the top N starts its series at its lifetime counts, which Prometheus' `rate()` does not count
 //! as an increase, so rates still add up: Σ task rates + `other` = the total's rate.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, hash_map::Entry},
+    hash::BuildHasherDefault,
+};
 
 use crate::{
-    engine::Snapshot,
+    engine::{
+        Snapshot,
+        tasks::{Key, KeyHasher},
+    },
     model::{Counts, TaskRecord},
 };
+
+type ByKey<V> = HashMap<Key, V, BuildHasherDefault<KeyHasher>>;
 
 /// Label of the series that collects what is not exported on its own.
 pub const OTHER: &str = "other";
@@ -22,7 +30,7 @@ pub const OTHER: &str = "other";
 /// cgroup2 mount).
 pub const UNKNOWN_CGROUP: &str = "unknown";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FoldLimits {
     /// Tasks exported on their own.
     pub top_tasks: usize,
@@ -44,7 +52,7 @@ pub struct TaskSeries {
 pub struct Fold {
     limits: FoldLimits,
     /// Each known task's counts at the previous scrape.
-    last: HashMap<(u32, u64), Counts>,
+    last: ByKey<Counts>,
     pub totals: Counts,
     /// numatrace's own tasks (the kernel's counters include them).
     pub own: Counts,
@@ -54,11 +62,44 @@ pub struct Fold {
     pub other_tasks: Counts,
     /// Tasks exported at the latest scrape.
     pub tasks: Vec<TaskSeries>,
-    /// (comm, pid) of the previous scrape's task series, and whose they were.
-    exported: HashMap<(String, u32), (u32, u64)>,
+    /// By pid, the comm of the previous scrape's task series, and whose it was (one series
+    /// per pid).
+    exported: HashMap<u32, (String, Key)>,
     /// Scrapes taken, and the latest scrape at which each cgroup label had a live task.
     scrapes: u64,
     cgroup_live: BTreeMap<String, u64>,
+    /// Each cgroup id's path and label, as last worked out (a label per task and scrape was
+    /// most of a scrape's own work at 100 000 tasks).
+    labels: Labels,
+    /// Tasks exited at the previous scrape and at the latest (see [`Fold::settled`]).
+    exited_before: HashSet<Key>,
+    exited_now: HashSet<Key>,
+}
+
+/// Cgroup labels by cgroup id: a label is worked out again only when the id's path changes
+/// (resolved late, or looked up again).
+#[derive(Debug, Default)]
+struct Labels(HashMap<u64, (Option<String>, String)>);
+
+impl Labels {
+    fn of(&mut self, id: u64, path: Option<&str>, depth: usize) -> &str {
+        let e = self
+            .0
+            .entry(id)
+            .or_insert_with(|| (path.map(str::to_owned), cgroup_label(path, depth)));
+        if e.0.as_deref() != path {
+            *e = (path.map(str::to_owned), cgroup_label(path, depth));
+        }
+        &e.1
+    }
+
+    /// Forgets ids no task of `snap` has (cgroups come and go).
+    fn keep_seen(&mut self, snap: &Snapshot) {
+        if self.0.len() > 2 * snap.tasks.len() + 64 {
+            let seen: HashSet<u64> = snap.tasks.iter().map(|t| t.cgroup_id).collect();
+            self.0.retain(|id, _| seen.contains(id));
+        }
+    }
 }
 
 /// A cgroup series with no live task for this many scrapes is dropped (its counts stay in the
@@ -77,8 +118,56 @@ pub fn cgroup_label(path: Option<&str>, depth: usize) -> String {
     format!("/{}", parts[..parts.len().min(depth)].join("/"))
 }
 
+/// The tasks that may be exported on their own: live, not numatrace's, ranked above nothing,
+/// and the newest entry of their pid.
+pub(super) fn candidates(snap: &Snapshot) -> Vec<&TaskRecord> {
+    let mut newest: HashMap<u32, u64, BuildHasherDefault<KeyHasher>> = HashMap::default();
+    for t in snap.tasks.iter().filter(|t| !t.exited) {
+        let e = newest.entry(t.pid).or_insert(t.first_ns);
+        *e = (*e).max(t.first_ns);
+    }
+    snap.tasks
+        .iter()
+        .filter(|t| !t.exited && t.tgid != snap.self_tgid && rank(t) > (0, 0, 0))
+        .filter(|t| newest.get(&t.pid) == Some(&t.first_ns))
+        .collect()
+}
+
+/// Of the live tasks in ranking order, `n`: those of `before` among the first 2N, then the
+/// first.
+pub(super) fn keep_or_pick(
+    live: &[&TaskRecord],
+    before: &BTreeSet<Key>,
+    n: usize,
+) -> BTreeSet<Key> {
+    let mut chosen: BTreeSet<Key> = live
+        .iter()
+        .take(2 * n)
+        .map(|t| t.key())
+        .filter(|k| before.contains(k))
+        .take(n)
+        .collect();
+    for t in live {
+        if chosen.len() >= n {
+            break;
+        }
+        chosen.insert(t.key());
+    }
+    chosen
+}
+
+/// Records that `label` had a live task at scrape `now` (no allocation once it has).
+fn mark_live(live: &mut BTreeMap<String, u64>, label: &str, now: u64) {
+    match live.get_mut(label) {
+        Some(v) => *v = now,
+        None => {
+            live.insert(label.to_owned(), now);
+        }
+    }
+}
+
 /// Nothing was counted: every sum is zero (maxima and levels carry over in a delta).
-fn nothing(inc: &Counts) -> bool {
+pub(super) fn nothing(inc: &Counts) -> bool {
     let mut z = inc.clone();
     z.scan.max_ns = 0;
     z.scan.scan_seq = 0;
@@ -88,7 +177,7 @@ fn nothing(inc: &Counts) -> bool {
 
 /// Ranking of live tasks for the top N: PTE-scan time (or, where only sampled, samples in
 /// task_numa_work), then hint faults, then pid.
-fn rank(t: &TaskRecord) -> (u64, u64, u64) {
+pub(super) fn rank(t: &TaskRecord) -> (u64, u64, u64) {
     let c = &t.counts;
     (c.scan.time_ns, c.scan.scan_samples, c.hint_faults.faults)
 }
@@ -97,7 +186,7 @@ impl Fold {
     pub fn new(limits: FoldLimits) -> Self {
         Self {
             limits,
-            last: HashMap::new(),
+            last: ByKey::default(),
             totals: Counts::default(),
             own: Counts::default(),
             cgroups: BTreeMap::new(),
@@ -106,6 +195,9 @@ impl Fold {
             exported: HashMap::new(),
             scrapes: 0,
             cgroup_live: BTreeMap::new(),
+            labels: Labels::default(),
+            exited_before: HashSet::new(),
+            exited_now: HashSet::new(),
         }
     }
 
@@ -118,61 +210,78 @@ impl Fold {
         self.last.len()
     }
 
-    /// The label a task's increments go to (its cgroup, or `other` past `max_cgroups`).
-    fn cgroup_slot(&mut self, path: Option<&str>) -> String {
-        let label = cgroup_label(path, self.limits.cgroup_depth);
-        if !self.cgroups.contains_key(&label) {
-            let named = self.cgroups.keys().filter(|k| *k != OTHER).count();
-            if named >= self.limits.max_cgroups {
-                return OTHER.to_owned();
-            }
-        }
-        label
-    }
-
     /// Takes in the next snapshot (cumulative, like every engine snapshot).
     pub fn advance(&mut self, snap: &Snapshot) {
         let chosen = self.choose(snap);
         let mut exported = HashMap::new();
         let mut series = Vec::new();
+        let depth = self.limits.cgroup_depth;
+        // Named cgroup series: past `max_cgroups`, a new cgroup's increments go to `other`.
+        let mut named = self.cgroups.keys().filter(|k| *k != OTHER).count();
+        self.exited_before = std::mem::take(&mut self.exited_now);
         for t in &snap.tasks {
             let key = t.key();
-            let inc = match self.last.get(&key) {
-                Some(prev) => t.counts.delta(prev),
-                None => t.counts.clone(),
+            if t.exited {
+                self.exited_now.insert(key);
+            }
+            // The increment since the previous scrape; `None`: the counts did not change.
+            let inc = match self.last.entry(key) {
+                Entry::Occupied(e) if *e.get() == t.counts => None,
+                Entry::Occupied(mut e) => {
+                    let inc = t.counts.delta(e.get());
+                    e.get_mut().clone_from(&t.counts);
+                    Some(inc)
+                }
+                Entry::Vacant(e) => Some(e.insert(t.counts.clone()).clone()),
             };
-            self.last.insert(key, t.counts.clone());
             if t.tgid == snap.self_tgid {
-                self.own.add(&inc);
+                // Unchanged counts still carry their levels (maxima) over.
+                self.own
+                    .add(&inc.unwrap_or_else(|| t.counts.delta(&t.counts)));
                 continue;
             }
             // An unchanged task (an exited one, until forgotten) adds nothing, and must not
             // bring back a cgroup series that was dropped.
-            let quiet = nothing(&inc);
-            if !quiet {
-                self.totals.add(&inc);
-                let label = self.cgroup_slot(t.cgroup.as_deref());
-                if !t.exited {
-                    self.cgroup_live.insert(label.clone(), self.scrapes);
+            let inc = inc.filter(|i| !nothing(i));
+            let label = self.labels.of(t.cgroup_id, t.cgroup.as_deref(), depth);
+            match &inc {
+                Some(inc) => {
+                    self.totals.add(inc);
+                    let slot =
+                        if self.cgroups.contains_key(label) || named < self.limits.max_cgroups {
+                            label
+                        } else {
+                            OTHER
+                        };
+                    if !t.exited {
+                        mark_live(&mut self.cgroup_live, slot, self.scrapes);
+                    }
+                    let c = match self.cgroups.get_mut(slot) {
+                        Some(c) => c,
+                        None => {
+                            named += usize::from(slot != OTHER);
+                            self.cgroups.entry(slot.to_owned()).or_default()
+                        }
+                    };
+                    c.add(inc);
                 }
-                self.cgroups.entry(label).or_default().add(&inc);
-            } else if !t.exited {
-                let label = cgroup_label(t.cgroup.as_deref(), self.limits.cgroup_depth);
-                if self.cgroups.contains_key(&label) {
-                    self.cgroup_live.insert(label, self.scrapes);
+                None if !t.exited && self.cgroups.contains_key(label) => {
+                    mark_live(&mut self.cgroup_live, label, self.scrapes);
                 }
+                None => {}
             }
             if chosen.contains(&key) {
-                exported.insert((t.comm.clone(), t.pid), key);
+                exported.insert(t.pid, (t.comm.clone(), key));
                 series.push(TaskSeries {
                     comm: t.comm.clone(),
                     pid: t.pid,
                     counts: t.counts.clone().finished(),
                 });
-            } else if !quiet {
-                self.other_tasks.add(&inc);
+            } else if let Some(inc) = &inc {
+                self.other_tasks.add(inc);
             }
         }
+        self.labels.keep_seen(snap);
         self.exported = exported;
         self.tasks = series;
         let now = self.scrapes;
@@ -205,61 +314,49 @@ impl Fold {
     /// scrape, so that no series restarts lower than it was; of two live entries with one pid
     /// (an evicted entry carried forward), the newer counts.
     fn choose(&self, snap: &Snapshot) -> BTreeSet<(u32, u64)> {
-        let mut newest: HashMap<u32, u64> = HashMap::new();
-        for t in snap.tasks.iter().filter(|t| !t.exited) {
-            let e = newest.entry(t.pid).or_insert(t.first_ns);
-            *e = (*e).max(t.first_ns);
-        }
-        let mut live: Vec<&TaskRecord> = snap
-            .tasks
-            .iter()
-            .filter(|t| !t.exited && t.tgid != snap.self_tgid && rank(t) > (0, 0, 0))
-            .filter(|t| newest.get(&t.pid) == Some(&t.first_ns))
+        let mut live: Vec<&TaskRecord> = candidates(snap)
+            .into_iter()
             .filter(|t| {
                 self.exported
-                    .get(&(t.comm.clone(), t.pid))
-                    .is_none_or(|k| *k == t.key())
+                    .get(&t.pid)
+                    .filter(|(comm, _)| *comm == t.comm)
+                    .is_none_or(|(_, k)| *k == t.key())
             })
             .collect();
-        live.sort_by(|a, b| rank(b).cmp(&rank(a)).then(a.pid.cmp(&b.pid)));
         let n = self.limits.top_tasks;
-        let before: BTreeSet<(u32, u64)> = self.exported.values().copied().collect();
-        let mut chosen: BTreeSet<(u32, u64)> = live
-            .iter()
-            .take(2 * n)
-            .map(|t| t.key())
-            .filter(|k| before.contains(k))
-            .take(n)
-            .collect();
-        for t in &live {
-            if chosen.len() >= n {
-                break;
+        // Only the first 2N in this order are ever looked at (one order: pids are unique).
+        let order =
+            |a: &&TaskRecord, b: &&TaskRecord| rank(b).cmp(&rank(a)).then(a.pid.cmp(&b.pid));
+        if 2 * n < live.len() {
+            if n == 0 {
+                live.clear();
+            } else {
+                live.select_nth_unstable_by(2 * n - 1, order);
+                live.truncate(2 * n);
             }
-            chosen.insert(t.key());
         }
-        chosen
+        live.sort_unstable_by(order);
+        let before: BTreeSet<Key> = self.exported.values().map(|(_, k)| *k).collect();
+        keep_or_pick(&live, &before, n)
     }
 
-    /// Exited tasks that were already exited at the previous scrape: their counts are in the
-    /// aggregates for good, so the engine and the fold may forget them.
-    pub fn settled(&self, prev: &Snapshot, cur: &Snapshot) -> Vec<(u32, u64)> {
-        let before: BTreeSet<(u32, u64)> = prev
-            .tasks
-            .iter()
-            .filter(|t| t.exited)
-            .map(TaskRecord::key)
+    /// Tasks exited in the latest snapshot taken in that were exited in the one before too:
+    /// their counts are in the aggregates for good, so the engine and the fold may forget them.
+    pub fn settled(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<Key> = self
+            .exited_now
+            .intersection(&self.exited_before)
+            .copied()
             .collect();
-        cur.tasks
-            .iter()
-            .filter(|t| t.exited && before.contains(&t.key()))
-            .map(TaskRecord::key)
-            .collect()
+        v.sort_unstable();
+        v
     }
 
     /// Forgets tasks the engine forgot too (see [`Fold::settled`]).
     pub fn forget(&mut self, keys: &[(u32, u64)]) {
         for k in keys {
             self.last.remove(k);
+            self.exited_now.remove(k);
         }
     }
 }
@@ -353,9 +450,9 @@ mod tests {
             "exited tasks are not exported on their own"
         );
         let s3 = snap(vec![gone]);
-        assert!(f.settled(&s1, &s2).is_empty());
-        assert_eq!(f.settled(&s2, &s3), vec![(1, 1)]);
+        assert!(f.settled().is_empty());
         f.advance(&s3);
+        assert_eq!(f.settled(), vec![(1, 1)]);
         f.forget(&[(1, 1)]);
         f.advance(&snap(vec![]));
         assert_eq!(f.totals.hint_faults.faults, 11);

@@ -6,6 +6,8 @@
 pub mod auth;
 pub mod expose;
 pub mod fold;
+#[cfg(test)]
+mod fold_reference;
 pub mod http;
 pub mod server;
 pub mod webconfig;
@@ -26,7 +28,7 @@ use tokio::sync::Mutex;
 use crate::{
     bpf::loader::{HookReport, LoadOptions},
     cli::ServeArgs,
-    engine::{Detail, Engine, Snapshot},
+    engine::{Detail, Engine},
     kernel::{facts::KernelFacts, vmstat::Vmstat},
     report::{
         measured::Measured,
@@ -45,7 +47,6 @@ use webconfig::WebConfig;
 struct Live {
     engine: Option<Engine>,
     fold: Fold,
-    prev: Option<Snapshot>,
     high_water: expose::HighWater,
     /// The latest response body and when it was complete.
     cached: Option<(Instant, Arc<String>)>,
@@ -106,7 +107,6 @@ impl Exporter {
             live: Mutex::new(Live {
                 engine: Some(engine),
                 fold: Fold::new(limits),
-                prev: None,
                 high_water: expose::HighWater::default(),
                 cached: None,
             }),
@@ -148,8 +148,8 @@ impl Exporter {
         live.fold.advance(&snap);
         // Exited tasks folded in twice are in the aggregates for good: forget them, so memory
         // stays bounded by the live tasks however many come and go.
-        if let Some(prev) = &live.prev {
-            let settled = live.fold.settled(prev, &snap);
+        let settled = live.fold.settled();
+        if !settled.is_empty() {
             let gone = engine.forget_exited(&settled);
             live.fold.forget(&gone);
         }
@@ -168,7 +168,6 @@ impl Exporter {
         };
         let mut families = expose::build(&self.specs, &live.fold, &inputs);
         live.high_water.apply(&mut families);
-        live.prev = Some(snap);
         self.collector.set(families);
         let mut out = Vec::new();
         TextEncoder::new()
