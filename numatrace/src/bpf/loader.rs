@@ -14,6 +14,7 @@ use aya::{
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::needs::Needs;
 use crate::{
     kernel::facts::{FentryTest, KernelFacts},
     plan::{HookKind, HookPlan, Mechanism, Plan, Reason, fentry_fallback, kprobe_fallback, plan},
@@ -44,13 +45,9 @@ pub struct LoadOptions {
     pub max_vmas: u32,
     pub ringbuf_bytes: u32,
     pub filter_tgids: bool,
-    /// Discrete records the frontend reads (`numatrace_common::EMIT_*` bits; 0: none).
-    pub emit_events: u32,
-    /// Timed calls for a timeline (`record`): see `Config::emit_spans`.
-    pub emit_spans: bool,
-    /// Optional aggregates the frontend reads (`numatrace_common::READ_*` bits): the programs
-    /// skip the others' map updates, and the verifier removes their code.
-    pub reads: u32,
+    /// What the command reads (records, spans, optional aggregates): the programs do only
+    /// that, see `bpf::needs`.
+    pub needs: Needs,
     pub bpf_log: bool,
     /// CPU-clock sampling frequency of the scan-share fallback.
     pub sample_hz: u64,
@@ -67,9 +64,7 @@ impl Default for LoadOptions {
             max_vmas: numatrace_common::MAX_VMAS,
             ringbuf_bytes: numatrace_common::DEFAULT_RINGBUF_BYTES,
             filter_tgids: false,
-            emit_events: numatrace_common::EMIT_ALL,
-            emit_spans: false,
-            reads: numatrace_common::READ_ALL,
+            needs: super::needs::EVERYTHING,
             bpf_log: false,
             sample_hz: 99,
             no_fentry: false,
@@ -79,11 +74,9 @@ impl Default for LoadOptions {
 
 impl LoadOptions {
     /// The defaults, with what `needs` declares the command reads.
-    pub fn reading(needs: super::needs::Needs) -> Self {
+    pub fn reading(needs: Needs) -> Self {
         Self {
-            emit_events: needs.emit_events,
-            emit_spans: needs.emit_spans,
-            reads: needs.reads,
+            needs,
             ..Self::default()
         }
     }
@@ -121,12 +114,12 @@ pub fn wake_bytes(ringbuf_bytes: u32) -> u32 {
 fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> {
     let config = Config {
         filter_tgids: opts.filter_tgids.into(),
-        emit_events: opts.emit_events,
-        emit_spans: opts.emit_spans.into(),
+        emit_events: opts.needs.emit_events,
+        emit_spans: opts.needs.emit_spans.into(),
         debug_log: opts.bpf_log.into(),
         self_tgid: std::process::id(),
         wake_bytes: wake_bytes(opts.ringbuf_bytes),
-        reads: opts.reads,
+        reads: opts.needs.reads,
     };
     let o = &plan.offsets;
     EbpfLoader::new()

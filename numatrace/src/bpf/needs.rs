@@ -16,6 +16,14 @@ pub struct Needs {
     pub reads: u32,
 }
 
+/// Every record kind and aggregate, no timeline: a load that no command declares (the
+/// engine's tests, the benchmark's own loads).
+pub const EVERYTHING: Needs = Needs {
+    emit_events: EMIT_ALL,
+    emit_spans: false,
+    reads: READ_ALL,
+};
+
 /// `record`: every record, the timeline's spans, every aggregate.
 pub const RECORD: Needs = Needs {
     emit_events: EMIT_ALL,

@@ -622,7 +622,7 @@ pub async fn run(args: RecordArgs, no_fentry: bool) -> Result<i32> {
         sample_hz: args.kernel.sample_hz,
         bpf_log: false,
         no_fentry,
-        emit_spans: true,
+        needs: crate::bpf::needs::RECORD,
     };
     let collected = collect_with(&opts, &mut signals, &mut rec).await;
     if let Some(p) = &rec.progress {

@@ -58,6 +58,6 @@ fn window_options(a: &StatArgs, no_fentry: bool) -> CollectOptions {
         sample_hz: a.kernel.sample_hz,
         bpf_log: a.bpf_log,
         no_fentry,
-        emit_spans: false,
+        needs: crate::bpf::needs::STAT,
     }
 }

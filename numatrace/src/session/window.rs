@@ -8,7 +8,10 @@ use anyhow::{Context as _, Result, anyhow, bail};
 
 use super::{Signals, filter::cgroup_filter};
 use crate::{
-    bpf::loader::{HookReport, LoadOptions},
+    bpf::{
+        loader::{HookReport, LoadOptions},
+        needs::Needs,
+    },
     engine::{Detail, Engine, Snapshot},
     identity::Identity,
     kernel::facts::KernelFacts,
@@ -148,8 +151,9 @@ pub struct CollectOptions {
     pub sample_hz: u64,
     pub bpf_log: bool,
     pub no_fentry: bool,
-    /// Timed calls on the ring buffer (`record`'s timeline).
-    pub emit_spans: bool,
+    /// What the command reads from the kernel side (`record`'s or a report's, see
+    /// `bpf::needs`).
+    pub needs: Needs,
 }
 
 impl CollectOptions {
@@ -169,7 +173,7 @@ impl CollectOptions {
             sample_hz: 99,
             bpf_log: false,
             no_fentry,
-            emit_spans: false,
+            needs: crate::bpf::needs::STAT,
         }
     }
 }
@@ -231,12 +235,7 @@ pub async fn collect_with<O: Observer + ?Sized>(
         bpf_log: opts.bpf_log,
         sample_hz: opts.sample_hz,
         no_fentry: opts.no_fentry,
-        // A capture (record) or a report (stat, check): see bpf::needs.
-        ..LoadOptions::reading(if opts.emit_spans {
-            crate::bpf::needs::RECORD
-        } else {
-            crate::bpf::needs::STAT
-        })
+        ..LoadOptions::reading(opts.needs)
     };
     let mut engine = Engine::start(facts, &load)?;
     let cgroup_filter = cgroup_filter(&engine, opts.cgroup.as_deref())?;
