@@ -111,6 +111,21 @@ pub fn wake_bytes(ringbuf_bytes: u32) -> u32 {
     ringbuf_bytes / 4
 }
 
+/// Whether the kernel has `bpf_get_current_task_btf` (5.11+ upstream; asked of the kernel, as
+/// every fact, not read off its version): the programs then read `current` with plain loads.
+fn typed_current() -> u32 {
+    let has = aya::sys::is_helper_supported(
+        aya::programs::ProgramType::TracePoint,
+        aya::sys::BpfHelper::BPF_FUNC_get_current_task_btf,
+    );
+    let has = has.unwrap_or_else(|e| {
+        tracing::debug!("probing bpf_get_current_task_btf: {e}");
+        false
+    });
+    tracing::debug!(typed_current = has, "current's fields by plain loads");
+    u32::from(has)
+}
+
 fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> {
     let config = Config {
         filter_tgids: opts.filter_tgids.into(),
@@ -122,6 +137,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         reads: opts.needs.reads,
     };
     let o = &plan.offsets;
+    let typed_current = typed_current();
     EbpfLoader::new()
         .override_global(GLOBAL_CONFIG, &config, true)
         .override_global(GLOBAL_SKIP_VMA_OFFSETS, &o.skip_vma, true)
@@ -136,11 +152,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(numatrace_common::GLOBAL_PAGE_OFFSETS, &o.page, true)
         .override_global(numatrace_common::GLOBAL_NODE_MAP, &o.node_map, true)
         .override_global(numatrace_common::GLOBAL_GAP_OFFSETS, &o.gap, true)
-        .override_global(
-            numatrace_common::GLOBAL_TYPED_CURRENT,
-            &o.typed_current,
-            true,
-        )
+        .override_global(numatrace_common::GLOBAL_TYPED_CURRENT, &typed_current, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(numatrace_common::MAP_VMA_STATS, opts.max_vmas)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)

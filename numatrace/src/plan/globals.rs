@@ -24,8 +24,6 @@ pub struct Offsets {
     pub page: PageOffsets,
     pub node_map: NodeMap,
     pub gap: GapOffsets,
-    /// [`GLOBAL_TYPED_CURRENT`].
-    pub typed_current: u32,
 }
 
 impl Default for Offsets {
@@ -46,7 +44,6 @@ impl Default for Offsets {
             page: PageOffsets::ABSENT,
             node_map: NodeMap::EMPTY,
             gap: GapOffsets::ABSENT,
-            typed_current: 0,
         }
     }
 }
@@ -194,7 +191,6 @@ pub(super) fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         flags: field(facts, "task_struct.flags"),
         start_time: field(facts, "task_struct.start_time"),
     };
-    o.typed_current = u32::from(facts.version >= KernelVersion::new(5, 11, 0));
     o.func = func_config(facts);
     // A large folio's total mapcount: folio._large_mapcount (6.11+), else the PMD mappings in
     // folio._entire_mapcount (6.2-6.10) or in the first tail page's compound_mapcount (older).
