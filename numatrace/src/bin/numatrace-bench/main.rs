@@ -92,7 +92,8 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// What `stat` loads with its defaults, system-wide.
+/// The defaults, system-wide, reading everything but the timeline (`needs::EVERYTHING`: more
+/// than `stat` declares).
 pub fn load_options() -> LoadOptions {
     LoadOptions::default()
 }
