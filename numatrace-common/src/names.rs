@@ -102,6 +102,8 @@ pub const GLOBAL_SCAN_RANGES: &str = "SCAN_RANGES";
 /// `current`'s fields, and those of the structs it points to, with plain loads instead of a
 /// helper call each. Its own global: each test of it is then one load.
 pub const GLOBAL_TYPED_CURRENT: &str = "TYPED_CURRENT";
+/// Tracepoints read in place (`CTX_*` bits).
+pub const GLOBAL_TP_CTX_READS: &str = "TP_CTX_READS";
 pub const GLOBAL_PAGE_OFFSETS: &str = "PAGE_OFFSETS";
 
 /// Hint faults per 2 MiB region per scan pass (seed 001), key [`RegionKey`], value: faults.
@@ -245,6 +247,7 @@ pub const GLOBALS: &[&str] = &[
     GLOBAL_FUNC_CONFIG,
     GLOBAL_SCAN_RANGES,
     GLOBAL_TYPED_CURRENT,
+    GLOBAL_TP_CTX_READS,
     GLOBAL_PAGE_OFFSETS,
     GLOBAL_NODE_MAP,
     GLOBAL_GAP_OFFSETS,

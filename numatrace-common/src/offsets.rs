@@ -235,6 +235,16 @@ pub const EMIT_ALL: u32 = EMIT_SKIP_VMA | EMIT_VMA_SCAN | EMIT_PLACEMENT | EMIT_
 /// kernel line (the tracefs formats: an 8-byte common header, then a few words).
 pub const TP_RECORD_BYTES: u32 = 128;
 
+/// Bits of the `TP_CTX_READS` global: tracepoints whose running format has the [`KNOWN`
+/// layout](SkipVmaOffsets::KNOWN), so that their program reads the record in place (a load
+/// at an offset fixed at compile time: the verifier admits no other on a tracepoint's
+/// context) instead of copying it with a helper call (~800 guest ns per event).
+pub const CTX_SKIP_VMA: u32 = 1 << 0;
+pub const CTX_MOVE: u32 = 1 << 1;
+pub const CTX_SWAP: u32 = 1 << 2;
+pub const CTX_STICK: u32 = 1 << 3;
+pub const CTX_MIGRATE: u32 = 1 << 4;
+
 /// `sched:sched_skip_vma_numa` (6.7+) field offsets.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,6 +300,53 @@ pub struct MigrateOffsets {
 pub struct ForkOffsets {
     pub parent_pid: u32,
     pub child_pid: u32,
+}
+
+// The layouts of 6.8 and later (tracefs formats of 6.18; the BTF `trace_event_raw_*` structs of
+// 6.8, 6.12 and 7.3): the loader compares the running kernel's format with them field by
+// field, and a kernel that differs (5.10, 6.1 for mm_migrate_pages) keeps the copy.
+impl SkipVmaOffsets {
+    pub const KNOWN: Self = Self {
+        numa_scan_offset: 8,
+        vm_start: 16,
+        vm_end: 24,
+        reason: 32,
+    };
+}
+
+impl MoveOffsets {
+    pub const KNOWN: Self = Self {
+        pid: 8,
+        tgid: 12,
+        src_cpu: 20,
+        src_nid: 24,
+        dst_cpu: 28,
+        dst_nid: 32,
+    };
+}
+
+impl PairOffsets {
+    pub const KNOWN: Self = Self {
+        src_pid: 8,
+        src_tgid: 12,
+        src_cpu: 20,
+        src_nid: 24,
+        dst_pid: 28,
+        dst_tgid: 32,
+        dst_cpu: 40,
+        dst_nid: 44,
+    };
+}
+
+impl MigrateOffsets {
+    pub const KNOWN: Self = Self {
+        succeeded: 8,
+        failed: 16,
+        thp_succeeded: 24,
+        thp_failed: 32,
+        mode: 56,
+        reason: 60,
+    };
 }
 
 macro_rules! all_absent {

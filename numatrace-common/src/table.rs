@@ -587,7 +587,10 @@ macro_rules! declare {
             /// `sched_skip_vma_numa` events by reason (index = reason, last slot: unknown
             /// reasons).
             pub skip_vma: [u64; SKIP_REASON_SLOTS],
-            /// `bpf_ktime_get_ns` of the first and the last counted event.
+            /// `bpf_ktime_get_ns` of the first counted event (with `pid`, the entry's identity)
+            /// and of the latest re-read of the task's comm, cgroup and nodes (every few jiffies
+            /// while the task has events: not stamped per event, which would cost a clock read
+            /// each).
             pub first_ns: u64,
             pub last_ns: u64,
             /// `se.sum_exec_runtime` first and last seen (task_numa_work entry/exit, task exit).

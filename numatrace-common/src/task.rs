@@ -38,9 +38,9 @@ pub const PF_KSWAPD: u32 = 0x0002_0000;
 pub struct TaskEntry {
     pub stats: TaskStats,
     pub inflight: Inflight,
-    /// bpf_ktime_get_ns when the task's comm, cgroup and nodes were last re-read (the kernel
-    /// side re-reads them at most every few milliseconds of a busy task's events).
-    pub noted_ns: u64,
+    /// bpf_jiffies64 when the task's comm, cgroup and nodes were last re-read (the kernel
+    /// side re-reads them at most every few jiffies of a busy task's events).
+    pub noted_jiffies: u64,
 }
 
 impl TaskStats {

@@ -13,16 +13,16 @@ use numatrace_common::{
     Counter, EMIT_VMA_SCAN, EventKind, FAULT_PAGE_BUCKETS, FIELD_ABSENT, FuncConfig,
     LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES, MIGRATED_BIT, MIGRATED_PAGES_SLOTS,
     NODE_FAULT_FIELDS, NODE_FAULT_SLOTS, NODE_RANGES, NODE_UNKNOWN, NodeMap, PageOffsets,
-    READ_REGIONS, READ_VMAS, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED,
-    TaskOffsets, TaskStats, VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
+    READ_REGIONS, READ_VMAS, RegionKey, TNF_FAULT_LOCAL, TNF_MIGRATE_FAIL, TNF_MIGRATED, TaskStats,
+    VM_MAYWRITE, VM_SHARED, VmaKey, VmaScanEvent, VmaStats,
 };
 
 use crate::{
     args::{kprobe_args, pick, tracing_arg, tracing_arg_scalar},
     tasks::{
-        Hit, Slots, TASK_OFFSETS, add, count, current_field, emit, field_of, followed_current,
-        header, inflight_of, read_field, reads, send, send_span, slot, touch, touch_noting,
-        via_current,
+        Hit, Slots, TASK_OFFSETS, add, count, current_field, current_ptr, emit, field_of,
+        followed_current, header, inflight_of, read_field, reads, send, send_span, slot,
+        touch_noting, via_current,
     },
     tiering::{note_node_threshold, take_decision, tiers},
 };
@@ -83,15 +83,19 @@ fn hist_add<const N: usize>(map: &Slots<N>, bucket: u32) {
     }
 }
 
-#[inline(always)]
-fn runtime_now(o: &TaskOffsets) -> Option<u64> {
-    current_field::<u64>(o.sum_exec_runtime)
-}
-
 /// Records `se.sum_exec_runtime` as first/last seen: the denominator of the scan share.
 #[inline(always)]
 pub fn note_runtime(t: *mut TaskStats) {
-    if let Some(rt) = runtime_now(&TASK_OFFSETS.load()) {
+    note_runtime_as(
+        t,
+        current_field::<u64>(crate::global!(TASK_OFFSETS, sum_exec_runtime)),
+    );
+}
+
+/// [`note_runtime`] with the runtime the program has just read.
+#[inline(always)]
+fn note_runtime_as(t: *mut TaskStats, runtime: Option<u64>) {
+    if let Some(rt) = runtime {
         unsafe {
             if (*t).runtime_first_ns == 0 {
                 (*t).runtime_first_ns = rt;
@@ -128,9 +132,11 @@ fn on_task_numa_work_enter(kretprobe: bool) {
         return;
     };
     let t = h.t;
-    let o = TASK_OFFSETS.load();
-    let runtime = current_field::<u64>(o.sum_exec_runtime).unwrap_or(0);
-    let node_stamp = current_field::<u64>(o.node_stamp).unwrap_or(0);
+    let task = current_ptr();
+    let stamp_off = crate::global!(TASK_OFFSETS, node_stamp);
+    let read_runtime = via_current::<u64>(task, crate::global!(TASK_OFFSETS, sum_exec_runtime));
+    let runtime = read_runtime.unwrap_or(0);
+    let node_stamp = via_current::<u64>(task, stamp_off).unwrap_or(0);
     let r = inflight_of(t);
     // Seed 003, invariant 1: node_stamp must never run ahead of the runtime at entry — unless
     // the work was queued while the previous call ran (a tick inside a call longer than the
@@ -143,7 +149,7 @@ fn on_task_numa_work_enter(kretprobe: bool) {
     let exit_stamp = core::mem::replace(unsafe { &mut (*r).scan_exit_stamp }, 0);
     let requeue = exit_stamp == node_stamp && unsafe { (*r).scan_exit_passed } != 0;
     unsafe { (*r).scan_requeue = 0 };
-    if o.node_stamp != numatrace_common::FIELD_ABSENT && node_stamp > runtime && exit_stamp != 0 {
+    if stamp_off != numatrace_common::FIELD_ABSENT && node_stamp > runtime && exit_stamp != 0 {
         if requeue {
             crate::bump!(h, scan.requeued_calls, 1);
             unsafe { (*r).scan_requeue = 1 };
@@ -151,7 +157,7 @@ fn on_task_numa_work_enter(kretprobe: bool) {
             crate::bump!(h, scan.stamp_violations, 1);
         }
     }
-    note_runtime(t);
+    note_runtime_as(t, read_runtime);
     unsafe {
         (*r).scan_runtime_ns = runtime;
         (*r).scan_node_stamp = node_stamp;
@@ -180,17 +186,20 @@ fn on_task_numa_work_exit() {
     let now = unsafe { bpf_ktime_get_ns() };
     let ns = now.saturating_sub(start_ts);
     send_span(EventKind::ScanCall, start_ts, ns, 0, 0);
-    let o = TASK_OFFSETS.load();
-    let runtime = current_field::<u64>(o.sum_exec_runtime);
-    let node_stamp = current_field::<u64>(o.node_stamp);
+    let task = current_ptr();
+    let runtime = via_current::<u64>(task, crate::global!(TASK_OFFSETS, sum_exec_runtime));
+    let node_stamp = via_current::<u64>(task, crate::global!(TASK_OFFSETS, node_stamp));
     crate::bump!(h, scan.calls, 1);
     crate::bump!(h, scan.time_ns, ns);
     unsafe {
         if ns > (*t).scan.max_ns {
             (*t).scan.max_ns = ns;
         }
-        if let Some(mm) = current_field::<u64>(o.mm)
-            && let Some(seq) = via_current::<i32>(mm as *const u8, o.mm_numa_scan_seq)
+        if let Some(mm) = via_current::<u64>(task, crate::global!(TASK_OFFSETS, mm))
+            && let Some(seq) = via_current::<i32>(
+                mm as *const u8,
+                crate::global!(TASK_OFFSETS, mm_numa_scan_seq),
+            )
         {
             (*t).scan.scan_seq = seq.max(0) as u64;
         }
@@ -231,7 +240,7 @@ fn on_task_numa_work_exit() {
             }
         }
     }
-    note_runtime(t);
+    note_runtime_as(t, runtime);
     touch_noting(t);
 }
 
@@ -265,10 +274,9 @@ pub fn kretprobe_task_numa_work(_ctx: RetProbeContext) -> u32 {
 /// argument (plain loads), not a kretprobe's number.
 #[inline(always)]
 fn vma_add<const TYPED: bool>(pid: u32, tgid: u32, vma: *const u8, updated: u64) {
-    let o = PAGE_OFFSETS.load();
     let (Some(start), Some(end)) = (
-        field_of::<TYPED, u64>(vma, o.vm_start),
-        field_of::<TYPED, u64>(vma, o.vm_end),
+        field_of::<TYPED, u64>(vma, crate::global!(PAGE_OFFSETS, vm_start)),
+        field_of::<TYPED, u64>(vma, crate::global!(PAGE_OFFSETS, vm_end)),
     ) else {
         return;
     };
@@ -307,7 +315,7 @@ fn vma_add<const TYPED: bool>(pid: u32, tgid: u32, vma: *const u8, updated: u64)
 }
 
 #[inline(always)]
-fn on_change_prot_numa_ret<const TYPED: bool>(h: Hit, vma: u64, updated: u64) {
+fn on_change_prot_numa_ret<const TYPED: bool>(h: &Hit, vma: u64, updated: u64) {
     if !h.me && (reads(READ_VMAS) || emit(EMIT_VMA_SCAN)) {
         vma_add::<TYPED>(h.pid, h.tgid, vma as *const u8, updated);
     }
@@ -320,7 +328,7 @@ pub fn fexit_change_prot_numa(ctx: FExitContext) -> u32 {
     // (vma, addr, end) -> unsigned long: the return value follows the three arguments.
     if let Some(h) = followed_current() {
         on_change_prot_numa_ret::<true>(
-            h,
+            &h,
             tracing_arg::<0>(ctx.as_ptr()),
             tracing_arg::<3>(ctx.as_ptr()),
         );
@@ -339,7 +347,7 @@ pub fn kprobe_change_prot_numa(ctx: ProbeContext) -> u32 {
             if (*r).prot_vma != 0 {
                 count(Counter::InflightLost);
             }
-            (*r).prot_vma = pick(&args, FUNC_CONFIG.load().prot_vma_arg);
+            (*r).prot_vma = pick(&args, crate::global!(FUNC_CONFIG, prot_vma_arg));
         }
     }
     0
@@ -352,7 +360,7 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
     };
     let t = h.t;
     let vma = slot_take(unsafe { &raw mut (*inflight_of(t)).prot_vma });
-    on_change_prot_numa_ret::<false>(h, vma, ctx.ret::<u64>());
+    on_change_prot_numa_ret::<false>(&h, vma, ctx.ret::<u64>());
     0
 }
 
@@ -360,7 +368,7 @@ pub fn kretprobe_change_prot_numa(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
-    let Some(h) = followed_current() else {
+    let Some(h) = followed_current().and_then(Hit::counting) else {
         return;
     };
     let t = h.t;
@@ -387,7 +395,7 @@ fn on_task_numa_fault(last_cpupid: i32, mem_node: i32, pages: i32, flags: i32) {
     } else {
         mem_node.max(0) as u64
     };
-    take_decision(h, pages, last_cpupid as u32, from);
+    take_decision(&h, pages, last_cpupid as u32, from);
     if tier.slow(from) {
         crate::bump!(h, tiering.slow_tier_faults, 1);
         // A slow-tier page the fault meant to move to the faulting CPU's (top-tier) node and
@@ -452,10 +460,14 @@ fn node_fault_add(local: bool, pages: u64) {
         count(Counter::NodeOutOfRange);
         return;
     }
+    let Some(counters) = crate::tasks::slots_of(&NODE_FAULTS) else {
+        return;
+    };
     let base = node as u32 * NODE_FAULT_FIELDS;
     for (i, n) in [(0, 1), (1, u64::from(local)), (2, pages)] {
         if n > 0
-            && let Some(p) = slot(&NODE_FAULTS, base + i)
+            && let Some(p) =
+                crate::tasks::slot_at::<{ NODE_FAULT_SLOTS as usize }>(counters, base + i)
         {
             add(p, n);
         }
@@ -492,14 +504,13 @@ pub fn fentry_task_numa_fault(ctx: FEntryContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_task_numa_fault(ctx: ProbeContext) -> u32 {
-    let c = FUNC_CONFIG.load();
     let args = kprobe_args(&ctx);
     on_task_numa_fault(
         // last_cpupid comes first in every version.
         args[0] as i32,
-        pick(&args, c.fault_node_arg) as i32,
-        pick(&args, c.fault_pages_arg) as i32,
-        pick(&args, c.fault_flags_arg) as i32,
+        pick(&args, crate::global!(FUNC_CONFIG, fault_node_arg)) as i32,
+        pick(&args, crate::global!(FUNC_CONFIG, fault_pages_arg)) as i32,
+        pick(&args, crate::global!(FUNC_CONFIG, fault_flags_arg)) as i32,
     );
     0
 }
@@ -636,7 +647,7 @@ fn on_migrate_exit(ret: i64) {
     let (dst, src_node) = unsafe { ((*r).migrate_node, (*r).migrate_src) };
     let ns = unsafe { bpf_ktime_get_ns() }.saturating_sub(start_ts);
     // The return convention changed: 1 = migrated up to 6.9, 0 = migrated from 6.10.
-    let ok = if FUNC_CONFIG.load().migrate_ok_is_zero != 0 {
+    let ok = if crate::global!(FUNC_CONFIG, migrate_ok_is_zero) != 0 {
         ret == 0
     } else {
         ret == 1
@@ -675,7 +686,6 @@ fn on_migrate_exit(ret: i64) {
     } else {
         crate::bump!(h, migrations.not_migrated, 1);
     }
-    touch(t);
 }
 
 // One fentry/fexit pair per signature (the verifier refuses a read past the last argument,
@@ -719,11 +729,10 @@ pub fn fexit_migrate_misplaced_no_vma(ctx: FExitContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_migrate_misplaced(ctx: ProbeContext) -> u32 {
-    let c = FUNC_CONFIG.load();
     let args = kprobe_args(&ctx);
     on_migrate_enter(
-        pick(&args, c.migrate_page_arg),
-        pick(&args, c.migrate_node_arg),
+        pick(&args, crate::global!(FUNC_CONFIG, migrate_page_arg)),
+        pick(&args, crate::global!(FUNC_CONFIG, migrate_node_arg)),
         true,
     );
     0
@@ -744,9 +753,7 @@ fn on_migrate_prepare_exit(ret: i32) {
         return;
     }
     if let Some(h) = followed_current() {
-        let t = h.t;
         crate::bump!(h, migrations.refused, 1);
-        touch(t);
     }
 }
 
@@ -787,7 +794,6 @@ fn on_migration_wait_exit() {
     send_span(EventKind::Stall, start_ts, ns, 0, 0);
     crate::bump!(h, migrations.stalls, 1);
     crate::bump!(h, migrations.stall_ns, ns);
-    touch(t);
 }
 
 #[fentry(function = "migration_entry_wait")]
@@ -821,25 +827,26 @@ pub fn kretprobe_migration_entry_wait(_ctx: RetProbeContext) -> u32 {
 /// `TYPED`: the pointers are fentry's BTF-typed arguments (plain loads), not a kprobe's numbers.
 #[inline(always)]
 fn cow_shared<const TYPED: bool>(page: *const u8, vma_or_vmf: *const u8) -> Option<(bool, bool)> {
-    let o = PAGE_OFFSETS.load();
-    let vma = if o.vmf_vma == FIELD_ABSENT {
+    let vma = if crate::global!(PAGE_OFFSETS, vmf_vma) == FIELD_ABSENT {
         vma_or_vmf
     } else {
-        field_of::<TYPED, u64>(vma_or_vmf, o.vmf_vma)? as *const u8
+        field_of::<TYPED, u64>(vma_or_vmf, crate::global!(PAGE_OFFSETS, vmf_vma))? as *const u8
     };
-    let vm_flags = field_of::<TYPED, u64>(vma, o.vm_flags)?;
-    let page_flags = field_of::<TYPED, u64>(page, o.flags).unwrap_or(0);
-    let large = o.head_bit < 64 && page_flags & (1u64 << o.head_bit) != 0;
+    let vm_flags = field_of::<TYPED, u64>(vma, crate::global!(PAGE_OFFSETS, vm_flags))?;
+    let page_flags = field_of::<TYPED, u64>(page, crate::global!(PAGE_OFFSETS, flags)).unwrap_or(0);
+    let large = crate::global!(PAGE_OFFSETS, head_bit) < 64
+        && page_flags & (1u64 << crate::global!(PAGE_OFFSETS, head_bit)) != 0;
     if vm_flags & (VM_SHARED | VM_MAYWRITE) != VM_MAYWRITE {
         return Some((false, large));
     }
-    let mapcount_minus_one = if large && o.large_mapcount != FIELD_ABSENT {
-        // Through the helper always: before 6.7 the argument is a `struct page` and this field
-        // lies in the next page of the folio, past the type a plain load may read.
-        read_field::<i32>(page, o.large_mapcount)?
-    } else {
-        field_of::<TYPED, i32>(page, o.mapcount)?
-    };
+    let mapcount_minus_one =
+        if large && crate::global!(PAGE_OFFSETS, large_mapcount) != FIELD_ABSENT {
+            // Through the helper always: before 6.7 the argument is a `struct page` and this field
+            // lies in the next page of the folio, past the type a plain load may read.
+            read_field::<i32>(page, crate::global!(PAGE_OFFSETS, large_mapcount))?
+        } else {
+            field_of::<TYPED, i32>(page, crate::global!(PAGE_OFFSETS, mapcount))?
+        };
     Some((mapcount_minus_one >= 1, large))
 }
 
@@ -865,11 +872,13 @@ fn on_mpol_misplaced<const TYPED: bool>(page: u64, vma_or_vmf: u64, addr: u64) {
 /// fault batching each 4K fault restores one PTE, so a region takes many faults per pass).
 #[inline(always)]
 fn region_fault(tgid: u32, addr: u64) {
-    let o = TASK_OFFSETS.load();
-    let Some(mm) = current_field::<u64>(o.mm) else {
+    let Some(mm) = current_field::<u64>(crate::global!(TASK_OFFSETS, mm)) else {
         return;
     };
-    let Some(seq) = via_current::<i32>(mm as *const u8, o.mm_numa_scan_seq) else {
+    let Some(seq) = via_current::<i32>(
+        mm as *const u8,
+        crate::global!(TASK_OFFSETS, mm_numa_scan_seq),
+    ) else {
         return;
     };
     let key = RegionKey {
@@ -897,12 +906,11 @@ pub fn fentry_mpol_misplaced(ctx: FEntryContext) -> u32 {
 
 #[kprobe]
 pub fn kprobe_mpol_misplaced(ctx: ProbeContext) -> u32 {
-    let c = FUNC_CONFIG.load();
     let args = kprobe_args(&ctx);
     on_mpol_misplaced::<false>(
-        pick(&args, c.mpol_page_arg),
-        pick(&args, c.mpol_vma_arg),
-        pick(&args, c.mpol_addr_arg),
+        pick(&args, crate::global!(FUNC_CONFIG, mpol_page_arg)),
+        pick(&args, crate::global!(FUNC_CONFIG, mpol_vma_arg)),
+        pick(&args, crate::global!(FUNC_CONFIG, mpol_addr_arg)),
     );
     0
 }

@@ -25,6 +25,26 @@ macro_rules! debug {
     };
 }
 
+/// Field `$f` of load-time global `$g` (`global!(CONFIG, filter_tgids)`).
+#[macro_export]
+macro_rules! global {
+    ($g:path, $f:ident) => {{
+        // SAFETY: `Global<T>` is `repr(transparent)` over an always-initialized `T`. Volatile,
+        // as `Global::load` is (the loader overrides the value the compiler sees), but of this
+        // one field: `load` reads every word of the struct, and each read is an instruction
+        // every event pays.
+        #[allow(unused_unsafe)]
+        let v = unsafe { core::ptr::read_volatile(&raw const (*$crate::global_ptr(&$g)).$f) };
+        v
+    }};
+}
+
+/// The value inside a load-time global, for [`global!`].
+#[inline(always)]
+pub(crate) fn global_ptr<T>(g: &aya_ebpf::Global<T>) -> *const T {
+    (g as *const aya_ebpf::Global<T>).cast()
+}
+
 /// Adds `n` to a task's counter (`bump!(h, migrations.refused, n)`, `h` a
 /// [`tasks::Hit`]: the counter's one name, as numatrace-common's table declares it) and, where
 /// the table keeps a system-wide twin for it, to that [`numatrace_common::Counter`] slot too:

@@ -73,7 +73,7 @@ pub fn perf_sample_scan(ctx: PerfEventContext) -> u32 {
     if in_user_mode(&ctx) {
         return 0;
     }
-    let flags = current_field::<u32>(TASK_OFFSETS.load().flags);
+    let flags = current_field::<u32>(crate::global!(TASK_OFFSETS, flags));
     if flags.is_some_and(|f| f & PF_KTHREAD != 0) {
         return 0;
     }

@@ -40,6 +40,18 @@ pub type Slots<const N: usize> = PerCpuArray<[u64; N]>;
 /// Slot `i` of `map` on this CPU; `None` past its end.
 #[inline(always)]
 pub fn slot<const N: usize>(map: &Slots<N>, i: u32) -> Option<*mut u64> {
+    slot_at::<N>(slots_of(map)?, i)
+}
+
+/// This CPU's counters of `map`, for several [`slot_at`]s after one lookup.
+#[inline(always)]
+pub fn slots_of<const N: usize>(map: &Slots<N>) -> Option<*mut u64> {
+    map.get_ptr_mut(0).map(|a| a.cast::<u64>())
+}
+
+/// Slot `i` of this CPU's `N` counters at `base` ([`slots_of`]); `None` past their end.
+#[inline(always)]
+pub fn slot_at<const N: usize>(base: *mut u64, i: u32) -> Option<*mut u64> {
     // Through memory, so that LLVM cannot drop the bound below as implied by the caller's own
     // checks (e.g. a signed 32-bit node compare): older verifiers (5.10) do not carry those
     // over to the pointer arithmetic, and this compare is what they see.
@@ -47,9 +59,8 @@ pub fn slot<const N: usize>(map: &Slots<N>, i: u32) -> Option<*mut u64> {
     if i >= N as u64 {
         return None;
     }
-    let a = map.get_ptr_mut(0)?;
-    // SAFETY: `a` is this CPU's live value of N counters and i < N.
-    Some(unsafe { a.cast::<u64>().add(i as usize) })
+    // SAFETY: `base` is this CPU's live value of N counters and i < N.
+    Some(unsafe { base.add(i as usize) })
 }
 
 /// Never written: a zeroed value to create entries from.
@@ -70,13 +81,13 @@ pub static CONFIG: Global<Config> = Global::new(Config {
 /// Whether the running frontend reads the optional aggregate `what` (a `READ_*` bit).
 #[inline(always)]
 pub fn reads(what: u32) -> bool {
-    CONFIG.load().reads & what != 0
+    crate::global!(CONFIG, reads) & what != 0
 }
 
 /// Whether aya-log debug messages are wanted (cold paths only).
 #[inline(always)]
 pub fn debug_log() -> bool {
-    CONFIG.load().debug_log != 0
+    crate::global!(CONFIG, debug_log) != 0
 }
 
 pub(crate) const BPF_NOEXIST: u64 = 1;
@@ -142,20 +153,19 @@ pub fn current() -> Current {
 /// kernel's counters include them, and userspace reports them apart.
 #[inline(always)]
 pub fn wanted(tgid: u32) -> bool {
-    let c = CONFIG.load();
-    tgid == c.self_tgid || c.filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
+    !filtering() || is_self(tgid) || unsafe { TRACKED_TGIDS.get(&tgid) }.is_some()
 }
 
 /// Whether only followed processes are counted.
 #[inline(always)]
 pub fn filtering() -> bool {
-    CONFIG.load().filter_tgids != 0
+    crate::global!(CONFIG, filter_tgids) != 0
 }
 
 /// Whether `tgid` is numatrace itself: left out of the system-wide histograms and arrays.
 #[inline(always)]
 pub fn is_self(tgid: u32) -> bool {
-    tgid == CONFIG.load().self_tgid
+    tgid == crate::global!(CONFIG, self_tgid)
 }
 
 /// Records the running task's comm (it changes at exec), cgroup v2 id (it changes when the
@@ -174,14 +184,14 @@ pub fn note_current(t: *mut TaskStats) {
 /// Whether the running frontend reads records of `kind` (an `EMIT_*` bit).
 #[inline(always)]
 pub fn emit(kind: u32) -> bool {
-    CONFIG.load().emit_events & kind != 0
+    crate::global!(CONFIG, emit_events) & kind != 0
 }
 
 /// Sends a timed call of the current task for the timeline, when the loader asked for them
 /// (never for numatrace's own tasks).
 #[inline(always)]
 pub fn send_span(kind: EventKind, start_ns: u64, dur_ns: u64, a: u64, b: u64) {
-    if CONFIG.load().emit_spans == 0 {
+    if crate::global!(CONFIG, emit_spans) == 0 {
         return;
     }
     let cur = current();
@@ -198,7 +208,9 @@ pub fn send_span(kind: EventKind, start_ns: u64, dur_ns: u64, a: u64, b: u64) {
 #[inline(always)]
 /// Returns whether the child is now followed.
 pub fn follow_child(parent_tgid: u32, child_pid: u32) -> bool {
-    if CONFIG.load().filter_tgids == 0 || unsafe { TRACKED_TGIDS.get(&parent_tgid) }.is_none() {
+    if crate::global!(CONFIG, filter_tgids) == 0
+        || unsafe { TRACKED_TGIDS.get(&parent_tgid) }.is_none()
+    {
         return false;
     }
     if TRACKED_TGIDS.insert(&child_pid, &1, 0).is_err() {
@@ -219,7 +231,7 @@ const PF_EXITING: u32 = 0x4;
 pub fn current_exiting() -> bool {
     // Through the helper: a cold path (a new or marked entry), where a typed read would only
     // add its second variant to every program that creates entries.
-    let off = TASK_OFFSETS.load().flags;
+    let off = crate::global!(TASK_OFFSETS, flags);
     read_field::<u32>(current_task(), off).is_some_and(|f| f & PF_EXITING != 0)
 }
 
@@ -228,7 +240,7 @@ pub fn current_exiting() -> bool {
 /// the same clock. Unknown (no BTF offset): assumed so.
 #[inline(always)]
 pub fn owned_by_current(t: *const TaskStats) -> bool {
-    let off = TASK_OFFSETS.load().start_time;
+    let off = crate::global!(TASK_OFFSETS, start_time);
     read_field::<u64>(current_task(), off).is_none_or(|start| unsafe { (*t).first_ns } >= start)
 }
 
@@ -294,40 +306,35 @@ pub fn inflight_of(t: *mut TaskStats) -> *mut Inflight {
     unsafe { &raw mut (*t.cast::<TaskEntry>()).inflight }
 }
 
-/// How often a busy task's comm, cgroup and CPU node are re-read: they change rarely (exec, a
-/// move between cgroups, another CPU), and reading them costs more than counting the event.
-const NOTE_EVERY_NS: u64 = 10_000_000;
+/// Jiffies between two re-reads of a busy task's comm, cgroup and CPU node (12 ms at HZ=250, 3 ms
+/// at 1000, 30 ms at 100): they change rarely (exec, a move between cgroups, another CPU), and
+/// reading them costs more than counting the event.
+const NOTE_EVERY_JIFFIES: u64 = 3;
 
-/// Marks the entry as just updated and, if NOTE_EVERY_NS have passed since it last did,
-/// re-reads the running task's comm, cgroup and node ([`note_current`]) and its preferred node:
+/// If NOTE_EVERY_JIFFIES have passed since it last did, re-reads the running task's comm,
+/// cgroup and node ([`note_current`]) and its preferred node, and stamps the entry's `last_ns`:
 /// whether it did. Every hook that counts an event of the running task calls it, so none of
-/// these goes stale while the task has events.
+/// these goes stale while the task has events. The test is on the jiffies counter, one load
+/// (the verifier inlines the helper), where a clock read costs ~50 instructions an event.
 #[inline(always)]
 pub fn touch_noting(t: *mut TaskStats) -> bool {
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
     // SAFETY: `t` is the first field of a live TaskEntry map value (task_stats).
     unsafe {
-        (*t).last_ns = now;
         let e = t.cast::<TaskEntry>();
-        if now.wrapping_sub((*e).noted_ns) < NOTE_EVERY_NS {
+        if now.wrapping_sub((*e).noted_jiffies) < NOTE_EVERY_JIFFIES {
             return false;
         }
-        (*e).noted_ns = now;
+        (*e).noted_jiffies = now;
+        (*t).last_ns = bpf_ktime_get_ns();
     }
     note_current(t);
-    let off = TASK_OFFSETS.load().numa_preferred_nid;
+    let off = crate::global!(TASK_OFFSETS, numa_preferred_nid);
     if let Some(nid) = read_field::<i32>(current_task(), off) {
         // NUMA_NO_NODE (-1) becomes 0: no preferred node.
         unsafe { (*t).preferred_nid = (nid.max(-1) + 1) as u32 };
     }
     true
-}
-
-/// Marks the entry as just updated.
-#[inline(always)]
-pub fn touch(t: *mut TaskStats) {
-    // A plain store: the latest of concurrent writers wins, which is what "last seen" means.
-    unsafe { (*t).last_ns = bpf_ktime_get_ns() };
 }
 
 #[inline(always)]
@@ -350,7 +357,7 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 /// ring fills. Userspace also reads on a timer and at every snapshot.
 #[inline(always)]
 pub fn wake_flags() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= u64::from(CONFIG.load().wake_bytes) {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= u64::from(crate::global!(CONFIG, wake_bytes)) {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
@@ -385,20 +392,26 @@ fn typed_current() -> bool {
     TYPED_CURRENT.load() != 0
 }
 
+/// The running task, for [`via_current`]: typed where the kernel can type it. A program that
+/// reads several of its fields fetches it once.
+#[inline(always)]
+pub fn current_ptr() -> *const u8 {
+    if typed_current() {
+        (unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() }) as *const u8
+    } else {
+        current_task()
+    }
+}
+
 /// A field of the running task at a BTF-derived offset: a plain load where the kernel gives the
 /// task a type ([`load_field`]), a helper call where it does not.
 #[inline(always)]
 pub fn current_field<T: Copy>(off: u32) -> Option<T> {
-    if typed_current() {
-        let task = unsafe { aya_ebpf::helpers::bpf_get_current_task_btf() } as *const u8;
-        load_field(task, off)
-    } else {
-        read_field(current_task(), off)
-    }
+    via_current(current_ptr(), off)
 }
 
-/// A field of a struct that a pointer read by [`current_field`] leads to (its mm, its signal):
-/// typed where `current` is.
+/// A field of the running task ([`current_ptr`]) or of a struct a pointer read from it leads to
+/// (its mm, its signal): typed where `current` is.
 #[inline(always)]
 pub fn via_current<T: Copy>(base: *const u8, off: u32) -> Option<T> {
     if typed_current() {
@@ -414,7 +427,19 @@ pub fn read_field<T: Copy>(base: *const u8, off: u32) -> Option<T> {
     if off == numatrace_common::FIELD_ABSENT || base.is_null() {
         return None;
     }
-    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(base.add(off as usize).cast::<T>()) }.ok()
+    let mut v = core::mem::MaybeUninit::<T>::uninit();
+    // SAFETY: the helper fills `v` (zeroes on failure) without faulting.
+    let r = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            v.as_mut_ptr().cast(),
+            core::mem::size_of::<T>() as u32,
+            base.add(off as usize).cast(),
+        )
+    };
+    // A volatile read of the filled slot, only where it was filled: a plain one LLVM may hoist
+    // above the tests, onto the paths where no helper wrote the slot, and 5.10's verifier
+    // refuses any read of stack never written.
+    (r == 0).then(|| unsafe { core::ptr::read_volatile(v.as_ptr()) })
 }
 
 /// Reads a `T` at `base + off` with a plain load, for a `base` the verifier knows by its BTF
@@ -444,17 +469,18 @@ pub fn field_of<const TYPED: bool, T: Copy>(base: *const u8, off: u32) -> Option
 }
 
 /// A counted event's task entry and what each of its counts needs, found once per event: one
-/// pid/tgid helper call and one per-CPU lookup of the system-wide counters, not one of each
-/// per counter.
-#[derive(Clone, Copy)]
+/// pid/tgid helper call and at most one per-CPU lookup of the system-wide counters (at the
+/// first count that has a system-wide twin; none where no count has), not one of each per
+/// counter.
+#[derive(Clone)]
 pub struct Hit {
     pub t: *mut TaskStats,
     pub pid: u32,
     pub tgid: u32,
     /// The running task is numatrace's own: its counts stay out of the system-wide tallies.
     pub me: bool,
-    /// This CPU's system-wide counters (null: the lookup failed, which it cannot for index 0).
-    sys: *mut u64,
+    /// This CPU's system-wide counters, once looked up (null: not yet).
+    sys: core::cell::Cell<*mut u64>,
 }
 
 impl Hit {
@@ -466,27 +492,44 @@ impl Hit {
             pid,
             tgid,
             me: is_self(current_tgid),
-            sys: COUNTERS
-                .get_ptr_mut(0)
-                .map_or(core::ptr::null_mut(), |a| a.cast::<u64>()),
+            sys: core::cell::Cell::new(core::ptr::null_mut()),
         }
     }
 
     /// Adds to a system-wide counter ([`count_n`] without its helper call and lookup).
     #[inline(always)]
     pub fn count_n(&self, c: Counter, n: u64) {
-        if (c.is_tally() && self.me) || self.sys.is_null() {
+        if c.is_tally() && self.me {
             return;
+        }
+        let mut sys = self.sys.get();
+        if sys.is_null() {
+            // Index 0 of a per-CPU array: the lookup cannot fail.
+            let Some(a) = COUNTERS.get_ptr_mut(0) else {
+                return;
+            };
+            sys = a.cast::<u64>();
+            self.sys.set(sys);
         }
         // `c` is a constant below COUNTER_SLOTS at every call: a fixed offset in the value.
         if (c as u32) < COUNTER_SLOTS {
-            add(unsafe { self.sys.add(c as usize) }, n);
+            add(unsafe { sys.add(c as usize) }, n);
         }
     }
 
     #[inline(always)]
     pub fn count(&self, c: Counter) {
         self.count_n(c, 1);
+    }
+
+    /// Looks the system-wide counters up now: for a program that counts several on many
+    /// branches, where one lookup up front is fewer instructions than one test per count.
+    /// `None` where the lookup fails (it cannot).
+    #[inline(always)]
+    pub fn counting(self) -> Option<Self> {
+        let a = COUNTERS.get_ptr_mut(0)?;
+        self.sys.set(a.cast::<u64>());
+        Some(self)
     }
 }
 

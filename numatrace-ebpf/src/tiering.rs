@@ -182,7 +182,7 @@ fn on_should_migrate_exit(promote: bool) {
 /// `last_cpupid`, which on a slow-tier fault in tiering mode is LAST_CPUPID_MASK; `from`: the
 /// node the faulting page was on (`MAX_NODES`: unknown).
 #[inline(always)]
-pub fn take_decision(h: Hit, pages: u64, mask: u32, from: u64) {
+pub fn take_decision(h: &Hit, pages: u64, mask: u32, from: u64) {
     let r = inflight_of(h.t);
     let d = unsafe { core::mem::replace(&mut (*r).promote_decision, 0) };
     if d & PROMOTE_DECIDED == 0 {

@@ -48,6 +48,25 @@ impl Default for Offsets {
     }
 }
 
+impl Offsets {
+    /// The tracepoints whose format has the layout compiled into the programs (`CTX_*` bits,
+    /// the `TP_CTX_READS` global): those read their record in place, the others copy it. Every
+    /// offset must match, absent fields included, so that no program reads a field the running
+    /// kernel's record lacks or has elsewhere.
+    pub fn ctx_reads(&self) -> u32 {
+        [
+            (self.skip_vma == SkipVmaOffsets::KNOWN, CTX_SKIP_VMA),
+            (self.move_numa == MoveOffsets::KNOWN, CTX_MOVE),
+            (self.swap_numa == PairOffsets::KNOWN, CTX_SWAP),
+            (self.stick_numa == PairOffsets::KNOWN, CTX_STICK),
+            (self.migrate == MigrateOffsets::KNOWN, CTX_MIGRATE),
+        ]
+        .into_iter()
+        .filter(|(same, _)| *same)
+        .fold(0, |bits, (_, bit)| bits | bit)
+    }
+}
+
 /// A field's offset, absent where the format lacks it or it lies past the bytes the programs
 /// copy of a record (`TP_RECORD_BYTES`; none does on any known kernel, the check keeps a
 /// future layout from being misread), or is not aligned to its size.
@@ -301,5 +320,43 @@ mod tests {
             FIELD_ABSENT,
             "not aligned to its size"
         );
+    }
+
+    #[test]
+    fn the_compiled_layouts_can_be_read_in_place() {
+        // A tracepoint program may read its context at 8 and above (not the common header),
+        // aligned to the field's size, within the bytes the copy would hold.
+        let fields = [
+            (SkipVmaOffsets::KNOWN.numa_scan_offset, 8),
+            (SkipVmaOffsets::KNOWN.vm_start, 8),
+            (SkipVmaOffsets::KNOWN.vm_end, 8),
+            (SkipVmaOffsets::KNOWN.reason, 4),
+            (MoveOffsets::KNOWN.pid, 4),
+            (MoveOffsets::KNOWN.tgid, 4),
+            (MoveOffsets::KNOWN.src_cpu, 4),
+            (MoveOffsets::KNOWN.src_nid, 4),
+            (MoveOffsets::KNOWN.dst_cpu, 4),
+            (MoveOffsets::KNOWN.dst_nid, 4),
+            (PairOffsets::KNOWN.src_pid, 4),
+            (PairOffsets::KNOWN.src_tgid, 4),
+            (PairOffsets::KNOWN.src_cpu, 4),
+            (PairOffsets::KNOWN.src_nid, 4),
+            (PairOffsets::KNOWN.dst_pid, 4),
+            (PairOffsets::KNOWN.dst_tgid, 4),
+            (PairOffsets::KNOWN.dst_cpu, 4),
+            (PairOffsets::KNOWN.dst_nid, 4),
+            (MigrateOffsets::KNOWN.succeeded, 8),
+            (MigrateOffsets::KNOWN.failed, 8),
+            (MigrateOffsets::KNOWN.thp_succeeded, 8),
+            (MigrateOffsets::KNOWN.thp_failed, 8),
+            (MigrateOffsets::KNOWN.mode, 4),
+            (MigrateOffsets::KNOWN.reason, 4),
+        ];
+        for (off, size) in fields {
+            assert!(
+                off >= 8 && off % size == 0 && off + size <= TP_RECORD_BYTES,
+                "{off}"
+            );
+        }
     }
 }

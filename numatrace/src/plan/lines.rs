@@ -269,3 +269,26 @@ fn arm64_lines_find_a_pages_node_from_the_kernels_vmemmap() {
         );
     }
 }
+
+/// Which tracepoints each line's programs read in place (the layout compiled into them, see
+/// `Offsets::ctx_reads`): every record numatrace reads from 6.8 on; 5.10 and 6.1 have the same
+/// placement records, no sched_skip_vma_numa, and mm_migrate_pages without `large_folio_split`
+/// (its mode and reason 8 bytes earlier), which they copy.
+#[test]
+fn each_line_reads_in_place_the_records_laid_out_as_compiled() {
+    let sched = CTX_MOVE | CTX_SWAP | CTX_STICK;
+    let all = CTX_SKIP_VMA | sched | CTX_MIGRATE;
+    for (label, want) in [
+        ("5.10", sched),
+        ("6.1", sched),
+        ("6.8", all),
+        ("6.12", all),
+        ("7.x", all),
+        ("arm64-6.1", sched),
+        ("arm64-6.12", all),
+        ("arm64-7.x", all),
+    ] {
+        let got = plan(&facts(label)).offsets.ctx_reads();
+        assert_eq!(got, want, "{label}: {got:#x}, expected {want:#x}");
+    }
+}
