@@ -13,14 +13,20 @@ pub struct Filter {
 
 impl Filter {
     pub fn matches(&self, t: &TaskRecord) -> bool {
-        self.comm
-            .as_ref()
-            .is_none_or(|c| t.comm == c.chars().take(15).collect::<String>())
+        self.comm.as_ref().is_none_or(|c| t.comm == comm_prefix(c))
             && self
                 .cgroup
                 .as_ref()
                 .is_none_or(|root| t.cgroup.as_deref().is_some_and(|p| within(p, root)))
     }
+}
+
+/// The first 15 characters of `comm`, as the kernel keeps a task's name: compared without
+/// building a string per task.
+fn comm_prefix(comm: &str) -> &str {
+    comm.char_indices()
+        .nth(15)
+        .map_or(comm, |(end, _)| &comm[..end])
 }
 
 /// Whether cgroup `path` is `root` or below it.

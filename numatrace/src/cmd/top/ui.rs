@@ -28,7 +28,7 @@ pub struct Context<'a> {
     pub detail_series: Vec<Series>,
 }
 
-pub fn draw(f: &mut Frame, app: &App, view: &FrameView, rows: &[Row], ctx: &Context) {
+pub fn draw(f: &mut Frame, app: &App, view: &FrameView, rows: &[&Row], ctx: &Context) {
     let [head, body, foot] = Layout::vertical([
         Constraint::Length(4),
         Constraint::Min(3),
@@ -124,7 +124,14 @@ fn fitting(widths: &[Constraint], width: u16) -> usize {
     n.max(1)
 }
 
-fn draw_table(f: &mut Frame, area: Rect, app: &App, view: &FrameView, rows: &[Row], ctx: &Context) {
+fn draw_table(
+    f: &mut Frame,
+    area: Rect,
+    app: &App,
+    view: &FrameView,
+    rows: &[&Row],
+    ctx: &Context,
+) {
     // The task tables: PID, COMM, LAST and the window column, then the rest; the others as
     // they are.
     let task_table = matches!(app.view, View::Tasks | View::Processes);
@@ -160,7 +167,16 @@ fn draw_table(f: &mut Frame, area: Rect, app: &App, view: &FrameView, rows: &[Ro
         };
         Cell::from(s).style(style)
     }));
-    let body = rows.iter().map(|r| {
+    // Only the rows that fit are built (the top border with the title and the header take two
+    // lines), scrolled as the table would scroll them itself: the selection on the last line
+    // once it is past the first screen. At 100 000 tasks every row's cells would cost more than
+    // the rest of the frame.
+    let fit = usize::from(area.height.saturating_sub(2)).max(1);
+    let first = app
+        .selected
+        .min(rows.len().saturating_sub(1))
+        .saturating_sub(fit - 1);
+    let body = rows.iter().skip(first).take(fit).map(|r| {
         if task_table {
             TRow::new(shown.iter().take(n).map(|c| Cell::from(c.cell(r))))
         } else {
@@ -183,7 +199,7 @@ fn draw_table(f: &mut Frame, area: Rect, app: &App, view: &FrameView, rows: &[Ro
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
     let mut state = TableState::default();
     if !rows.is_empty() {
-        state.select(Some(app.selected));
+        state.select(Some(app.selected.min(rows.len() - 1) - first));
     }
     f.render_stateful_widget(table, area, &mut state);
     if rows.is_empty() {
@@ -551,6 +567,76 @@ mod tests {
             + "\n"
     }
 
+    #[test]
+    fn a_long_table_draws_the_screen_around_the_selection() {
+        let (mut view, _) = view(true);
+        view.cgroups = (0..500u64)
+            .map(|k| Row {
+                key: k,
+                cells: vec![format!("/cg{k:03}")],
+                sort: vec![-(k as f64)],
+                ..Row::default()
+            })
+            .collect();
+        let mut app = App::default();
+        app.switch(View::Cgroups);
+        let (w, h) = (100, 20);
+        let screen = |app: &App| {
+            let rows = app.rows(&view);
+            let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+            let hooks = hooks(true);
+            let ctx = Context {
+                kernel: "6.18",
+                balancing: Some(1),
+                nodes: 2,
+                hooks: &hooks,
+                detail_lines: vec![],
+                detail_series: vec![],
+            };
+            term.draw(|f| draw(f, app, &view, &rows, &ctx)).unwrap();
+            let buf = term.backend().buffer().clone();
+            let lines: Vec<String> = (0..h)
+                .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())
+                .collect();
+            // The highlighted line: its first cell is drawn reversed.
+            let selected = (0..h)
+                .find(|&y| {
+                    (0..w).any(|x| {
+                        buf[(x, y)].modifier.contains(Modifier::REVERSED)
+                            && buf[(x, y)].symbol() == "/"
+                    })
+                })
+                .map(|y| lines[y as usize].clone());
+            (lines.join("\n"), selected)
+        };
+        // The names in the table's order (its default sort).
+        let names: Vec<String> = app
+            .rows(&view)
+            .iter()
+            .map(|r| r.cell(0).to_string())
+            .collect();
+        let (first, selected) = screen(&app);
+        assert!(
+            first.contains(&names[0]) && !first.contains(&names[100]),
+            "{first}"
+        );
+        assert!(selected.is_some_and(|l| l.contains(&names[0])));
+        for _ in 0..300 {
+            let rows = app.rows(&view);
+            app.key(Key::Down, &rows);
+        }
+        let (scrolled, selected) = screen(&app);
+        assert!(
+            selected.is_some_and(|l| l.contains(&names[300])),
+            "the selection is drawn:\n{scrolled}"
+        );
+        assert!(scrolled.contains(&names[299]) && !scrolled.contains(&names[0]));
+        assert!(
+            !scrolled.contains(&names[301]),
+            "the selection is on the last line:\n{scrolled}"
+        );
+    }
+
     /// Compares with `src/cmd/top/golden/NAME.txt`; `NUMATRACE_UPDATE_GOLDEN=1` rewrites it.
     fn golden(name: &str, text: &str) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -579,7 +665,7 @@ mod tests {
             (View::Nodes, 'n'),
         ] {
             let mut app = App::default();
-            app.key(Key::Char(key), &[]);
+            app.key(Key::Char(key), &[] as &[Row]);
             assert_eq!(app.view, view);
             for (w, h) in [(80, 24), (200, 50)] {
                 for full in [true, false] {
@@ -626,7 +712,7 @@ mod tests {
         assert!(t.contains("migr/s [ ██] max 700"), "{t}");
         // The nodes view's migrations: pages task_numa_fault counts.
         let mut app = App::default();
-        app.key(Key::Char('n'), &[]);
+        app.key(Key::Char('n'), &[] as &[Row]);
         let t = render(&app, false, 120, 30);
         assert!(
             t.contains("migrations by node: not measured: task_numa_fault not attached"),
@@ -649,10 +735,10 @@ mod tests {
         assert!(t.contains("last 60 s, a bar per refresh"), "{t}");
         assert!(t.contains("hint/s [ ██] max 1000"), "{t}");
         let mut app = App::default();
-        app.key(Key::Char('?'), &[]);
+        app.key(Key::Char('?'), &[] as &[Row]);
         assert!(render(&app, true, 80, 24).contains("q / Ctrl-C"));
         let mut app = App::default();
-        app.key(Key::Char('i'), &[]);
+        app.key(Key::Char('i'), &[] as &[Row]);
         let t = render(&app, false, 120, 30);
         assert!(t.contains("fentry refused: EPERM"), "{t}");
     }
@@ -729,7 +815,7 @@ mod tests {
             ('i', format!("refused: {SHOWN}")),
         ] {
             let mut app = App::default();
-            app.key(Key::Char(key), &[]);
+            app.key(Key::Char(key), &[] as &[Row]);
             let t = screen(&app);
             assert_eq!(raw(&t), None, "{t:?}");
             assert!(t.contains(&want), "{key}: {want} in\n{t}");

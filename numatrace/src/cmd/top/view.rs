@@ -1206,8 +1206,8 @@ pub fn shown_columns(view: &FrameView, sort_col: usize) -> Vec<Shown> {
 
 /// Sorts rows by column `col` (numbers largest first when `desc`); ties by the same column
 /// over the activity window (a task busy a moment ago before one idle all along).
-pub fn sort_rows(rows: &mut [Row], col: usize, desc: bool) {
-    rows.sort_by(|a, b| row_order(a, b, col, desc));
+pub fn sort_rows<R: std::borrow::Borrow<Row>>(rows: &mut [R], col: usize, desc: bool) {
+    rows.sort_by(|a, b| row_order(a.borrow(), b.borrow(), col, desc));
 }
 
 /// The first `n` of `rows` in [`sort_rows`]'s order, without sorting the rest.
