@@ -274,6 +274,10 @@ pub fn kretprobe_task_numa_work(_ctx: RetProbeContext) -> u32 {
 /// argument (plain loads), not a kretprobe's number.
 #[inline(always)]
 fn vma_add<const TYPED: bool>(pid: u32, tgid: u32, vma: *const u8, updated: u64) {
+    // Its bounds are read only where a record or the per-VMA counts need them.
+    if !(reads(READ_VMAS) || emit(EMIT_VMA_SCAN)) {
+        return;
+    }
     let (Some(start), Some(end)) = (
         field_of::<TYPED, u64>(vma, crate::global!(PAGE_OFFSETS, vm_start)),
         field_of::<TYPED, u64>(vma, crate::global!(PAGE_OFFSETS, vm_end)),
@@ -316,7 +320,7 @@ fn vma_add<const TYPED: bool>(pid: u32, tgid: u32, vma: *const u8, updated: u64)
 
 #[inline(always)]
 fn on_change_prot_numa_ret<const TYPED: bool>(h: &Hit, vma: u64, updated: u64) {
-    if !h.me && (reads(READ_VMAS) || emit(EMIT_VMA_SCAN)) {
+    if !h.me {
         vma_add::<TYPED>(h.pid, h.tgid, vma as *const u8, updated);
     }
     crate::bump!(h, scan.pte_updates, updated);

@@ -414,11 +414,7 @@ pub fn current_field<T: Copy>(off: u32) -> Option<T> {
 /// (its mm, its signal): typed where `current` is.
 #[inline(always)]
 pub fn via_current<T: Copy>(base: *const u8, off: u32) -> Option<T> {
-    if typed_current() {
-        load_field(base, off)
-    } else {
-        read_field(base, off)
-    }
+    field_by(typed_current(), base, off)
 }
 
 /// Reads a `T` at `base + off`; `None` for an absent field or a failed read.
@@ -461,7 +457,14 @@ pub fn load_field<T: Copy>(base: *const u8, off: u32) -> Option<T> {
 /// not (a kprobe's register): one body for both mechanisms' programs.
 #[inline(always)]
 pub fn field_of<const TYPED: bool, T: Copy>(base: *const u8, off: u32) -> Option<T> {
-    if TYPED {
+    field_by(TYPED, base, off)
+}
+
+/// [`load_field`] where the verifier knows `base`'s BTF type (`typed`: a constant or a read-only
+/// global, so one branch is kept), [`read_field`] where it does not.
+#[inline(always)]
+fn field_by<T: Copy>(typed: bool, base: *const u8, off: u32) -> Option<T> {
+    if typed {
         load_field(base, off)
     } else {
         read_field(base, off)
