@@ -478,21 +478,17 @@ fn bind_memory(node: Option<u32>) -> Result<()> {
 }
 
 fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) -> Result<()> {
-    // A node without CPUs (slow memory) gets its pages through a bind policy instead.
-    let memory_only = node_cpu(from).is_err();
-    if memory_only {
-        pin_to_cpu(node_cpu(to)?)?;
-        bind_memory(Some(from))?;
-    } else {
-        pin_to_cpu(node_cpu(from)?)?;
-    }
+    // First touch from a CPU of `from` (of `to` for a node without CPUs) under a bind policy
+    // to `from`: a node short of free pages (node 0 after a promotion test filled it) would
+    // otherwise hand some of them to another node, and every page's source must be `from`.
+    // The policy is dropped at once: a bound task's pages are never migrated by NUMA balancing.
+    pin_to_cpu(node_cpu(from).or_else(|_| node_cpu(to))?)?;
+    bind_memory(Some(from))?;
     let buf = anon_mapping(mem_mib << 20, thp)?;
     for page in buf.chunks_mut(1024) {
         page[0] = 1;
     }
-    if memory_only {
-        bind_memory(None)?;
-    }
+    bind_memory(None)?;
     // The placement every migration's source node is judged by, as the kernel reports it: a
     // page that is not on `from` here would make a tracer's "from node X" unverifiable.
     let (on_from, pages) = pages_on_node(buf, from)?;
