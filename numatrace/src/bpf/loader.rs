@@ -138,8 +138,9 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
     };
     let o = &plan.offsets;
     let typed_current = typed_current();
+    let ctx_reads = o.ctx_reads();
     tracing::debug!(
-        ctx_reads = format_args!("{:#x}", o.ctx_reads()),
+        ctx_reads = format_args!("{ctx_reads:#x}"),
         "tracepoints read in place"
     );
     EbpfLoader::new()
@@ -157,7 +158,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(numatrace_common::GLOBAL_NODE_MAP, &o.node_map, true)
         .override_global(numatrace_common::GLOBAL_GAP_OFFSETS, &o.gap, true)
         .override_global(numatrace_common::GLOBAL_TYPED_CURRENT, &typed_current, true)
-        .override_global(numatrace_common::GLOBAL_TP_CTX_READS, &o.ctx_reads(), true)
+        .override_global(numatrace_common::GLOBAL_TP_CTX_READS, &ctx_reads, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(numatrace_common::MAP_VMA_STATS, opts.max_vmas)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)

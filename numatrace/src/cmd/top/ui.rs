@@ -172,10 +172,8 @@ fn draw_table(
     // once it is past the first screen. At 100 000 tasks every row's cells would cost more than
     // the rest of the frame.
     let fit = usize::from(area.height.saturating_sub(2)).max(1);
-    let first = app
-        .selected
-        .min(rows.len().saturating_sub(1))
-        .saturating_sub(fit - 1);
+    let selected = app.selected.min(rows.len().saturating_sub(1));
+    let first = selected.saturating_sub(fit - 1);
     let body = rows.iter().skip(first).take(fit).map(|r| {
         if task_table {
             TRow::new(shown.iter().take(n).map(|c| Cell::from(c.cell(r))))
@@ -199,7 +197,7 @@ fn draw_table(
         .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED));
     let mut state = TableState::default();
     if !rows.is_empty() {
-        state.select(Some(app.selected.min(rows.len() - 1) - first));
+        state.select(Some(selected - first));
     }
     f.render_stateful_widget(table, area, &mut state);
     if rows.is_empty() {
