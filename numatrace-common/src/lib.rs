@@ -88,8 +88,8 @@ mod tests {
         assert_eq!(size_of::<VmaScanEvent>(), 24 + 24);
         assert_eq!(size_of::<SpanEvent>(), 24 + 24);
         assert_eq!(size_of::<Config>(), 7 * 4);
-        assert_eq!(size_of::<GapOffsets>(), 8 * 4);
-        assert_eq!(size_of::<VmaGap>(), 8 * 8);
+        assert_eq!(size_of::<GapOffsets>(), 10 * 4);
+        assert_eq!(size_of::<VmaGap>(), 6 * 8 + 8 * SKIP_REASON_SLOTS);
     }
 
     #[test]

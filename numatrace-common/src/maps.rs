@@ -109,12 +109,15 @@ impl Inflight {
     }
 }
 
-/// One VMA's pid_inactive skips. `gap` = `mm->numa_scan_seq - prev_scan_seq` at the skip;
-/// the seed 002 patch scans a VMA once the gap exceeds the thread count instead of skipping it.
+/// One VMA's skips, as the tp_btf `sched_skip_vma_numa` program counts them: by reason (where
+/// it is the hook's only program, [`GapOffsets::whole_hook`]), and the pid_inactive ones with
+/// their gap = `mm->numa_scan_seq - prev_scan_seq` at the skip; the seed 002 patch scans a VMA
+/// once the gap exceeds the thread count instead of skipping it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VmaGap {
     pub vm_end: u64,
+    /// pid_inactive skips.
     pub skips: u64,
     /// Skips with gap > nr_threads: impossible on a patched kernel.
     pub over_threads: u64,
@@ -123,8 +126,9 @@ pub struct VmaGap {
     pub max_gap: u64,
     /// nr_threads at the skip with the largest gap.
     pub max_gap_threads: u64,
-    pub first_over_ns: u64,
-    pub last_ns: u64,
+    /// Skips by reason (index = reason, last slot: unknown reasons); zero where the classic
+    /// program counts the hook (its records carry them instead).
+    pub reasons: [u64; SKIP_REASON_SLOTS],
 }
 
 /// Memory tiering as userspace last read it: the one value of [`MAP_TIERING`], rewritten when

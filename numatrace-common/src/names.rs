@@ -146,10 +146,12 @@ pub const PROG_FLOOR_KRETPROBE: &str = "kretprobe_floor";
 pub const PROG_FLOOR_FEXIT: &str = "fexit_floor";
 pub const PROG_FLOOR_BTF_TRACEPOINT: &str = "btf_floor";
 
-/// tp_btf program on `sched_skip_vma_numa`: the scan-sequence gap of pid_inactive skips.
-pub const PROG_BTF_SKIP_VMA_GAP: &str = "btf_skip_vma_gap";
+/// tp_btf program on `sched_skip_vma_numa`: the scan-sequence gap of pid_inactive skips, and,
+/// where it is the hook's only program, everything the classic program does.
+pub const PROG_BTF_SKIP_VMA: &str = "btf_skip_vma";
 pub const GLOBAL_GAP_OFFSETS: &str = "GAP_OFFSETS";
-/// Per-VMA pid_inactive skips and their scan-sequence gaps, key [`VmaKey`], value [`VmaGap`].
+/// Per-VMA skips by reason, pid_inactive skips and their scan-sequence gaps, key [`VmaKey`],
+/// value [`VmaGap`].
 pub const MAP_VMA_GAPS: &str = "VMA_GAPS";
 
 /// The one-value array holding [`TierConfig`].
@@ -196,7 +198,7 @@ pub const PROGRAMS: &[&str] = &[
     PROG_KPROBE_MPOL_MISPLACED,
     PROG_SAMPLE,
     PROG_FENTRY_PROBE,
-    PROG_BTF_SKIP_VMA_GAP,
+    PROG_BTF_SKIP_VMA,
     PROG_FLOOR_TRACEPOINT,
     PROG_FLOOR_KPROBE,
     PROG_FLOOR_KRETPROBE,

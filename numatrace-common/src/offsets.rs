@@ -156,6 +156,8 @@ pub struct GapOffsets {
     pub prev_scan_seq: u32,
     /// mm_struct.numa_scan_seq (int)
     pub mm_numa_scan_seq: u32,
+    /// mm_struct.numa_scan_offset (unsigned long): the record's `numa_scan_offset`
+    pub mm_numa_scan_offset: u32,
     /// task_struct.signal (a pointer)
     pub task_signal: u32,
     /// signal_struct.nr_threads (int)
@@ -164,6 +166,10 @@ pub struct GapOffsets {
     pub vm_end: u32,
     /// NUMAB_SKIP_PID_INACTIVE's value in this kernel's `enum numa_vmaskip_reason`.
     pub pid_inactive: u32,
+    /// Non-zero: the tp_btf program is the hook's only one (the classic tracepoint program
+    /// is not attached), so it does that program's work too: the system-wide and per-task
+    /// counts, each skip per VMA by reason, and the records.
+    pub whole_hook: u32,
 }
 
 /// A field offset that the running kernel's tracepoint does not have.
@@ -393,15 +399,21 @@ all_absent!(
     ForkOffsets {
         parent_pid,
         child_pid
-    },
-    GapOffsets {
-        vma_numab_state,
-        prev_scan_seq,
-        mm_numa_scan_seq,
-        task_signal,
-        nr_threads,
-        vm_start,
-        vm_end,
-        pid_inactive
     }
 );
+
+impl GapOffsets {
+    /// Every field absent, and the classic program counting the hook.
+    pub const ABSENT: Self = Self {
+        vma_numab_state: FIELD_ABSENT,
+        prev_scan_seq: FIELD_ABSENT,
+        mm_numa_scan_seq: FIELD_ABSENT,
+        mm_numa_scan_offset: FIELD_ABSENT,
+        task_signal: FIELD_ABSENT,
+        nr_threads: FIELD_ABSENT,
+        vm_start: FIELD_ABSENT,
+        vm_end: FIELD_ABSENT,
+        pid_inactive: FIELD_ABSENT,
+        whole_hook: 0,
+    };
+}

@@ -295,14 +295,16 @@ macro_rules! counter_table {
             /// An entry/exit pair could not be matched: a kretprobe return the kernel did not
             /// report (the next call found its slot still in use).
             loss inflight_lost [Always; 16 InflightLost];
-            /// A VMA's PTE updates could not be recorded (per-VMA map full).
+            /// A VMA's PTE updates, or a skip of it by reason, could not be recorded (a
+            /// per-VMA map full).
             loss vma_map_full [Always; 25 VmaMapFull];
             /// pid_inactive skips the gap program saw.
             tally skip_gap [SkipGap; 26 SeenSkipGap];
             /// pid_inactive skips the gap program could not read or record.
             loss skip_gap_lost [SkipGap; 27 SkipGapLost];
-            /// sched_skip_vma_numa events (any reason) the tp_btf program saw: a second,
-            /// independent count of `skip_vma`.
+            /// sched_skip_vma_numa events (any reason) the tp_btf program saw beside the
+            /// classic one: a second, independent count of `skip_vma` (0 where the tp_btf
+            /// program is the hook's only one and counts `skip_vma` itself).
             tally skip_vma_tp_btf [SkipGap; 28 SeenSkipVmaBtf];
             /// A CPU or page on a NUMA node beyond `MAX_NODES`: left out of the per-node
             /// arrays.

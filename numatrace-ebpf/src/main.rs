@@ -9,8 +9,8 @@
 mod args;
 mod floor;
 mod functions;
-mod gaps;
 mod sampling;
+mod skip_vma;
 mod tasks;
 mod tiering;
 

@@ -11,13 +11,13 @@ use numatrace_common::{
     CTX_MIGRATE, CTX_MOVE, CTX_SKIP_VMA, CTX_STICK, CTX_SWAP, Counter, EMIT_MIGRATE_PAGES,
     EMIT_PLACEMENT, EMIT_SKIP_VMA, EventKind, ForkOffsets, MR_DEMOTION, MR_NUMA_MISPLACED,
     MigrateOffsets, MigratePagesEvent, MoveOffsets, PF_KSWAPD, PairOffsets, PlacementEvent,
-    SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets, TP_RECORD_BYTES,
+    READ_VMAS, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets, TP_RECORD_BYTES,
     TaskExitEvent,
 };
 
 use crate::tasks::{
     Hit, TASK_STATS, add, count, count_as, count_n, current, emit, follow_child, header, is_self,
-    send, task_entry, task_stats, touch_noting, wanted,
+    reads, send, task_entry, task_stats, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -136,6 +136,38 @@ struct SkipVma {
     reason: u32,
 }
 
+/// The reason's slot in the by-reason arrays (the last: reasons this numatrace does not know).
+#[inline(always)]
+pub(crate) fn skip_slot(reason: u32) -> usize {
+    if (reason as usize) < SKIP_REASON_OTHER {
+        reason as usize
+    } else {
+        SKIP_REASON_OTHER
+    }
+}
+
+/// A skip of the running (scanning) task: system-wide and in its entry, by reason.
+#[inline(always)]
+pub(crate) fn count_skip(pid: u32, tgid: u32, reason: u32) {
+    count_as(Counter::SeenSkipVma, tgid);
+    if let Some(t) = task_entry(pid, tgid, true) {
+        let slot = skip_slot(reason);
+        // Bounds are explicit for the verifier.
+        if slot < SKIP_REASON_SLOTS {
+            add(unsafe { &raw mut (*t).skip_vma[slot] }, 1);
+        }
+        touch_noting(t);
+    }
+}
+
+/// Whether the skip records go out: for `record`, or, from this program, for the per-VMA
+/// reasons the frontend reads (the tp_btf program keeps those in its map instead).
+#[inline(always)]
+fn send_skips() -> bool {
+    emit(EMIT_SKIP_VMA) || reads(READ_VMAS)
+}
+
+/// The classic program: where the tp_btf one cannot be the hook's only program (no BTF).
 #[tracepoint]
 pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
     // Fires inside task_numa_work, so the scanning task is `current`.
@@ -143,7 +175,6 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
     if !wanted(cur.tgid) {
         return 0;
     }
-    count_as(Counter::SeenSkipVma, cur.tgid);
     let v = read_record!(
         &ctx,
         CTX_SKIP_VMA,
@@ -158,20 +189,9 @@ pub fn tp_sched_skip_vma_numa(ctx: TracePointContext) -> u32 {
             }
         }
     );
-    if let Some(t) = task_entry(cur.pid, cur.tgid, true) {
-        let slot = if (v.reason as usize) < SKIP_REASON_OTHER {
-            v.reason as usize
-        } else {
-            SKIP_REASON_OTHER
-        };
-        // Bounds are explicit for the verifier.
-        if slot < SKIP_REASON_SLOTS {
-            add(unsafe { &raw mut (*t).skip_vma[slot] }, 1);
-        }
-        touch_noting(t);
-    }
+    count_skip(cur.pid, cur.tgid, v.reason);
     // numatrace's own skips are counted in its entry; their records would only be noise.
-    if emit(EMIT_SKIP_VMA) && !is_self(cur.tgid) {
+    if send_skips() && !is_self(cur.tgid) {
         send(SkipVmaEvent {
             hdr: header(EventKind::SkipVma as u32, cur.pid, cur.tgid),
             numa_scan_offset: v.numa_scan_offset,

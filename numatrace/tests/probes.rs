@@ -51,7 +51,20 @@ fn probes_json_covers_every_hook_with_a_verdict() {
                     attached, exists,
                     "{name}: attached={attached}, in tracefs={exists}"
                 );
-                if attached {
+                if attached && h["mechanism"] == "tp_btf" {
+                    // Carried by its tp_btf twin, which must then be attached.
+                    let twin = hooks
+                        .iter()
+                        .find(|t| t["name"] == format!("tp_btf:{event}"))
+                        .unwrap_or_else(|| panic!("{name} carried by no tp_btf hook"));
+                    assert_eq!(twin["attached"], true, "{name} carried by {twin}");
+                    assert!(
+                        reasons
+                            .iter()
+                            .any(|r| r.as_str().unwrap().contains("counted by")),
+                        "{h}"
+                    );
+                } else if attached {
                     assert_eq!(h["mechanism"], "tracepoint", "{name}");
                 } else {
                     assert!(!reasons.is_empty(), "{name} unattached without a reason");

@@ -569,7 +569,7 @@ fn peer_verdicts(rs: &[Record]) -> PeerVerdicts {
         let ratio = ns.zip(peer).map(|(a, b)| a / b);
         let bound = match (pass, prog) {
             ("untracked", "tp_sched_process_exit") => Some(3.0),
-            ("system-wide", "tp_sched_skip_vma_numa") => Some(2.0),
+            ("system-wide", "tp_sched_skip_vma_numa" | "btf_skip_vma") => Some(2.0),
             _ => None,
         };
         let target = match (bound, ratio) {
@@ -630,10 +630,12 @@ fn peer_verdicts(rs: &[Record]) -> PeerVerdicts {
     v
 }
 
-/// The empty programs' ns/event on `hook` (Σ over its programs, as numatrace's are summed).
+/// The empty programs' ns/event on `hook` (Σ over its programs, as numatrace's are summed:
+/// those of its tp_btf twin on the same tracepoint too).
 fn floor_of(rs: &[Record], command: &str, hook: &str) -> Option<f64> {
+    let twin = hook.split_once(':').map(|(_, n)| format!("tp_btf:{n}"));
     let f: Vec<f64> = programs(rs)
-        .filter(|p| p.command == command && p.hook == hook)
+        .filter(|p| p.command == command && (p.hook == hook || twin.as_ref() == Some(&p.hook)))
         .filter_map(|p| p.floor_ns_per_run)
         .collect();
     (!f.is_empty()).then(|| f.iter().sum())

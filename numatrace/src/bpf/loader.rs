@@ -414,6 +414,29 @@ impl Session {
             }
             hooks.push(report(h, outcome));
         }
+        // A hook carried by another's program that did not attach falls back to its own.
+        let orphans: Vec<usize> = (0..plan.hooks.len())
+            .filter(|&i| {
+                plan.hooks[i]
+                    .carried_by
+                    .is_some_and(|c| !hooks.iter().any(|r| r.name == c && r.attached))
+            })
+            .collect();
+        for i in orphans {
+            let Some(mut own) = plan.hooks[i].uncarried() else {
+                continue;
+            };
+            let carrier = plan.hooks[i].carried_by.unwrap_or_default();
+            tracing::warn!(hook = %own.spec.name, "{carrier} did not attach; using its own program");
+            own.reasons.push(Reason::FellBack {
+                refused: Mechanism::TpBtf,
+                used: own.mechanism,
+                error: format!("{carrier} did not attach"),
+            });
+            let outcome = attach(&mut ebpf, &own, btf.as_ref(), opts);
+            hooks[i] = report(&own, outcome);
+            plan.hooks[i] = own;
+        }
         for h in &hooks {
             if h.attached {
                 tracing::debug!(hook = %h.name, mechanism = %h.mechanism, "attached");

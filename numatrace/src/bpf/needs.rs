@@ -3,7 +3,7 @@
 //! (a record that is not sent costs no header, no reservation; an aggregate that is not kept
 //! costs no map update).
 
-use numatrace_common::{EMIT_ALL, EMIT_SKIP_VMA, EMIT_VMA_SCAN, READ_ALL, READ_VMAS};
+use numatrace_common::{EMIT_ALL, EMIT_VMA_SCAN, READ_ALL, READ_VMAS};
 
 /// One command's consumption.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,19 +31,28 @@ pub const RECORD: Needs = Needs {
     reads: READ_ALL,
 };
 
-/// `stat` and `check`: a report — per-VMA skips and scan times as records (placements and
-/// migrations are counted per task without records), the VMA tables, seed 001's region counts.
+/// `stat` and `check`: a report — scan times as records (placements and migrations are
+/// counted per task without records), the VMA tables (with their skips by reason: counted in
+/// the tp_btf program's map, or sent as records by the classic program where it is the hook's),
+/// seed 001's region counts.
 pub const STAT: Needs = Needs {
-    emit_events: EMIT_SKIP_VMA | EMIT_VMA_SCAN,
+    emit_events: EMIT_VMA_SCAN,
     emit_spans: false,
     reads: READ_ALL,
 };
 
-/// `top`: the detail pane's per-VMA skips, scans and VMA table; no report, so no region counts.
+/// `top`: the detail pane's VMA table with its skips and scans; no report, so no region counts,
+/// and no scan times (the pane shows none).
 pub const TOP: Needs = Needs {
-    emit_events: EMIT_SKIP_VMA | EMIT_VMA_SCAN,
+    emit_events: 0,
     emit_spans: false,
     reads: READ_VMAS,
+};
+
+/// `top -b --json`: its frames carry `stat --json`'s VMA rows, scan times included.
+pub const TOP_JSON: Needs = Needs {
+    emit_events: EMIT_VMA_SCAN,
+    ..TOP
 };
 
 /// `serve`: the kernel maps' per-task and system-wide aggregates only; the ring buffer carries
@@ -58,10 +67,11 @@ pub const SERVE: Needs = Needs {
 pub const PROBES: Needs = SERVE;
 
 /// Every command's declaration, by name (the benchmark loads each).
-pub const ALL: [(&str, Needs); 4] = [
+pub const ALL: [(&str, Needs); 5] = [
     ("record", RECORD),
     ("stat", STAT),
     ("top", TOP),
+    ("top -b --json", TOP_JSON),
     ("serve", SERVE),
 ];
 
@@ -81,5 +91,16 @@ mod tests {
             assert_eq!(n.emit_spans, name == "record", "{name}");
         }
         assert_eq!(SERVE.emit_events | SERVE.reads, 0);
+    }
+
+    #[test]
+    fn scan_times_go_only_to_what_prints_vma_rows_as_json() {
+        for (name, n) in ALL {
+            assert_eq!(
+                n.emit_events & EMIT_VMA_SCAN != 0,
+                matches!(name, "record" | "stat" | "top -b --json"),
+                "{name}"
+            );
+        }
     }
 }

@@ -18,8 +18,8 @@ pub struct Accum {
     pub events: EventTally,
     /// Ring buffer records that could not be decoded.
     pub undecodable: u64,
-    /// (tgid, vm_start) -> skip events by reason slot.
-    pub vma_skips: BTreeMap<(u32, u64), [u64; SKIP_REASON_SLOTS]>,
+    /// (tgid, vm_start) -> vm_end at the latest skip, skip events by reason slot.
+    pub vma_skips: BTreeMap<(u32, u64), (u64, [u64; SKIP_REASON_SLOTS])>,
     /// (tgid, vm_start) -> CLOCK_MONOTONIC times of change_prot_numa calls.
     pub scan_times: BTreeMap<(u32, u64), Vec<u64>>,
     /// Exited tasks a frontend had the engine forget (`Engine::forget_exited`): seen, not lost.
@@ -33,9 +33,12 @@ impl Accum {
             Event::SkipVma(e) => {
                 t.skip_vma += 1;
                 let slot = (e.reason as usize).min(SKIP_REASON_OTHER);
-                self.vma_skips
+                let v = self
+                    .vma_skips
                     .entry((e.hdr.tgid, e.vm_start))
-                    .or_insert([0; SKIP_REASON_SLOTS])[slot] += 1;
+                    .or_insert((e.vm_end, [0; SKIP_REASON_SLOTS]));
+                v.0 = e.vm_end;
+                v.1[slot] += 1;
             }
             Event::Placement(EventKind::NumaMove, _) => t.numa_move += 1,
             Event::Placement(EventKind::NumaSwap, _) => t.numa_swap += 1,
@@ -93,7 +96,14 @@ mod tests {
             reason: 42,
             _pad: 0,
         }));
-        assert_eq!(a.vma_skips[&(7, 0x1000)][SKIP_REASON_OTHER], 1);
+        assert_eq!(
+            a.vma_skips[&(7, 0x1000)],
+            (0x2000, {
+                let mut slots = [0; SKIP_REASON_SLOTS];
+                slots[SKIP_REASON_OTHER] = 1;
+                slots
+            })
+        );
         assert_eq!(a.events.task_exit, 2);
         assert_eq!(a.events.skip_vma, 1);
     }

@@ -361,6 +361,7 @@ impl Engine {
             (tasks, events, undecodable, vmas, evicted, marked_gone)
         };
         self.marked_gone = marked_gone;
+        let vmas = vmas.map(name_mappings);
         // After the maps: a window's misses then cover its vmstat_lo interval.
         let program_misses = self.program_misses();
         let after = self.maps.counters().context("reading counters")?;
@@ -439,7 +440,8 @@ impl Engine {
         Ok(in_flight)
     }
 
-    /// Per-VMA rows of the kernel maps: PTE updates and pid_inactive gaps by (tgid, start).
+    /// Per-VMA rows of the kernel maps: PTE updates, skips by reason and pid_inactive gaps by
+    /// (tgid, start).
     fn vma_rows(&self) -> Result<BTreeMap<(u32, u64), VmaRecord>> {
         let mut rows: BTreeMap<(u32, u64), VmaRecord> = BTreeMap::new();
         for (tgid, start, v) in self.maps.vmas().context("reading per-VMA counts")? {
@@ -452,6 +454,12 @@ impl Engine {
             let r = rows
                 .entry((tgid, start))
                 .or_insert_with(|| VmaRecord::new(start, g.vm_end));
+            // Zero where the classic program counts the hook (merge_vmas takes its records).
+            r.skips = SkipCounts::from_slots(&g.reasons);
+            if g.skips == 0 {
+                // Skipped for other reasons only.
+                continue;
+            }
             r.pid_inactive = Some(GapRecord {
                 skips: g.skips,
                 over_threads: g.over_threads,
@@ -459,14 +467,6 @@ impl Engine {
                 max_gap: g.max_gap,
                 max_gap_threads: g.max_gap_threads,
             });
-        }
-        let mut names = BTreeMap::new();
-        for ((tgid, start), r) in &mut rows {
-            r.mapping = names
-                .entry(*tgid)
-                .or_insert_with(|| procfs::process_mapping_names(*tgid))
-                .get(start)
-                .cloned();
         }
         Ok(rows)
     }
@@ -613,20 +613,45 @@ impl Engine {
     }
 }
 
-/// Joins the kernel's per-VMA rows with what the ring buffer said of each VMA.
-fn merge_vmas(rows: BTreeMap<(u32, u64), VmaRecord>, acc: &Accum) -> BTreeMap<u32, Vec<VmaRecord>> {
+/// Joins the kernel's per-VMA rows with what the ring buffer said of each VMA (its scan
+/// times; its skips where the classic program sent them).
+fn merge_vmas(
+    mut rows: BTreeMap<(u32, u64), VmaRecord>,
+    acc: &Accum,
+) -> BTreeMap<u32, Vec<VmaRecord>> {
+    // A VMA the classic program sent skips of has a row even if no map has one (never
+    // scanned, never skipped as pid_inactive), as it would in the tp_btf program's map.
+    for (&(tgid, start), &(end, _)) in &acc.vma_skips {
+        rows.entry((tgid, start))
+            .or_insert_with(|| VmaRecord::new(start, end));
+    }
     let mut out: BTreeMap<u32, Vec<VmaRecord>> = BTreeMap::new();
     for ((tgid, start), mut r) in rows {
         if let Some(times) = acc.scan_times.get(&(tgid, start)) {
             r.scan_times_ns = times.clone();
             r.scan_times_ns.sort_unstable();
         }
-        if let Some(slots) = acc.vma_skips.get(&(tgid, start)) {
+        // The classic program's records, where the tp_btf one did not count the reasons.
+        if r.skips.is_empty()
+            && let Some((_, slots)) = acc.vma_skips.get(&(tgid, start))
+        {
             r.skips = SkipCounts::from_slots(slots);
         }
         out.entry(tgid).or_default().push(r);
     }
     out
+}
+
+/// Names each VMA's mapping from its process's /proc/PID/maps (one read per process; none
+/// once it has exited). Outside the engine's lock: procfs can be slow.
+fn name_mappings(mut vmas: BTreeMap<u32, Vec<VmaRecord>>) -> BTreeMap<u32, Vec<VmaRecord>> {
+    for (tgid, rows) in &mut vmas {
+        let names = procfs::process_mapping_names(*tgid);
+        for r in rows {
+            r.mapping = names.get(&r.start_addr).cloned();
+        }
+    }
+    vmas
 }
 
 /// How often the ring buffer is read: records are submitted without a wake-up until a

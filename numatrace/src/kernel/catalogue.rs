@@ -190,7 +190,7 @@ pub const HOOKS: &[HookSpec] = &[
             tracepoint: "sched:sched_skip_vma_numa",
             fields: GAP_FIELDS,
         },
-        programs: Programs::TpBtf(PROG_BTF_SKIP_VMA_GAP),
+        programs: Programs::TpBtf(PROG_BTF_SKIP_VMA),
         what: "scan-sequence gap of pid_inactive skips (seed 002)",
     },
     func(

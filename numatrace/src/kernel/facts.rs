@@ -185,6 +185,7 @@ pub const BTF_FIELDS: &[(&str, &str)] = &[
     ("task_struct", "flags"),
     ("task_struct", "start_time"),
     ("pglist_data", "nbp_threshold"),
+    ("mm_struct", "numa_scan_offset"),
 ];
 
 /// PFN ranges of each NUMA node, `[start, end, node]`, from the memory blocks sysfs lists

@@ -248,6 +248,8 @@ pub(super) fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
         vma_numab_state: field(facts, "vm_area_struct.numab_state"),
         prev_scan_seq: field(facts, "vma_numab_state.prev_scan_seq"),
         mm_numa_scan_seq: field(facts, "mm_struct.numa_scan_seq"),
+        // Only for the record's copy of it: absent, that reads 0.
+        mm_numa_scan_offset: field(facts, "mm_struct.numa_scan_offset"),
         task_signal: field(facts, "task_struct.signal"),
         nr_threads: field(facts, "signal_struct.nr_threads"),
         vm_start: field(facts, "vm_area_struct.vm_start"),
@@ -258,6 +260,8 @@ pub(super) fn function_globals(facts: &KernelFacts, o: &mut Offsets) {
                 .position(|r| *r == "pid_inactive")
                 .unwrap_or(4) as u32,
         ),
+        // Decided once the hooks are (`plan`).
+        whole_hook: 0,
     };
     let range = |n: &str| facts.scan_ranges.get(n).copied().unwrap_or([0, 0]);
     o.scan_ranges = ScanRanges {

@@ -25,6 +25,7 @@ impl HookPlan {
             symbol,
             reasons: Vec::new(),
             fentry_variant: 0,
+            carried_by: None,
         }
     }
 }
@@ -191,6 +192,7 @@ fn plan_function(facts: &KernelFacts, spec: HookSpec, fentry: FentryUse) -> Hook
         symbol: Some(sym.to_owned()),
         reasons,
         fentry_variant: variant.unwrap_or(0),
+        carried_by: None,
     }
 }
 

@@ -62,6 +62,9 @@ pub struct HookPlan {
     pub reasons: Vec<Reason>,
     /// For fentry: which of the hook's fentry variants matches this kernel's signature.
     pub fentry_variant: usize,
+    /// The hook whose program does this one's work too (attached, it attaches nothing of its
+    /// own; see [`carry_skip_vma`]).
+    pub carried_by: Option<&'static str>,
 }
 
 impl PartialEq for HookSpec {
@@ -72,8 +75,12 @@ impl PartialEq for HookSpec {
 impl Eq for HookSpec {}
 
 impl HookPlan {
-    /// The programs to attach: those of the chosen mechanism (empty: nothing to attach).
+    /// The programs to attach: those of the chosen mechanism (empty: nothing to attach, or
+    /// carried by another hook's).
     pub fn programs(&self) -> Vec<&'static str> {
+        if self.carried_by.is_some() {
+            return vec![];
+        }
         match (self.spec.programs, self.mechanism) {
             (Programs::Function { fentry, .. }, Mechanism::Fentry) => fentry
                 .get(self.fentry_variant)
@@ -86,9 +93,10 @@ impl HookPlan {
         }
     }
 
-    /// The loader attaches it: the kernel allows it and this version has programs for it.
+    /// The loader attaches it: the kernel allows it and this version has programs for it
+    /// (or another hook's program does its work).
     pub fn will_attach(&self) -> bool {
-        !self.programs().is_empty()
+        self.carried_by.is_some() || !self.programs().is_empty()
     }
 }
 
@@ -128,5 +136,48 @@ pub fn plan(facts: &KernelFacts) -> Plan {
         };
         hooks.push(h);
     }
+    offsets.gap.whole_hook = carry_skip_vma(&mut hooks).into();
     Plan { hooks, offsets }
+}
+
+/// The classic `sched_skip_vma_numa` hook and its tp_btf twin.
+pub const SKIP_VMA_HOOK: &str = "sched:sched_skip_vma_numa";
+pub const SKIP_VMA_BTF_HOOK: &str = "tp_btf:sched_skip_vma_numa";
+
+/// Where both `sched_skip_vma_numa` programs would attach, the tp_btf one does the classic
+/// one's work too and the classic one is not attached: one program run per skip instead of
+/// two, and its per-VMA counts in a map instead of a record each. Returns whether it does.
+fn carry_skip_vma(hooks: &mut [HookPlan]) -> bool {
+    let btf = hooks
+        .iter()
+        .any(|h| h.spec.name == SKIP_VMA_BTF_HOOK && h.will_attach());
+    let Some(classic) = hooks
+        .iter_mut()
+        .find(|h| h.spec.name == SKIP_VMA_HOOK && h.will_attach())
+    else {
+        return false;
+    };
+    if !btf {
+        return false;
+    }
+    classic.mechanism = Mechanism::TpBtf;
+    classic.carried_by = Some(SKIP_VMA_BTF_HOOK);
+    classic.reasons.push(Reason::CarriedBy(SKIP_VMA_BTF_HOOK));
+    true
+}
+
+impl HookPlan {
+    /// This hook as it is without its carrier: its own programs (the loader's fallback when
+    /// the carrier's program fails).
+    pub fn uncarried(&self) -> Option<Self> {
+        self.carried_by?;
+        let mut h = self.clone();
+        h.carried_by = None;
+        h.mechanism = match h.spec.programs {
+            Programs::Tracepoint(_) => Mechanism::Tracepoint,
+            _ => return None,
+        };
+        h.reasons.retain(|r| !matches!(r, Reason::CarriedBy(_)));
+        Some(h)
+    }
 }

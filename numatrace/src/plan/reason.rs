@@ -77,6 +77,8 @@ pub enum Reason {
         field: &'static str,
         loses: &'static str,
     },
+    /// Another hook's program does this one's work (that hook's name).
+    CarriedBy(&'static str),
     /// The loader's program of `refused` failed; it attached `used` instead.
     FellBack {
         refused: Mechanism,
@@ -211,6 +213,11 @@ impl fmt::Display for Reason {
                 f.write_str("fentry on a preemptible kernel: runs it skips are in program_misses")
             }
             Self::ReadsLost { field, loses } => write!(f, "BTF lacks {field}: no {loses}"),
+            Self::CarriedBy(hook) => write!(
+                f,
+                "counted by {hook}'s program, the one program on the tracepoint (the classic \
+                 program is the fallback)"
+            ),
             Self::FellBack {
                 refused,
                 used,

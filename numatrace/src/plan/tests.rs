@@ -52,6 +52,14 @@ fn host_6_18_attaches_every_tracepoint_and_no_function() {
     let p = plan(&host_6_18());
     for h in &p.hooks {
         match h.spec.kind {
+            HookKind::Tracepoint { .. } if h.spec.name == SKIP_VMA_HOOK => {
+                // Its tp_btf twin does its work: one program on the tracepoint.
+                assert_eq!(h.mechanism, Mechanism::TpBtf);
+                assert_eq!(h.carried_by, Some(SKIP_VMA_BTF_HOOK));
+                assert!(h.programs().is_empty());
+                assert!(h.will_attach());
+                assert!(texts(h)[0].contains("counted by tp_btf:sched_skip_vma_numa"));
+            }
             HookKind::Tracepoint { .. } => {
                 assert_eq!(h.mechanism, Mechanism::Tracepoint, "{}", h.spec.name);
                 assert!(h.will_attach());
@@ -62,7 +70,7 @@ fn host_6_18_attaches_every_tracepoint_and_no_function() {
             }
             HookKind::BtfTracepoint { .. } => {
                 assert_eq!(h.mechanism, Mechanism::TpBtf, "{}", h.spec.name);
-                assert_eq!(h.programs(), [PROG_BTF_SKIP_VMA_GAP]);
+                assert_eq!(h.programs(), [PROG_BTF_SKIP_VMA]);
             }
             HookKind::Sampling => {
                 // The fallback for the unhookable task_numa_work.
@@ -100,6 +108,28 @@ fn host_6_18_attaches_every_tracepoint_and_no_function() {
     // 8 tracepoints (6.16+ has sched_skip_cpuset_numa), the tp_btf gap program and the
     // sampling fallback.
     assert_eq!(p.attachable().count(), 10);
+    assert_eq!(p.offsets.gap.whole_hook, 1);
+}
+
+#[test]
+fn the_classic_skip_program_is_the_fallback_of_the_tp_btf_one() {
+    let p = plan(&host_6_18());
+    let carried = hook(&p, SKIP_VMA_HOOK);
+    let own = carried.uncarried().expect("carried, so it has its own");
+    assert_eq!(own.mechanism, Mechanism::Tracepoint);
+    assert_eq!(own.programs(), [PROG_SKIP_VMA]);
+    assert!(own.reasons.is_empty(), "{own:?}");
+    // Without the tp_btf program (here: BTF lacks a field it reads) the classic one counts.
+    let mut f = host_6_18();
+    f.btf_fields
+        .insert("vma_numab_state.prev_scan_seq".into(), None);
+    let p = plan(&f);
+    let classic = hook(&p, SKIP_VMA_HOOK);
+    assert_eq!(classic.mechanism, Mechanism::Tracepoint);
+    assert_eq!(classic.carried_by, None);
+    assert_eq!(classic.programs(), [PROG_SKIP_VMA]);
+    assert_eq!(p.offsets.gap.whole_hook, 0);
+    assert!(classic.uncarried().is_none());
 }
 
 #[test]
@@ -149,6 +179,7 @@ fn debian_6_1_lacks_skip_vma_and_prefers_fentry() {
     let gap = hook(&p, "tp_btf:sched_skip_vma_numa");
     assert_eq!(gap.mechanism, Mechanism::None);
     assert!(texts(gap)[0].contains("absent"), "{gap:?}");
+    assert_eq!(p.offsets.gap.whole_hook, 0);
 }
 
 #[test]

@@ -225,10 +225,13 @@ pub fn expected_tracepoint_programs() -> usize {
     .count()
 }
 
-/// Names (as the kernel keeps them: 15 characters) of loaded programs that are numatrace's.
+/// Names (as the kernel keeps them: 15 characters) of loaded programs that are numatrace's
+/// tracepoint programs: one per tracepoint (sched_skip_vma_numa's is the tp_btf program where
+/// the kernel has BTF, the classic one otherwise).
 pub fn numatrace_programs_loaded() -> Vec<String> {
-    const OURS: [&str; 8] = [
+    const OURS: [&str; 9] = [
         numatrace_common::PROG_SKIP_VMA,
+        numatrace_common::PROG_BTF_SKIP_VMA,
         numatrace_common::PROG_SKIP_CPUSET,
         numatrace_common::PROG_MOVE,
         numatrace_common::PROG_SWAP,

@@ -13,7 +13,8 @@ use anyhow::{Context as _, Result, bail};
 
 /// A one-liner and the numatrace program it is the yardstick for.
 pub struct Probe {
-    pub program: &'static str,
+    /// numatrace's program on the tracepoint: the first of these that is loaded.
+    pub programs: &'static [&'static str],
     pub peer: &'static str,
     pub script: &'static str,
 }
@@ -22,12 +23,13 @@ pub struct Probe {
 /// skip-VMA one.
 pub const PROBES: &[Probe] = &[
     Probe {
-        program: "tp_sched_process_exit",
+        programs: &["tp_sched_process_exit"],
         peer: "bpftrace @ = count()",
         script: "tracepoint:sched:sched_process_exit { @ = count(); }",
     },
     Probe {
-        program: "tp_sched_skip_vma_numa",
+        // The tp_btf program where it is the hook's only one.
+        programs: &["btf_skip_vma", "tp_sched_skip_vma_numa"],
         peer: "bpftrace @[tid] = count()",
         script: "tracepoint:sched:sched_skip_vma_numa { @[tid] = count(); }",
     },
@@ -125,9 +127,20 @@ impl Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        // SIGINT: bpftrace detaches and prints its maps.
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        // SIGINT: bpftrace detaches and prints its maps. Debian's bpftrace has been seen to
+        // sit in epoll_wait after the first one (both peers of a host run, 12 minutes, until
+        // a second SIGINT by hand): it is asked again, then killed.
+        for signal in [libc::SIGINT, libc::SIGINT, libc::SIGKILL] {
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe { libc::kill(self.child.id() as i32, signal) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = self.child.wait();
     }
 }

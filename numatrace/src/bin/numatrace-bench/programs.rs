@@ -18,21 +18,27 @@ fn bpftrace_name(target: &str) -> &str {
     &target[..target.len().min(15)]
 }
 
-/// The peers for the programs that attached here (none without bpftrace).
+/// The peers for the programs that attached here (none without bpftrace), each with the
+/// program of numatrace it is compared with.
 fn start_peers(
     bpftrace: Option<&std::path::Path>,
     attached: &[String],
-) -> Vec<(&'static peer::Probe, peer::Peer)> {
+) -> Vec<(&'static peer::Probe, &'static str, peer::Peer)> {
     let Some(bt) = bpftrace else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for p in peer::PROBES
-        .iter()
-        .filter(|p| attached.iter().any(|a| a == p.program))
-    {
+    for p in peer::PROBES {
+        let Some(program) = p
+            .programs
+            .iter()
+            .copied()
+            .find(|n| attached.iter().any(|a| a == n))
+        else {
+            continue;
+        };
         match peer::Peer::start(bt, p.script, None) {
-            Ok(peer) => out.push((p, peer)),
+            Ok(peer) => out.push((p, program, peer)),
             Err(e) => eprintln!("numatrace-bench: {}: {e:#}", p.peer),
         }
     }
@@ -57,7 +63,7 @@ fn stat_of(v: &[(String, u64, u64)], program: &str) -> (u64, u64) {
 /// Both sides' deltas over a run, one row per peer.
 fn peer_rows(
     pass: &'static str,
-    peers: &[(&'static peer::Probe, peer::Peer)],
+    peers: &[(&'static peer::Probe, &'static str, peer::Peer)],
     before: &[(u64, u64)],
     real0: &[(String, u64, u64)],
     real1: &[(String, u64, u64)],
@@ -66,18 +72,18 @@ fn peer_rows(
     peers
         .iter()
         .zip(before)
-        .map(|((p, peer), (pt0, pn0))| {
-            let ((t0, n0), (t1, n1)) = (stat_of(real0, p.program), stat_of(real1, p.program));
+        .map(|((p, program, peer), (pt0, pn0))| {
+            let ((t0, n0), (t1, n1)) = (stat_of(real0, program), stat_of(real1, program));
             let (pt1, pn1) = peer.stats();
             PeerCost {
                 pass: pass.to_owned(),
-                program: p.program.to_owned(),
+                program: (*program).to_owned(),
                 runs: n1 - n0,
                 ns_per_run: per_run(t1 - t0, n1 - n0),
                 peer: p.peer.to_owned(),
                 peer_runs: pn1 - pn0,
                 peer_ns_per_run: per_run(pt1 - pt0, pn1 - pn0),
-                tracked: (p.program == "tp_sched_process_exit").then_some(tracked_exits),
+                tracked: (*program == "tp_sched_process_exit").then_some(tracked_exits),
             }
         })
         .collect()
@@ -99,7 +105,7 @@ pub fn measure_untracked(
     let peers = start_peers(Some(bpftrace), &program_names(&engine));
     engine.enable_bpf_stats()?;
     let real0 = engine.program_stats();
-    let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, p)| p.stats()).collect();
+    let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, _, p)| p.stats()).collect();
     let before = engine.snapshot(Detail::Summary)?;
     mix.churn(tasks)?;
     let after = engine.snapshot(Detail::Summary)?;
@@ -276,7 +282,7 @@ pub fn measure(
         v
     };
     let real0 = engines[0].1.program_stats();
-    let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, p)| p.stats()).collect();
+    let peer0: Vec<(u64, u64)> = peers.iter().map(|(_, _, p)| p.stats()).collect();
     let before = engines[0].1.snapshot(Detail::Summary)?;
     let mut samples = vec![sample(&engines)];
     let t = std::time::Instant::now();

@@ -105,7 +105,11 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
         filter_tgids: args.pid.is_some(),
         sample_hz: args.kernel.sample_hz,
         no_fentry,
-        ..LoadOptions::reading(crate::bpf::needs::TOP)
+        ..LoadOptions::reading(if args.batch && args.json {
+            crate::bpf::needs::TOP_JSON
+        } else {
+            crate::bpf::needs::TOP
+        })
     };
     let mut engine = Engine::start(facts, &load)?;
     if let Some(pid) = args.pid {
