@@ -286,7 +286,8 @@ macro_rules! counter_table {
             own task_entries_created [Always; 2 TasksCreated];
             /// A forked child of a followed process could not be followed.
             loss tracked_map_full [Always; 3 TrackedMapFull];
-            /// A tracepoint's record could not be copied (its fields read as absent).
+            /// A tracepoint's record could not be copied (its fields read as absent), or the
+            /// tp_btf skip program could not read its VMA's bounds.
             loss read_failed [Always; 4 ReadFailed];
             /// sched_skip_vma_numa events (any reason): Σ `skipped_vmas`.
             tally skip_vma [SkipVma; 5 SeenSkipVma];
@@ -302,9 +303,10 @@ macro_rules! counter_table {
             tally skip_gap [SkipGap; 26 SeenSkipGap];
             /// pid_inactive skips the gap program could not read or record.
             loss skip_gap_lost [SkipGap; 27 SkipGapLost];
-            /// sched_skip_vma_numa events (any reason) the tp_btf program saw beside the
-            /// classic one: a second, independent count of `skip_vma` (0 where the tp_btf
-            /// program is the hook's only one and counts `skip_vma` itself).
+            /// sched_skip_vma_numa events (any reason) the tp_btf program saw without counting
+            /// the hook itself (it does wherever the classic program could attach too, and
+            /// then this stays 0): where the classic tracepoint's format lacks a field, the
+            /// only count of skips.
             tally skip_vma_tp_btf [SkipGap; 28 SeenSkipVmaBtf];
             /// A CPU or page on a NUMA node beyond `MAX_NODES`: left out of the per-node
             /// arrays.

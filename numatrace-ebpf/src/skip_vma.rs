@@ -71,9 +71,12 @@ pub fn btf_skip_vma(ctx: BtfTracePointContext) -> i32 {
         load_field::<u64>(vma, global!(GAP_OFFSETS, vm_start)),
         load_field::<u64>(vma, global!(GAP_OFFSETS, vm_end)),
     ) else {
-        if pid_inactive {
-            count(Counter::SkipGapLost);
-        }
+        // A typed load that faulted: the VMA's bounds read as nothing.
+        count(if pid_inactive {
+            Counter::SkipGapLost
+        } else {
+            Counter::ReadFailed
+        });
         return 0;
     };
     if record {
@@ -90,7 +93,7 @@ pub fn btf_skip_vma(ctx: BtfTracePointContext) -> i32 {
     if !(pid_inactive || by_reason) {
         return 0;
     }
-    let Some(g) = vma_entry(cur.tgid, start, end, pid_inactive) else {
+    let Some(g) = vma_entry(cur.tgid, start, end, pid_inactive, by_reason) else {
         return 0;
     };
     // One scanner per mm at a time (task_numa_work's cmpxchg on numa_next_scan): plain
@@ -109,9 +112,15 @@ pub fn btf_skip_vma(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// The VMA's entry, created if new; `None` (counted) when the map is full.
+/// The VMA's entry, created if new; `None` (counted: each loss it makes) when the map is full.
 #[inline(always)]
-fn vma_entry(tgid: u32, start: u64, end: u64, pid_inactive: bool) -> Option<*mut VmaGap> {
+fn vma_entry(
+    tgid: u32,
+    start: u64,
+    end: u64,
+    pid_inactive: bool,
+    by_reason: bool,
+) -> Option<*mut VmaGap> {
     let key = VmaKey {
         tgid,
         _pad: 0,
@@ -125,11 +134,12 @@ fn vma_entry(tgid: u32, start: u64, end: u64, pid_inactive: bool) -> Option<*mut
         ..VmaGap::default()
     };
     if VMA_GAPS.insert(&key, &fresh, 0).is_err() {
-        count(if pid_inactive {
-            Counter::SkipGapLost
-        } else {
-            Counter::VmaMapFull
-        });
+        if pid_inactive {
+            count(Counter::SkipGapLost);
+        }
+        if by_reason {
+            count(Counter::VmaMapFull);
+        }
         return None;
     }
     VMA_GAPS.get_ptr_mut(&key)

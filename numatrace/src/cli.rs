@@ -622,8 +622,9 @@ pub struct StatArgs {
     #[command(flatten)]
     pub kernel: KernelArgs,
 
-    /// Capacity of the in-kernel per-VMA table of PTE updates; VMAs beyond it are counted
-    /// under "dropped" (their PTE updates still count per task).
+    /// Capacity of each in-kernel per-VMA table (PTE updates; skips by reason and their
+    /// scan-sequence gaps); VMAs beyond it are counted under "dropped" (their PTE updates and
+    /// skips still count per task).
     #[arg(long, default_value_t = MAX_VMAS, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_vmas: u32,
 

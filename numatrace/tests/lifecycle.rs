@@ -11,6 +11,11 @@ use std::{
 use common::{numatrace, numatrace_bin, numatrace_programs_loaded, wait_until};
 
 fn assert_none_loaded_before() {
+    // An earlier test's process may have exited a moment ago: the kernel frees its programs
+    // after a grace period (a tp_btf program's trampoline link takes longest).
+    wait_until(Duration::from_secs(10), || {
+        numatrace_programs_loaded().is_empty()
+    });
     let before = numatrace_programs_loaded();
     assert!(
         before.is_empty(),

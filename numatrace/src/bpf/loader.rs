@@ -161,6 +161,7 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(numatrace_common::GLOBAL_TP_CTX_READS, &ctx_reads, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
         .map_max_entries(numatrace_common::MAP_VMA_STATS, opts.max_vmas)
+        .map_max_entries(numatrace_common::MAP_VMA_GAPS, opts.max_vmas)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
         .load(super::OBJECT)
 }
@@ -436,6 +437,8 @@ impl Session {
             let outcome = attach(&mut ebpf, &own, btf.as_ref(), opts);
             hooks[i] = report(&own, outcome);
             plan.hooks[i] = own;
+            // As the plan says now (the programs read the value loaded with them).
+            plan.offsets.gap.whole_hook = 0;
         }
         for h in &hooks {
             if h.attached {

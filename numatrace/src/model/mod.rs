@@ -474,7 +474,8 @@ pub struct VmaRecord {
     pub mapping: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_inactive: Option<GapRecord>,
-    /// sched_skip_vma_numa events on it, by reason (from the ring buffer).
+    /// sched_skip_vma_numa events on it, by reason (the tp_btf program's map, or the classic
+    /// program's records).
     #[serde(default, skip_serializing_if = "SkipCounts::is_empty")]
     pub skips: SkipCounts,
     /// CLOCK_MONOTONIC times of its change_prot_numa calls, oldest first (at most

@@ -42,7 +42,8 @@ pub struct Dropped {
     /// did not report): their latency, scan time or migration result is missing.
     #[serde(default)]
     pub inflight_lost: u64,
-    /// change_prot_numa calls whose VMA found no room in the per-VMA map (`--max-vmas`).
+    /// change_prot_numa calls and skips whose VMA found no room in a per-VMA map
+    /// (`--max-vmas`).
     #[serde(default)]
     pub vma_map_full: u64,
     /// pid_inactive skips whose scan-sequence gap could not be read or recorded (seed 002).
