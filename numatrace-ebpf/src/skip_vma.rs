@@ -13,8 +13,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use numatrace_common::{
-    Counter, EMIT_SKIP_VMA, EventKind, GapOffsets, MAX_VMAS, READ_VMAS, SKIP_REASON_SLOTS,
-    SkipVmaEvent, VmaGap, VmaKey,
+    Counter, EMIT_SKIP_VMA, EventKind, GapOffsets, MAX_VMAS, READ_VMAS, SkipVmaEvent, VmaGap,
+    VmaKey,
 };
 
 use crate::{
@@ -24,7 +24,7 @@ use crate::{
         count, count_as, current, current_field, emit, header, is_self, load_field, reads, send,
         via_current, wanted,
     },
-    tracepoints::{count_skip, skip_slot},
+    tracepoints::{count_skip, reason_slot},
 };
 
 #[unsafe(no_mangle)]
@@ -99,12 +99,8 @@ pub fn btf_skip_vma(ctx: BtfTracePointContext) -> i32 {
     // One scanner per mm at a time (task_numa_work's cmpxchg on numa_next_scan): plain
     // updates of this VMA's entry do not race.
     unsafe { (*g).vm_end = end };
-    if by_reason {
-        let slot = skip_slot(reason);
-        // Bounds are explicit for the verifier.
-        if slot < SKIP_REASON_SLOTS {
-            unsafe { (*g).reasons[slot] += 1 };
-        }
+    if by_reason && let Some(c) = reason_slot(unsafe { &raw mut (*g).reasons }, reason) {
+        unsafe { *c += 1 };
     }
     if pid_inactive {
         note_gap(g, mm, vma);

@@ -17,7 +17,7 @@ use numatrace_common::{
 
 use crate::tasks::{
     Hit, TASK_STATS, add, count, count_as, count_n, current, emit, follow_child, header, is_self,
-    reads, send, task_entry, task_stats, touch_noting, wanted,
+    reads, send, slot_at, task_entry, task_stats, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -136,14 +136,11 @@ struct SkipVma {
     reason: u32,
 }
 
-/// The reason's slot in the by-reason arrays (the last: reasons this numatrace does not know).
+/// `reason`'s counter in a by-reason array (the last: reasons this numatrace does not know),
+/// bounded where the verifier sees it ([`slot_at`]).
 #[inline(always)]
-pub(crate) fn skip_slot(reason: u32) -> usize {
-    if (reason as usize) < SKIP_REASON_OTHER {
-        reason as usize
-    } else {
-        SKIP_REASON_OTHER
-    }
+pub(crate) fn reason_slot(slots: *mut [u64; SKIP_REASON_SLOTS], reason: u32) -> Option<*mut u64> {
+    slot_at::<SKIP_REASON_SLOTS>(slots.cast(), reason.min(SKIP_REASON_OTHER as u32))
 }
 
 /// A skip of the running (scanning) task: system-wide and in its entry, by reason.
@@ -151,10 +148,8 @@ pub(crate) fn skip_slot(reason: u32) -> usize {
 pub(crate) fn count_skip(pid: u32, tgid: u32, reason: u32) {
     count_as(Counter::SeenSkipVma, tgid);
     if let Some(t) = task_entry(pid, tgid, true) {
-        let slot = skip_slot(reason);
-        // Bounds are explicit for the verifier.
-        if slot < SKIP_REASON_SLOTS {
-            add(unsafe { &raw mut (*t).skip_vma[slot] }, 1);
+        if let Some(c) = reason_slot(unsafe { &raw mut (*t).skip_vma }, reason) {
+            add(c, 1);
         }
         touch_noting(t);
     }

@@ -356,6 +356,16 @@ fn no_btf_keeps_the_tracepoints() {
     let p = probes_json(&out, "probes without BTF");
     assert_eq!(p["kernel"]["btf_vmlinux"], true, "the file exists, empty");
     assert!(tracepoints_attached(&p) >= 5, "{p}");
+    // Without BTF the classic skip program counts the hook (elsewhere the tp_btf one does):
+    // the only run of the fallback on a kernel that has the tracepoint.
+    let classic = common::hook(&p, "sched:sched_skip_vma_numa");
+    if common::tracefs_root()
+        .join("events/sched/sched_skip_vma_numa")
+        .is_dir()
+    {
+        assert_eq!(classic["attached"], true, "{classic}");
+        assert_eq!(classic["mechanism"], "tracepoint", "{classic}");
+    }
     let gap = common::hook(&p, "tp_btf:sched_skip_vma_numa");
     if !gap["mechanism"].is_null() && gap["attached"] == false {
         assert!(!gap["reasons"].as_array().unwrap().is_empty(), "{gap}");

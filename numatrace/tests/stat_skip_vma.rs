@@ -201,12 +201,7 @@ fn skip_vma_counts_equal_an_independent_tracefs_count() {
         by_vma, reference,
         "the VMA rows' skips vs tracefs, per reason"
     );
-    let skip_hook = v["hooks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["name"] == "sched:sched_skip_vma_numa")
-        .expect("the skip hook is listed");
+    let skip_hook = common::hook(&v, "sched:sched_skip_vma_numa");
     let records = if skip_hook["mechanism"] == "tp_btf" {
         0
     } else {

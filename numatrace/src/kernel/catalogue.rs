@@ -118,12 +118,17 @@ const fn func(
     }
 }
 
+/// The classic `sched_skip_vma_numa` hook and its tp_btf twin (seed 002's gaps; where it
+/// attaches, the one program on the tracepoint: see `plan`).
+pub const SKIP_VMA_HOOK: &str = "sched:sched_skip_vma_numa";
+pub const SKIP_VMA_BTF_HOOK: &str = "tp_btf:sched_skip_vma_numa";
+
 /// Every hook of the product, in the order `probes` lists them.
 pub const HOOKS: &[HookSpec] = &[
     tp(
         "sched",
         "sched_skip_vma_numa",
-        "sched:sched_skip_vma_numa",
+        SKIP_VMA_HOOK,
         Some(KernelVersion::new(6, 7, 0)),
         PROG_SKIP_VMA,
         "VMAs the NUMA scanner skipped, by reason",
@@ -185,9 +190,9 @@ pub const HOOKS: &[HookSpec] = &[
         "hands over a task's final counts and frees its entry",
     ),
     HookSpec {
-        name: "tp_btf:sched_skip_vma_numa",
+        name: SKIP_VMA_BTF_HOOK,
         kind: HookKind::BtfTracepoint {
-            tracepoint: "sched:sched_skip_vma_numa",
+            tracepoint: SKIP_VMA_HOOK,
             fields: GAP_FIELDS,
         },
         programs: Programs::TpBtf(PROG_BTF_SKIP_VMA),

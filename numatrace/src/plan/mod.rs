@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::kernel::facts::KernelFacts;
 
 pub use crate::kernel::catalogue::{
-    FentryVariant, GAP_FIELDS, HOOKS, HookKind, HookSpec, Programs,
+    FentryVariant, GAP_FIELDS, HOOKS, HookKind, HookSpec, Programs, SKIP_VMA_BTF_HOOK,
+    SKIP_VMA_HOOK,
 };
 pub use globals::Offsets;
 pub use mechanism::{fentry_fallback, kprobe_fallback};
@@ -139,10 +140,6 @@ pub fn plan(facts: &KernelFacts) -> Plan {
     offsets.gap.whole_hook = carry_skip_vma(&mut hooks).into();
     Plan { hooks, offsets }
 }
-
-/// The classic `sched_skip_vma_numa` hook and its tp_btf twin.
-pub const SKIP_VMA_HOOK: &str = "sched:sched_skip_vma_numa";
-pub const SKIP_VMA_BTF_HOOK: &str = "tp_btf:sched_skip_vma_numa";
 
 /// Where both `sched_skip_vma_numa` programs would attach, the tp_btf one does the classic
 /// one's work too and the classic one is not attached: one program run per skip instead of

@@ -105,7 +105,8 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
         filter_tgids: args.pid.is_some(),
         sample_hz: args.kernel.sample_hz,
         no_fentry,
-        ..LoadOptions::reading(if args.batch && args.json {
+        // `--json` requires `-b`.
+        ..LoadOptions::reading(if args.json {
             crate::bpf::needs::TOP_JSON
         } else {
             crate::bpf::needs::TOP

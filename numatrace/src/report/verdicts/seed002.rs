@@ -123,7 +123,7 @@ pub fn first_after_ms(times: &[u64], from: u64) -> Option<f64> {
     times.get(i).map(|&t| (t - from) as f64 / 1e6)
 }
 
-pub const GAP_HOOK: &str = "tp_btf:sched_skip_vma_numa";
+pub const GAP_HOOK: &str = crate::kernel::catalogue::SKIP_VMA_BTF_HOOK;
 pub fn label(v: &crate::model::VmaRecord) -> String {
     match &v.mapping {
         Some(m) => format!("{}-{} {m}", v.start, v.end),
