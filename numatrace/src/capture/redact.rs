@@ -63,8 +63,8 @@ impl Redactor {
 
     pub fn snapshot(&self, s: &mut Snapshot) {
         for t in &mut s.tasks {
-            t.comm = self.name(&t.comm);
-            t.cgroup = t.cgroup.as_deref().map(|c| self.path(c));
+            t.comm = self.name(&t.comm).into();
+            t.cgroup = t.cgroup.as_deref().map(|c| self.path(c).into());
         }
         for list in s.vmas.values_mut() {
             for v in list {

@@ -108,7 +108,7 @@ impl TaskReads {
             self.tasks.insert(
                 t.key(),
                 BusyTask {
-                    comm: t.comm.clone(),
+                    comm: t.comm.to_string(),
                     chosen: String::new(),
                     read_unix_s: now_unix_s,
                     exited: false,
@@ -118,7 +118,7 @@ impl TaskReads {
             self.processes.insert(
                 t.tgid,
                 BusyProcess {
-                    comm: t.comm.clone(),
+                    comm: t.comm.to_string(),
                     chosen: String::new(),
                     read_unix_s: now_unix_s,
                     exited: false,
@@ -162,7 +162,7 @@ impl TaskReads {
                     ..b.clone()
                 },
                 None => BusyTask {
-                    comm: t.comm.clone(),
+                    comm: t.comm.to_string(),
                     chosen: chosen.to_owned(),
                     read_unix_s: now_unix_s,
                     exited: true,
@@ -183,7 +183,7 @@ impl TaskReads {
                     ..p.clone()
                 },
                 None => BusyProcess {
-                    comm: t.comm.clone(),
+                    comm: t.comm.to_string(),
                     chosen: chosen.to_owned(),
                     read_unix_s: now_unix_s,
                     exited: true,
@@ -456,7 +456,7 @@ mod tests {
         TaskRecord {
             pid,
             tgid: pid,
-            comm: format!("t{pid}"),
+            comm: format!("t{pid}").into(),
             exited: false,
             cgroup_id: 0,
             cgroup: None,

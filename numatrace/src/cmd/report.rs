@@ -445,7 +445,7 @@ mod tests {
             s.hint_faults.faults = pte / 10;
             let mut t = TaskRecord::from_stats(&s, false);
             t.comm = EVIL.into();
-            t.cgroup = Some(format!("/x{EVIL}.slice/app"));
+            t.cgroup = Some(format!("/x{EVIL}.slice/app").into());
             t
         };
         let mut vma = VmaRecord::new(0x1000, 0x2000);

@@ -332,8 +332,6 @@ impl Engine {
             Detail::Summary => None,
         };
         let mono_ns = monotonic_ns();
-        // Cgroups the task list met that no walk has resolved yet.
-        let mut unresolved = HashSet::new();
         let (mut tasks, events, undecodable, vmas, evicted, marked_gone) = {
             // The field, not `self.lock()`: the table is updated while the lock is held.
             let mut sh = lock(&self.shared);
@@ -348,13 +346,7 @@ impl Engine {
             let tasks = self
                 .table
                 .commit(records, &acc.exited, procfs::pid_exists, |id| {
-                    cgroups.cached(id).map_or_else(
-                        || {
-                            unresolved.insert(id);
-                            None
-                        },
-                        |path| path.map(str::to_owned),
-                    )
+                    cgroups.cached(id).flatten().cloned()
                 });
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
             let (events, undecodable) = (acc.events.clone(), acc.undecodable);
@@ -370,7 +362,13 @@ impl Engine {
             .iter()
             .filter(|c| watched(**c))
             .all(|c| counters.get(*c) == after.get(*c));
-        // Outside the lock: resolving may walk the whole hierarchy.
+        // Outside the lock: resolving may walk the whole hierarchy. Cgroups the task list met
+        // that no walk has resolved yet.
+        let unresolved: HashSet<u64> = tasks
+            .iter()
+            .filter(|t| t.cgroup.is_none() && self.cgroups.cached(t.cgroup_id).is_none())
+            .map(|t| t.cgroup_id)
+            .collect();
         if !unresolved.is_empty() {
             for t in tasks
                 .iter_mut()

@@ -92,7 +92,7 @@ pub fn cgroups_of<'a>(tasks: impl Iterator<Item = &'a TaskRecord>) -> Vec<Cgroup
     for t in tasks {
         let c = by_id.entry(t.cgroup_id).or_insert_with(|| CgroupRecord {
             id: t.cgroup_id,
-            path: t.cgroup.clone(),
+            path: t.cgroup.as_deref().map(str::to_owned),
             tasks: 0,
             counts: Counts::default(),
         });
@@ -341,13 +341,13 @@ impl Snapshot {
         for t in tasks {
             let p = by_tgid.entry(t.tgid).or_insert_with(|| ProcessRecord {
                 tgid: t.tgid,
-                comm: t.comm.clone(),
+                comm: t.comm.to_string(),
                 threads: 0,
                 counts: Counts::default(),
                 vmas: self.vmas.get(&t.tgid).cloned().unwrap_or_default(),
             });
             if t.pid == t.tgid {
-                p.comm = t.comm.clone();
+                p.comm = t.comm.to_string();
             }
             p.threads += 1;
             p.counts.add(&t.counts);

@@ -6,7 +6,7 @@
 //!
 //! At 100 000 tasks a snapshot is ~70 MiB of records: the table keeps the raw entries (no heap
 //! per task), an index by key and the key order (re-sorted only when tasks come or go), so that
-//! building the list is the only per-task work left.
+//! building the list is the only per-task work left, and that is done on every core.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -15,8 +15,9 @@ use std::{
 };
 
 use numatrace_common::TaskStats;
+use rayon::prelude::*;
 
-use crate::model::TaskRecord;
+use crate::model::{CgroupPath, TaskRecord};
 
 /// A task across snapshots: (pid, creation time of its entry); a pid reused later is another.
 pub type Key = (u32, u64);
@@ -60,6 +61,9 @@ struct Flags {
     reading: bool,
     /// Reported exited by the latest snapshot.
     exited: bool,
+    /// The entry as last read was marked exited (`TaskStats::exited`): kept here so that
+    /// building the key order's bookkeeping does not touch the 720-byte entries.
+    marked: bool,
     /// No task: forgotten, the slot free for another.
     free: bool,
 }
@@ -160,6 +164,7 @@ impl TaskTable {
             Some(i) => {
                 self.raw[i] = *s;
                 self.flags[i].reading = true;
+                self.flags[i].marked = s.exited != 0;
                 i
             }
             None => self.add(k, s),
@@ -173,6 +178,7 @@ impl TaskTable {
     fn add(&mut self, k: Key, s: &TaskStats) -> usize {
         let flags = Flags {
             reading: true,
+            marked: s.exited != 0,
             ..Flags::default()
         };
         let i = match self.free.pop() {
@@ -244,13 +250,14 @@ impl TaskTable {
     /// long-running frontend may forget it.
     ///
     /// `out`: an empty list to fill (see [`prepared_records`]); `cgroup`: each record's cgroup
-    /// path from its id, as far as known (set while the record is in the cache).
+    /// path from its id, as far as known without a walk. The records are built on every core
+    /// (rayon), in key order.
     pub fn commit(
         &mut self,
         mut out: Vec<TaskRecord>,
         exited: &BTreeMap<Key, TaskStats>,
         pid_exists: impl Fn(u32) -> bool,
-        mut cgroup: impl FnMut(u64) -> Option<String>,
+        cgroup: impl Fn(u64) -> Option<CgroupPath> + Sync,
     ) -> Vec<TaskRecord> {
         for f in &mut self.flags {
             f.in_map = f.reading;
@@ -259,8 +266,9 @@ impl TaskTable {
         self.read_slots.truncate(self.read_pos);
         self.sort();
         let order = std::mem::take(&mut self.order);
-        out.clear();
-        out.reserve(order.len() + exited.len());
+        // What each record is made from, in key order: the bookkeeping is sequential (cheap),
+        // the records (most of the work) are not.
+        let mut srcs: Vec<Source<'_>> = Vec::with_capacity(order.len() + exited.len());
         let mut ex = exited.iter().peekable();
         let mut pos = 0;
         loop {
@@ -274,7 +282,7 @@ impl TaskTable {
             if next.is_ge()
                 && let Some((_, s)) = ex.next()
             {
-                out.push(labelled(TaskRecord::from_stats(s, true), &mut cgroup));
+                srcs.push(Source::Exit(s));
                 if next.is_eq() {
                     self.flags[slot.unwrap_or_default()].exited = true;
                     pos += 1;
@@ -282,14 +290,8 @@ impl TaskTable {
                 continue;
             }
             let Some(i) = slot else { break };
-            if let Some(&ahead) = order.get(pos + PREFETCH_AHEAD) {
-                let ahead = ahead as usize;
-                prefetch(&self.raw[ahead]);
-                prefetch(&self.keys[ahead]);
-                prefetch(&self.flags[ahead]);
-            }
             let exited_now = if self.flags[i].in_map {
-                self.raw[i].exited != 0
+                self.flags[i].marked
             } else {
                 let (pid, _) = self.keys[i];
                 self.flags[i].exited
@@ -297,11 +299,26 @@ impl TaskTable {
                     || !pid_exists(pid)
             };
             self.flags[i].exited = exited_now;
-            let t = TaskRecord::from_stats(&self.raw[i], exited_now);
-            out.push(labelled(t, &mut cgroup));
+            srcs.push(Source::Slot(i as u32, exited_now));
             pos += 1;
         }
         self.order = order;
+        let raw = &self.raw;
+        out.clear();
+        srcs.par_iter()
+            .enumerate()
+            .map(|(n, src)| {
+                if let Some(Source::Slot(ahead, _)) = srcs.get(n + PREFETCH_AHEAD) {
+                    prefetch(&raw[*ahead as usize]);
+                }
+                let mut t = match *src {
+                    Source::Exit(s) => TaskRecord::from_stats(s, true),
+                    Source::Slot(i, exited) => TaskRecord::from_stats(&raw[i as usize], exited),
+                };
+                t.cgroup = cgroup(t.cgroup_id);
+                t
+            })
+            .collect_into_vec(&mut out);
         out
     }
 
@@ -349,9 +366,12 @@ impl TaskTable {
     }
 }
 
-fn labelled(mut t: TaskRecord, cgroup: &mut impl FnMut(u64) -> Option<String>) -> TaskRecord {
-    t.cgroup = cgroup(t.cgroup_id);
-    t
+/// What one record of [`TaskTable::commit`] is built from: an exit record, or a slot of the
+/// table and whether its task is reported exited.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Exit(&'a TaskStats),
+    Slot(u32, bool),
 }
 
 /// How many tasks ahead of the one being built [`TaskTable::commit`] asks for: enough entries

@@ -56,7 +56,7 @@ pub fn write_trace<W: Write + ?Sized>(cap: &Capture, out: &mut W) -> Result<(), 
         .chain(cap.last.iter())
     {
         for t in &s.tasks {
-            names.insert(t.pid, (t.tgid, t.comm.clone()));
+            names.insert(t.pid, (t.tgid, t.comm.to_string()));
         }
     }
     let host = &cap.machine.hostname;

@@ -11,6 +11,7 @@ use std::{
     fs,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -64,7 +65,8 @@ pub fn relative_path(mount: Option<&Path>, arg: &str) -> String {
 
 pub struct CgroupResolver {
     mount: Option<PathBuf>,
-    paths: HashMap<u64, String>,
+    /// Shared by every task record of the cgroup (a snapshot clones a pointer, not the path).
+    paths: HashMap<u64, Arc<str>>,
     last_walk: Option<Instant>,
     /// Unknown ids and when they were first asked for, until a walk settles them.
     asked: HashMap<u64, Instant>,
@@ -96,17 +98,17 @@ impl CgroupResolver {
     /// What is known of cgroup `id` without walking: its path, `Some(None)` where it has none
     /// (0: never seen running, or removed before it was resolved), `None` where only
     /// [`CgroupResolver::path`] can tell.
-    pub fn cached(&self, id: u64) -> Option<Option<&str>> {
+    pub fn cached(&self, id: u64) -> Option<Option<&Arc<str>>> {
         if id == 0 || self.gone.contains(&id) {
             return Some(None);
         }
-        self.paths.get(&id).map(|p| Some(p.as_str()))
+        self.paths.get(&id).map(Some)
     }
 
     /// The path of cgroup `id`, walking the hierarchy (at most once a second) when unknown.
     /// `id` must have been read from a running task before this call (so that a walk that
     /// misses it afterwards shows its cgroup removed).
-    pub fn path(&mut self, id: u64) -> Option<String> {
+    pub fn path(&mut self, id: u64) -> Option<Arc<str>> {
         if id == 0 {
             return None;
         }
@@ -149,7 +151,7 @@ impl CgroupResolver {
         let mut stack = vec![(root, "/".to_owned())];
         while let Some((dir, rel)) = stack.pop() {
             if let Ok(m) = fs::metadata(&dir) {
-                self.paths.insert(m.ino(), rel.clone());
+                self.paths.insert(m.ino(), Arc::from(rel.as_str()));
             }
             for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -230,7 +232,7 @@ mod tests {
         let ino = fs::metadata(&mount).unwrap().ino();
         assert_eq!(r.cached(ino), None, "not walked yet");
         assert_eq!(r.path(ino).as_deref(), Some("/"));
-        assert_eq!(r.cached(ino), Some(Some("/")));
+        assert_eq!(r.cached(ino), Some(Some(&std::sync::Arc::from("/"))));
         assert_eq!(r.path(0), None);
         assert_eq!(r.cached(0), Some(None));
         // An id no cgroup has: asked before the walk, settled as gone by it.

@@ -572,7 +572,7 @@ mod tests {
         s.migrations.succeeded = 30 * k;
         s.migrations.latency_ns_total = 30 * k * 50_000;
         let mut t = TaskRecord::from_stats(&s, false);
-        t.cgroup = Some(cgroup.to_owned());
+        t.cgroup = Some(cgroup.into());
         t.cgroup_id = 7;
         t
     }

@@ -56,7 +56,7 @@ impl Reference {
             .into_iter()
             .filter(|t| {
                 self.exported
-                    .get(&(t.comm.clone(), t.pid))
+                    .get(&(t.comm.to_string(), t.pid))
                     .is_none_or(|k| *k == t.key())
             })
             .collect();
@@ -96,9 +96,9 @@ impl Reference {
                 }
             }
             if chosen.contains(&key) {
-                exported.insert((t.comm.clone(), t.pid), key);
+                exported.insert((t.comm.to_string(), t.pid), key);
                 series.push(TaskSeries {
-                    comm: t.comm.clone(),
+                    comm: t.comm.to_string(),
                     pid: t.pid,
                     counts: t.counts.clone().finished(),
                 });
@@ -174,10 +174,10 @@ fn check(seed: u64, scrapes: usize) {
                 TaskRecord {
                     pid,
                     tgid,
-                    comm: comm.to_owned(),
+                    comm: comm.into(),
                     exited: false,
                     cgroup_id: 0,
-                    cgroup: PATHS[r.below(PATHS.len() as u64) as usize].map(str::to_owned),
+                    cgroup: PATHS[r.below(PATHS.len() as u64) as usize].map(Into::into),
                     preferred_node: None,
                     last_node: None,
                     first_ns: clock,
@@ -205,7 +205,7 @@ fn check(seed: u64, scrapes: usize) {
                 c.scan.share_between_calls = Some(r.below(100) as f64 / 100.0);
             }
             if r.chance(10) {
-                t.cgroup = PATHS[r.below(PATHS.len() as u64) as usize].map(str::to_owned);
+                t.cgroup = PATHS[r.below(PATHS.len() as u64) as usize].map(Into::into);
             }
             if r.chance(10) {
                 t.exited = true;

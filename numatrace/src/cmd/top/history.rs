@@ -363,7 +363,7 @@ impl Recent {
             self.last = Some(LastActivity {
                 at_ns: end,
                 pid: t.pid,
-                comm: t.comm.clone(),
+                comm: t.comm.to_string(),
                 what: what(&t.counts),
             });
         }
@@ -604,7 +604,7 @@ pub mod tests {
                     TaskRecord {
                         pid,
                         tgid: 100,
-                        comm: format!("t{pid}"),
+                        comm: format!("t{pid}").into(),
                         exited: false,
                         cgroup_id: 0,
                         cgroup: None,

@@ -118,7 +118,7 @@ fn check(seed: u64, refreshes: u64) {
             .map(|pid| TaskRecord {
                 pid,
                 tgid: 100 + pid % 3,
-                comm: format!("t{pid}"),
+                comm: format!("t{pid}").into(),
                 exited: false,
                 cgroup_id: u64::from(pid % 2),
                 cgroup: None,

@@ -749,8 +749,8 @@ mod tests {
         const SHOWN: &str = "\\x1b]0;pwn\\x07\\u{9b}2J\\u{202e}";
         let mut delta = delta();
         for t in &mut delta.tasks {
-            t.comm = format!("w{EVIL}");
-            t.cgroup = Some(format!("/app.slice/{EVIL}"));
+            t.comm = format!("w{EVIL}").into();
+            t.cgroup = Some(format!("/app.slice/{EVIL}").into());
         }
         delta.nodes[0].cpus = format!("0{EVIL}");
         let mut hooks = hooks(false);
