@@ -12,6 +12,7 @@ use std::{
     collections::{BTreeMap, HashMap, HashSet},
     hash::{BuildHasherDefault, Hasher},
     ops::Bound,
+    sync::OnceLock,
 };
 
 use numatrace_common::TaskStats;
@@ -63,7 +64,7 @@ struct Flags {
     exited: bool,
     /// The entry as last read was marked exited (`TaskStats::exited`): kept here so that
     /// building the key order's bookkeeping does not touch the 720-byte entries.
-    marked: bool,
+    read_exited: bool,
     /// No task: forgotten, the slot free for another.
     free: bool,
 }
@@ -164,7 +165,7 @@ impl TaskTable {
             Some(i) => {
                 self.raw[i] = *s;
                 self.flags[i].reading = true;
-                self.flags[i].marked = s.exited != 0;
+                self.flags[i].read_exited = s.exited != 0;
                 i
             }
             None => self.add(k, s),
@@ -178,7 +179,7 @@ impl TaskTable {
     fn add(&mut self, k: Key, s: &TaskStats) -> usize {
         let flags = Flags {
             reading: true,
-            marked: s.exited != 0,
+            read_exited: s.exited != 0,
             ..Flags::default()
         };
         let i = match self.free.pop() {
@@ -250,8 +251,8 @@ impl TaskTable {
     /// long-running frontend may forget it.
     ///
     /// `out`: an empty list to fill (see [`prepared_records`]); `cgroup`: each record's cgroup
-    /// path from its id, as far as known without a walk. The records are built on every core
-    /// (rayon), in key order.
+    /// path from its id, as far as known without a walk. The records of a large snapshot are
+    /// built on every core (see [`pool`]), in key order.
     pub fn commit(
         &mut self,
         mut out: Vec<TaskRecord>,
@@ -291,7 +292,7 @@ impl TaskTable {
             }
             let Some(i) = slot else { break };
             let exited_now = if self.flags[i].in_map {
-                self.flags[i].marked
+                self.flags[i].read_exited
             } else {
                 let (pid, _) = self.keys[i];
                 self.flags[i].exited
@@ -304,21 +305,27 @@ impl TaskTable {
         }
         self.order = order;
         let raw = &self.raw;
+        let build = |n: usize, src: &Source<'_>| {
+            if let Some(Source::Slot(ahead, _)) = srcs.get(n + PREFETCH_AHEAD) {
+                prefetch(&raw[*ahead as usize]);
+            }
+            let mut t = match *src {
+                Source::Exit(s) => TaskRecord::from_stats(s, true),
+                Source::Slot(i, exited) => TaskRecord::from_stats(&raw[i as usize], exited),
+            };
+            t.cgroup = cgroup(t.cgroup_id);
+            t
+        };
         out.clear();
-        srcs.par_iter()
-            .enumerate()
-            .map(|(n, src)| {
-                if let Some(Source::Slot(ahead, _)) = srcs.get(n + PREFETCH_AHEAD) {
-                    prefetch(&raw[*ahead as usize]);
-                }
-                let mut t = match *src {
-                    Source::Exit(s) => TaskRecord::from_stats(s, true),
-                    Source::Slot(i, exited) => TaskRecord::from_stats(&raw[i as usize], exited),
-                };
-                t.cgroup = cgroup(t.cgroup_id);
-                t
-            })
-            .collect_into_vec(&mut out);
+        match (srcs.len() >= PREPARE_FROM).then(pool).flatten() {
+            Some(pool) => pool.install(|| {
+                srcs.par_iter()
+                    .enumerate()
+                    .map(|(n, src)| build(n, src))
+                    .collect_into_vec(&mut out)
+            }),
+            None => out.extend(srcs.iter().enumerate().map(|(n, src)| build(n, src))),
+        }
         out
     }
 
@@ -366,6 +373,24 @@ impl TaskTable {
     }
 }
 
+/// The threads that build a large snapshot's records: at most 8, started at the first such
+/// snapshot (a small one is built on the calling thread: no thread for the common case);
+/// `None` where they cannot be started (a low `pids.max`): the records are then built on the
+/// calling thread, where rayon's global pool would panic.
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("numatrace-rec{i}"))
+            .build()
+            .map_err(|e| tracing::debug!("building records on one thread: {e}"))
+            .ok()
+    })
+    .as_ref()
+}
+
 /// What one record of [`TaskTable::commit`] is built from: an exit record, or a slot of the
 /// table and whether its task is reported exited.
 #[derive(Clone, Copy)]
@@ -402,7 +427,8 @@ fn prefetch<T>(v: &T) {
     }
 }
 
-/// Records of this many tasks or more are worth [`prepared_records`] on another thread.
+/// Records of this many tasks or more are worth [`prepared_records`] on another thread, and
+/// building on every core (see [`pool`]).
 pub const PREPARE_FROM: usize = 8192;
 
 /// An empty list with room for `n` records, its memory already faulted in. A snapshot of
@@ -681,6 +707,44 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_large_snapshot_built_on_every_core_is_the_reference_list() {
+        // Above PREPARE_FROM: the records are built by the pool, in key order.
+        let mut rng = Rng(0x5eed);
+        let n = PREPARE_FROM as u32 + 1000;
+        let live: Vec<TaskStats> = (1..=n)
+            .map(|pid| {
+                let mut s = entry(pid, u64::from(pid) * 7);
+                s.hint_faults.faults = rng.below(1000);
+                s.exited = u32::from(rng.chance(5));
+                s.cgroup_id = rng.below(4);
+                s
+            })
+            .collect();
+        let mut exited = BTreeMap::new();
+        for s in live.iter().filter(|_| rng.chance(3)) {
+            let mut e = *s;
+            e.hint_faults.faults += 1;
+            exited.insert((e.pid, e.first_ns), e);
+        }
+        for pid in n + 1..n + 50 {
+            exited.insert((pid, 1), entry(pid, 1));
+        }
+        let mut table = TaskTable::default();
+        table.begin_read();
+        for s in live.iter().rev() {
+            table.note(s);
+        }
+        let path = |id: u64| (id == 2).then(|| CgroupPath::from("/two"));
+        let got = table.commit(Vec::new(), &exited, |_| true, path);
+        let mut want = crate::engine::Snapshot::tasks_from(&live, &exited);
+        for t in &mut want {
+            t.cgroup = path(t.cgroup_id);
+        }
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the parallel build differs from the reference");
     }
 
     #[test]

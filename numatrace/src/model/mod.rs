@@ -348,12 +348,9 @@ impl Counts {
     }
 }
 
-pub fn comm_str(comm: &[u8; 16]) -> String {
-    comm_of(comm).into()
-}
-
-/// A task's comm as its record holds it: inline (at most 15 bytes, or a few more where
-/// invalid UTF-8 was replaced), so that a snapshot of 100 000 tasks allocates nothing for them.
+/// A task's comm as its record holds it: inline up to 24 bytes (a kernel comm is at most 15;
+/// invalid UTF-8 replaced, or a capture's, may be longer and is then on the heap), so that a
+/// snapshot of 100 000 tasks allocates nothing for them.
 pub type Comm = compact_str::CompactString;
 
 /// A cgroup's path, shared by the records of all its tasks.

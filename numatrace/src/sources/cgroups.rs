@@ -151,7 +151,11 @@ impl CgroupResolver {
         let mut stack = vec![(root, "/".to_owned())];
         while let Some((dir, rel)) = stack.pop() {
             if let Ok(m) = fs::metadata(&dir) {
-                self.paths.insert(m.ino(), Arc::from(rel.as_str()));
+                // The same Arc while the path is the same: records and frontends compare
+                // paths by pointer first.
+                if self.paths.get(&m.ino()).is_none_or(|p| **p != *rel) {
+                    self.paths.insert(m.ino(), Arc::from(rel.as_str()));
+                }
             }
             for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
