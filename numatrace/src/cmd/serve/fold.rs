@@ -91,12 +91,8 @@ impl Labels {
             )
         };
         let e = self.0.entry(id).or_insert_with(fresh);
-        // The engine shares one path per cgroup: the same pointer is the same path.
-        let same = match (&e.0, path) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
-            (a, b) => a.is_none() && b.is_none(),
-        };
-        if !same {
+        // `Arc<str>`'s == compares pointers first: the engine shares one path per cgroup.
+        if e.0.as_ref() != path {
             *e = fresh();
         }
         Arc::clone(&e.1)
