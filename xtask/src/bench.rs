@@ -886,9 +886,10 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                 "snapshot" => format!(
                     "Snapshot at {n} tasks ({place}): {} ms (target ≤ {SCALE_SNAPSHOT_MS} ms). The kernel's batched \
                      lookup alone hands the {n} entries over in {} ms (BPF_MAP_LOOKUP_BATCH: a \
-                     bucket lock and two copies to userspace per entry); the rest builds the \
-                     snapshot's task list, {:.0} MiB of records allocated afresh each time, and \
-                     labels each task with its cgroup's path.",
+                     bucket lock and two copies to userspace per entry); the rest takes the \
+                     entries into the engine's table and builds the snapshot's task list ({:.0} \
+                     MiB of records, written into the list the previous snapshot handed back), \
+                     each task labelled with its cgroup's path.",
                     fmt_opt(r.summary_ms, 1),
                     fmt_opt(r.map_read_ms, 1),
                     r.task_list_mib

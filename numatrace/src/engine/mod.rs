@@ -37,7 +37,7 @@ use crate::{
         tiering::{self, Tiering},
         vmstat::Vmstat,
     },
-    model::{GapRecord, SkipCounts, VmaRecord},
+    model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
     plan::Plan,
     sources::{
         batch::Batch,
@@ -116,6 +116,10 @@ pub struct Engine {
     /// Every task of the previous snapshot (to carry forward those that went missing), as the
     /// latest read of the kernel's task map found it.
     table: TaskTable,
+    /// A finished snapshot's task list handed back ([`Engine::recycle`]): the next snapshot's
+    /// records are written into its memory, already mapped (at 100 000 tasks a fresh list is
+    /// ~70 MiB to fault in, and to unmap again when the old one is dropped).
+    spare: Vec<TaskRecord>,
     /// Entries marked exited in the kernel's task map that a frontend forgot
     /// ([`Engine::forget_exited`]): they stay in the map until it evicts them or the pid is
     /// reused, and reads skip them meanwhile (else they would come back as new tasks).
@@ -229,6 +233,7 @@ impl Engine {
             cgroups: CgroupResolver::new(),
             self_tgid: std::process::id(),
             table: TaskTable::default(),
+            spare: Vec::new(),
             forgotten_marked: Default::default(),
             done_marked: Default::default(),
             marked_gone: 0,
@@ -303,14 +308,23 @@ impl Engine {
         // in `TasksCreated`, so evictions are never over-estimated.
         let counters = self.maps.counters().context("reading counters")?;
         let created_by = monotonic_ns();
-        // The snapshot's task list is faulted in on another thread meanwhile (see
-        // `tasks::prepared_records`).
+        // The snapshot's task list: a recycled one with room, or one faulted in on another
+        // thread meanwhile (see `tasks::prepared_records`).
         let expected = self.table.len() + self.table.len() / 16;
+        let mut spare = std::mem::take(&mut self.spare);
+        // A recycled list a little short grows in place (a large block is remapped, not copied).
+        let fresh = expected >= tasks::PREPARE_FROM && spare.capacity() < self.table.len();
+        if fresh {
+            // Freed before the new one is faulted in, not after.
+            spare = Vec::new();
+        }
         let (read, records) = std::thread::scope(|s| {
-            let prepared = (expected >= tasks::PREPARE_FROM)
-                .then(|| s.spawn(move || tasks::prepared_records(expected)));
+            let prepared = fresh.then(|| s.spawn(move || tasks::prepared_records(expected)));
             let read = self.read_tasks();
-            let records = prepared.and_then(|p| p.join().ok()).unwrap_or_default();
+            let records = match prepared {
+                Some(p) => p.join().unwrap_or_default(),
+                None => spare,
+            };
             (read, records)
         });
         let in_flight = match read {
@@ -467,6 +481,21 @@ impl Engine {
             });
         }
         Ok(rows)
+    }
+
+    /// Hands back a snapshot the caller is done with: its task list's memory holds the next
+    /// snapshot's records (see `spare`). Only large lists are kept, and none much larger than
+    /// the table (so that a spare does not outlive a burst of tasks); any snapshot will do.
+    pub fn recycle(&mut self, snap: Snapshot) {
+        let mut tasks = snap.tasks;
+        let cap = tasks.capacity();
+        if cap >= tasks::PREPARE_FROM
+            && cap > self.spare.capacity()
+            && cap <= 2 * self.table.len().max(tasks::PREPARE_FROM)
+        {
+            tasks.clear();
+            self.spare = tasks;
+        }
     }
 
     /// Keeps every decoded ring record from now on, up to `cap` not yet taken (see

@@ -10,7 +10,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    hash::{BuildHasherDefault, Hasher},
+    hash::BuildHasherDefault,
     ops::Bound,
     sync::OnceLock,
 };
@@ -27,30 +27,7 @@ fn key(s: &TaskStats) -> Key {
     (s.pid, s.first_ns)
 }
 
-/// A multiply-rotate hash of the keys (as rustc's FxHasher): they are the kernel's own pids
-/// and clocks, and SipHash would cost more than the rest of an index lookup.
-#[derive(Default, Clone, Copy)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0xf135_7aea_2e62_a9c5);
-    }
-    fn finish(&self) -> u64 {
-        // The table picks buckets by the low bits and tags by the high ones: fold the full
-        // product so that both depend on every input bit.
-        let m = u128::from(self.0) * 0x9e37_79b9_7f4a_7c15;
-        (m as u64) ^ ((m >> 64) as u64)
-    }
-}
+pub use crate::model::key_hash::KeyHasher;
 
 type Index = HashMap<Key, u32, BuildHasherDefault<KeyHasher>>;
 
@@ -767,6 +744,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_key_hash_spreads_neighbouring_keys() {
+        use std::hash::Hasher as _;
         let hash = |k: Key| {
             let mut h = KeyHasher::default();
             h.write_u32(k.0);

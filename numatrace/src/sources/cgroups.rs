@@ -9,11 +9,14 @@
 use std::{
     collections::{HashMap, HashSet},
     fs,
+    hash::BuildHasherDefault,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
+
+use crate::model::key_hash::KeyHasher;
 
 /// The cgroup2 mount point in `/proc/self/mountinfo` text (the unified layout mounts it at
 /// /sys/fs/cgroup, the hybrid one at /sys/fs/cgroup/unified).
@@ -66,12 +69,12 @@ pub fn relative_path(mount: Option<&Path>, arg: &str) -> String {
 pub struct CgroupResolver {
     mount: Option<PathBuf>,
     /// Shared by every task record of the cgroup (a snapshot clones a pointer, not the path).
-    paths: HashMap<u64, Arc<str>>,
+    paths: HashMap<u64, Arc<str>, BuildHasherDefault<KeyHasher>>,
     last_walk: Option<Instant>,
     /// Unknown ids and when they were first asked for, until a walk settles them.
-    asked: HashMap<u64, Instant>,
+    asked: HashMap<u64, Instant, BuildHasherDefault<KeyHasher>>,
     /// Ids of cgroups removed before they were resolved.
-    gone: HashSet<u64>,
+    gone: HashSet<u64, BuildHasherDefault<KeyHasher>>,
 }
 
 /// How often an unknown id may trigger a walk of the whole hierarchy.
@@ -84,10 +87,10 @@ impl CgroupResolver {
             .and_then(|t| cgroup2_mount(&t));
         Self {
             mount,
-            paths: HashMap::new(),
+            paths: HashMap::default(),
             last_walk: None,
-            asked: HashMap::new(),
-            gone: HashSet::new(),
+            asked: HashMap::default(),
+            gone: HashSet::default(),
         }
     }
 

@@ -158,6 +158,8 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
                 let s = engine.snapshot(d)?;
                 v.push(ms(t.elapsed()));
                 n = s.tasks.len();
+                // As the frontends do with a snapshot they are done with.
+                engine.recycle(s);
             }
             Ok((v, n))
         };

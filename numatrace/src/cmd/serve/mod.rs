@@ -167,6 +167,7 @@ impl Exporter {
             own_cpu_ns: crate::sources::procfs::own_cpu_ns(),
         };
         let mut families = expose::build(&self.specs, &live.fold, &inputs);
+        engine.recycle(snap);
         live.high_water.apply(&mut families);
         self.collector.set(families);
         let mut out = Vec::new();

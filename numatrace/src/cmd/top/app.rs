@@ -290,7 +290,7 @@ mod tests {
         (0..n)
             .map(|k| Row {
                 key: k + 100,
-                cells: vec![format!("task{k}")],
+                cells: vec![format!("task{k}").into()],
                 sort: vec![k as f64],
                 ..Row::default()
             })

@@ -12,14 +12,17 @@
 //!
 //! Pure data, unit-tested without a kernel.
 
-use std::collections::{HashMap, VecDeque};
+use std::{
+    collections::{HashMap, VecDeque},
+    hash::BuildHasherDefault,
+};
 
 use serde::Serialize;
 
 use super::graph::Series;
 use crate::{
-    engine::Snapshot,
-    model::{Counts, Filter, TaskRecord},
+    engine::{Snapshot, tasks::KeyHasher},
+    model::{CgroupPath, Comm, Counts, Filter, TaskRecord},
     report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
 };
@@ -227,10 +230,56 @@ impl Entry {
     }
 }
 
+/// Who a task is, as last seen: a [`TaskRecord`] without its counts (a window's records are
+/// made of it and the amounts; at 100 000 tasks a whole record each was 68 MB of zeros).
+#[derive(Clone, Debug)]
+struct Seen {
+    pid: u32,
+    tgid: u32,
+    comm: Comm,
+    exited: bool,
+    cgroup_id: u64,
+    cgroup: Option<CgroupPath>,
+    preferred_node: Option<u32>,
+    last_node: Option<u32>,
+    first_ns: u64,
+}
+
+impl Seen {
+    fn of(t: &TaskRecord) -> Self {
+        Self {
+            pid: t.pid,
+            tgid: t.tgid,
+            comm: t.comm.clone(),
+            exited: t.exited,
+            cgroup_id: t.cgroup_id,
+            cgroup: t.cgroup.clone(),
+            preferred_node: t.preferred_node,
+            last_node: t.last_node,
+            first_ns: t.first_ns,
+        }
+    }
+
+    fn record(&self, counts: Counts) -> TaskRecord {
+        TaskRecord {
+            pid: self.pid,
+            tgid: self.tgid,
+            comm: self.comm.clone(),
+            exited: self.exited,
+            cgroup_id: self.cgroup_id,
+            cgroup: self.cgroup.clone(),
+            preferred_node: self.preferred_node,
+            last_node: self.last_node,
+            first_ns: self.first_ns,
+            counts,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Trail {
-    /// The task as last seen (its counts unused).
-    record: TaskRecord,
+    /// The task as last seen.
+    seen: Seen,
     /// When it last did something: it is remembered while that lies within the horizon.
     last_active_ns: u64,
     /// Its refreshes since its first activity within the horizon.
@@ -246,15 +295,6 @@ impl Trail {
             .find(|e| e.active())
             .map(|e| e.end_ns)
     }
-
-    /// `t` as last seen: its names' storage reused (every task, every refresh).
-    fn seen(&mut self, t: &TaskRecord) {
-        let r = &mut self.record;
-        r.comm.clone_from(&t.comm);
-        r.cgroup.clone_from(&t.cgroup);
-        (r.pid, r.tgid, r.exited, r.cgroup_id) = (t.pid, t.tgid, t.exited, t.cgroup_id);
-        (r.preferred_node, r.last_node, r.first_ns) = (t.preferred_node, t.last_node, t.first_ns);
-    }
 }
 
 /// The tasks active within a window, with their counts over it.
@@ -265,9 +305,11 @@ pub struct WindowData {
     pub span_s: f64,
     /// The latest refresh's end.
     pub now_ns: u64,
-    /// Each with its counts summed over the window (the counters a window shows, finished)
-    /// and when it was last active.
-    pub tasks: Vec<(TaskRecord, u64)>,
+    /// Each with its counts summed over the window (the counters a window shows, finished),
+    /// and beside it when it was last active (one list each, so that the records become a
+    /// snapshot's without a copy).
+    pub tasks: Vec<TaskRecord>,
+    pub last_active_ns: Vec<u64>,
     pub flows: Vec<NodeFlow>,
     pub self_tgid: u32,
 }
@@ -278,16 +320,19 @@ impl WindowData {
         self.now_ns.saturating_sub(at_ns) as f64 / 1e9
     }
 
+    /// Each task with when it was last active.
+    pub fn with_last(&self) -> impl Iterator<Item = (&TaskRecord, u64)> {
+        self.tasks.iter().zip(self.last_active_ns.iter().copied())
+    }
+
     /// As a snapshot, for the process and cgroup aggregations: its tasks move there.
     pub fn take_snapshot(&mut self) -> Snapshot {
+        self.last_active_ns.clear();
         Snapshot {
             mono_ns: self.now_ns,
             span_ns: (self.span_s * 1e9) as u64,
             self_tgid: self.self_tgid,
-            tasks: std::mem::take(&mut self.tasks)
-                .into_iter()
-                .map(|(t, _)| t)
-                .collect(),
+            tasks: std::mem::take(&mut self.tasks),
             ..Snapshot::default()
         }
     }
@@ -298,7 +343,8 @@ impl WindowData {
 pub struct Recent {
     horizon_ns: u64,
     samples: VecDeque<Sample>,
-    tasks: HashMap<(u32, u64), Trail>,
+    /// By task key, hashed as the engine's table does (a lookup per task and refresh).
+    tasks: HashMap<(u32, u64), Trail, BuildHasherDefault<KeyHasher>>,
     /// CLOCK_MONOTONIC at the start of the first refresh.
     started_ns: Option<u64>,
     last: Option<LastActivity>,
@@ -311,7 +357,7 @@ impl Recent {
         Self {
             horizon_ns: SPARK_S.max(window_s.min(MAX_WINDOW_S)) * 1_000_000_000,
             samples: VecDeque::new(),
-            tasks: HashMap::new(),
+            tasks: HashMap::default(),
             started_ns: None,
             last: None,
             self_tgid: 0,
@@ -338,16 +384,13 @@ impl Recent {
             let trail = match self.tasks.get_mut(&t.key()) {
                 Some(tr) => tr,
                 None if active => self.tasks.entry(t.key()).or_insert_with(|| Trail {
-                    record: TaskRecord {
-                        counts: Counts::default(),
-                        ..t.clone()
-                    },
+                    seen: Seen::of(t),
                     last_active_ns: end,
                     entries: VecDeque::new(),
                 }),
                 None => continue,
             };
-            trail.seen(t);
+            trail.seen = Seen::of(t);
             let did = if active {
                 trail.last_active_ns = end;
                 Did::Something(Box::new(Amounts::of(&t.counts)))
@@ -421,14 +464,21 @@ impl Recent {
             .filter(|s| self.within(s.end_ns, window_s))
             .collect();
         let span_s = in_window.iter().map(|s| s.secs).sum();
-        let mut tasks: Vec<(TaskRecord, u64)> = self
+        // In key order: the (small) trails are ordered before the records are made, where
+        // sorting the records moved 100 000 of them about.
+        let mut active: Vec<(&(u32, u64), &Trail, u64)> = self
             .tasks
-            .values()
-            .filter_map(|tr| {
+            .iter()
+            .filter_map(|(k, tr)| {
                 let last = tr.last_active_ns()?;
-                if !self.within(last, window_s) {
-                    return None;
-                }
+                self.within(last, window_s).then_some((k, tr, last))
+            })
+            .collect();
+        active.sort_unstable_by_key(|(k, _, _)| **k);
+        let last_active_ns = active.iter().map(|(_, _, last)| *last).collect();
+        let tasks: Vec<TaskRecord> = active
+            .into_iter()
+            .map(|(_, tr, _)| {
                 let mut sum = Amounts::default();
                 for e in tr
                     .entries
@@ -437,16 +487,9 @@ impl Recent {
                 {
                     sum.add(&e.amounts());
                 }
-                Some((
-                    TaskRecord {
-                        counts: sum.counts().finished(),
-                        ..tr.record.clone()
-                    },
-                    last,
-                ))
+                tr.seen.record(sum.counts().finished())
             })
             .collect();
-        tasks.sort_by_key(|(t, _)| t.key());
         let mut flows: Vec<NodeFlow> = Vec::new();
         for f in in_window.iter().flat_map(|s| &s.flows) {
             match flows.iter_mut().find(|g| g.src == f.src && g.dst == f.dst) {
@@ -464,6 +507,7 @@ impl Recent {
             span_s,
             now_ns: self.now_ns(),
             tasks,
+            last_active_ns,
             flows,
             self_tgid: self.self_tgid,
         }
@@ -479,7 +523,8 @@ impl Recent {
     /// Per refresh of the last minute (oldest first), the hint faults/s, pages migrated/s and
     /// scan share of the tasks `pick` selects (a task, or a process's threads), summed: 0 where
     /// none of them did anything.
-    pub fn task_series(&self, pick: impl Fn(&TaskRecord) -> bool, sampled: bool) -> TaskSeries {
+    /// `pick`: from a task's pid and tgid.
+    pub fn task_series(&self, pick: impl Fn(u32, u32) -> bool, sampled: bool) -> TaskSeries {
         let times: Vec<(u64, f64)> = self.spark_samples().map(|s| (s.end_ns, s.secs)).collect();
         let index: HashMap<u64, usize> = times
             .iter()
@@ -487,7 +532,11 @@ impl Recent {
             .map(|(i, (t, _))| (*t, i))
             .collect();
         let mut sums = vec![Amounts::default(); times.len()];
-        for tr in self.tasks.values().filter(|tr| pick(&tr.record)) {
+        for tr in self
+            .tasks
+            .values()
+            .filter(|tr| pick(tr.seen.pid, tr.seen.tgid))
+        {
             for e in &tr.entries {
                 let Some(&i) = index.get(&e.end_ns) else {
                     continue;
@@ -630,7 +679,7 @@ pub mod tests {
     }
 
     fn pids(w: &WindowData) -> Vec<u32> {
-        w.tasks.iter().map(|(t, _)| t.pid).collect()
+        w.tasks.iter().map(|t| t.pid).collect()
     }
 
     #[test]
@@ -643,9 +692,9 @@ pub mod tests {
             let w = r.window(10);
             // Active at the end of second 1: within 10 s until second 10.
             assert_eq!(pids(&w), if s <= 10 { vec![7] } else { vec![] }, "{s}");
-            if let Some((t, last)) = w.tasks.first() {
+            if let Some((t, last)) = w.with_last().next() {
                 assert_eq!(t.counts.skipped_vmas_total, 5);
-                assert_eq!(w.ago_s(*last), (s - 1) as f64);
+                assert_eq!(w.ago_s(last), (s - 1) as f64);
                 // Its scan share over the window divides by all its run time in it.
                 let share = t.counts.scan.share.unwrap();
                 let expect = 1e6 / (1e8 * s.min(10) as f64);
@@ -675,20 +724,20 @@ pub mod tests {
         push(&mut r, &delta(3, 1, &[(7, 0, 50)]));
         let mut w = r.window(10);
         assert_eq!(pids(&w), [7, 9]);
-        assert_eq!(w.tasks[0].0.counts.hint_faults.faults, 150);
-        assert_eq!(w.ago_s(w.tasks[0].1), 0.0);
-        assert_eq!(w.ago_s(w.tasks[1].1), 1.0);
+        assert_eq!(w.tasks[0].counts.hint_faults.faults, 150);
+        assert_eq!(w.ago_s(w.last_active_ns[0]), 0.0);
+        assert_eq!(w.ago_s(w.last_active_ns[1]), 1.0);
         // A 1-second window is the latest refresh only.
         assert_eq!(pids(&r.window(1)), [7]);
-        assert_eq!(r.window(1).tasks[0].0.counts.hint_faults.faults, 50);
+        assert_eq!(r.window(1).tasks[0].counts.hint_faults.faults, 50);
         // The process and cgroup views aggregate the window like a delta.
         let p = w.take_snapshot().processes(&Filter::default());
         assert_eq!(p.len(), 1);
         assert_eq!((p[0].threads, p[0].counts.hint_faults.faults), (2, 150));
         // Series for the detail: hint faults/s per refresh, 0 where it did nothing.
-        let s = r.task_series(|t| t.pid == 7, false);
+        let s = r.task_series(|pid, _| pid == 7, false);
         assert_eq!(s.hint, [100.0, 0.0, 50.0]);
-        let s = r.task_series(|t| t.tgid == 100, false);
+        let s = r.task_series(|_, tgid| tgid == 100, false);
         assert_eq!(s.hint, [100.0, 0.0, 50.0]);
         assert!(s.scan[1] > 0.0, "task 9's scan in refresh 2: {:?}", s.scan);
         // The system series.

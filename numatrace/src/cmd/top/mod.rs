@@ -227,7 +227,7 @@ async fn run_batch(
         if written.and_then(|()| out.flush()).is_err() {
             break;
         }
-        prev = cur;
+        engine.recycle(std::mem::replace(&mut prev, cur));
         meter = m;
     }
     Ok(())
@@ -492,8 +492,8 @@ async fn run_tui(
             Some(k) => {
                 let sampled = history::scan_sampled(&shown.measured);
                 let series = match app.view {
-                    View::Processes => recent.task_series(|t| u64::from(t.tgid) == k, sampled),
-                    _ => recent.task_series(|t| u64::from(t.pid) == k, sampled),
+                    View::Processes => recent.task_series(|_, tgid| u64::from(tgid) == k, sampled),
+                    _ => recent.task_series(|pid, _| u64::from(pid) == k, sampled),
                 };
                 (
                     detail_lines(&app, k, &delta, &full, filter, &shown.measured),
@@ -533,7 +533,7 @@ async fn run_tui(
                         full = cur.clone();
                     }
                 }
-                prev = cur;
+                engine.recycle(std::mem::replace(&mut prev, cur));
                 meter = m;
             }
             k = keys.recv() => {

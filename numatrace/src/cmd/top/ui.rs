@@ -544,7 +544,7 @@ mod tests {
             detail_lines: vec!["task 101 (worker-a) of process 100".into()],
             detail_series: recent
                 .task_series(
-                    |t| t.pid == 101,
+                    |pid, _| pid == 101,
                     crate::cmd::top::history::scan_sampled(&view.measured),
                 )
                 .series(&view.measured),
@@ -571,7 +571,7 @@ mod tests {
         view.cgroups = (0..500u64)
             .map(|k| Row {
                 key: k,
-                cells: vec![format!("/cg{k:03}")],
+                cells: vec![format!("/cg{k:03}").into()],
                 sort: vec![-(k as f64)],
                 ..Row::default()
             })

@@ -2,8 +2,12 @@
 //! process, cgroup and node, and the header. Pure data (the TUI, the batch text and the JSON
 //! lines all render it), so it is tested without a kernel.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::BuildHasherDefault,
+};
 
+use compact_str::{CompactString, format_compact};
 use serde::Serialize;
 
 use super::{
@@ -12,7 +16,7 @@ use super::{
 };
 use crate::{
     bpf::loader::HookReport,
-    engine::Snapshot,
+    engine::{Snapshot, tasks::KeyHasher},
     model::{CgroupRecord, Counts, Filter, ProcessRecord, TaskRecord, log2_buckets, quantile},
     report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
@@ -105,7 +109,7 @@ struct ColumnDef {
 /// each refresh took longer than the refresh.
 #[derive(Clone, Copy)]
 enum Value {
-    Text(fn(&Cells) -> String),
+    Text(fn(&Cells) -> CompactString),
     Number {
         of: fn(&Cells) -> f64,
         /// The text of a value (never below 0); the flag: the scan share is sampled.
@@ -177,7 +181,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 15,
         numeric: false,
         feed: None,
-        cell: Value::Text(|x| x.comm.to_owned()),
+        cell: Value::Text(|x| x.comm.into()),
     },
     ColumnDef {
         column: Column::ScanPct,
@@ -254,7 +258,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 5,
         numeric: false,
         feed: None,
-        cell: Value::Text(|x| x.node.to_owned()),
+        cell: Value::Text(|x| x.node.into()),
     },
     ColumnDef {
         column: Column::ThpPct,
@@ -308,7 +312,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 12,
         numeric: false,
         feed: Some(Feed::SkipVma),
-        cell: Value::Text(|x| x.c.skipped_vmas.top().unwrap_or("-").to_owned()),
+        cell: Value::Text(|x| x.c.skipped_vmas.top().unwrap_or("-").into()),
     },
     ColumnDef {
         column: Column::Moves,
@@ -324,7 +328,7 @@ const COLUMN_DEFS: [ColumnDef; 17] = [
         width: 24,
         numeric: false,
         feed: None,
-        cell: Value::Text(|x| x.cgroup.to_owned()),
+        cell: Value::Text(|x| x.cgroup.into()),
     },
 ];
 
@@ -356,8 +360,9 @@ impl Column {
 pub struct Row {
     /// pid (tasks), tgid (processes), cgroup id (cgroups) or node.
     pub key: u64,
-    /// As shown, except where `layout` makes a number's text from `sort` ([`Row::cell`]).
-    pub cells: Vec<String>,
+    /// As shown, except where `layout` makes a number's text from `sort` ([`Row::cell`]):
+    /// inline up to 24 bytes, so that a task's row is not a handful of allocations.
+    pub cells: Vec<CompactString>,
     pub sort: Vec<f64>,
     /// The sort keys over the activity window (empty: not windowed).
     pub window_sort: Vec<f64>,
@@ -400,7 +405,10 @@ impl Row {
         {
             return shown(v, sampled, show);
         }
-        self.cells.get(i).cloned().unwrap_or_default()
+        self.cells
+            .get(i)
+            .map(CompactString::to_string)
+            .unwrap_or_default()
     }
 
     /// Its cells, as many as it has.
@@ -464,9 +472,9 @@ fn counts_row(
         .map(|&i| {
             let d = &COLUMN_DEFS[i];
             let text = match d.cell {
-                Value::Text(_) if !measured(d, m) => "-".to_owned(),
+                Value::Text(_) if !measured(d, m) => CompactString::const_new("-"),
                 Value::Text(text) => text(&x),
-                Value::Number { .. } => String::new(),
+                Value::Number { .. } => CompactString::default(),
             };
             (text, sort_key(d, &x, m))
         })
@@ -511,20 +519,20 @@ fn sort_keys(pick: &[usize], c: &Counts, m: &Measured, secs: f64) -> Vec<f64> {
 
 /// The last component of a cgroup path, which is what tells containers and services apart
 /// (escaped for the screen).
-pub fn short_cgroup(path: Option<&str>) -> String {
+pub fn short_cgroup(path: Option<&str>) -> CompactString {
     match path {
         None => "?".into(),
         Some("/") => "/".into(),
-        Some(p) => escape(p.rsplit('/').next().unwrap_or(p)).into_owned(),
+        Some(p) => CompactString::from(&*escape(p.rsplit('/').next().unwrap_or(p))),
     }
 }
 
-fn node_cell(t: &TaskRecord) -> String {
-    let n = |v: Option<u32>| v.map_or("-".into(), |n| n.to_string());
+fn node_cell(t: &TaskRecord) -> CompactString {
+    let n = |v: Option<u32>| v.map_or(CompactString::const_new("-"), |n| format_compact!("{n}"));
     if t.preferred_node.is_none() && t.last_node.is_none() {
         return "-".into();
     }
-    format!("{}>{}", n(t.preferred_node), n(t.last_node))
+    format_compact!("{}>{}", n(t.preferred_node), n(t.last_node))
 }
 
 fn task_row(t: &TaskRecord, m: &Measured, secs: f64) -> Row {
@@ -582,19 +590,32 @@ fn merge_window<T>(
     quiet: impl Fn(&T) -> Row,
     idle: impl Fn(&T) -> f64,
 ) -> Vec<Row> {
-    let mut now: BTreeMap<u64, Row> = interval.into_iter().map(|r| (r.key, r)).collect();
+    // By key, the last of a key winning (as a map built from the list would have it): an
+    // index into the list, where a tree of 100 000 rows moved each about.
+    let mut at: HashMap<u64, usize, BuildHasherDefault<KeyHasher>> =
+        HashMap::with_capacity_and_hasher(interval.len(), Default::default());
+    for (i, r) in interval.iter().enumerate() {
+        at.insert(r.key, i);
+    }
+    let mut now: Vec<Option<Row>> = interval.into_iter().map(Some).collect();
     let mut out: Vec<Row> = window
         .iter()
         .map(|w| {
             let (key, sort) = over(w);
-            let mut row = now.remove(&key).unwrap_or_else(|| quiet(w));
+            let mut row = at
+                .remove(&key)
+                .and_then(|i| now[i].take())
+                .unwrap_or_else(|| quiet(w));
             row.window_sort = sort;
             row.idle_s = Some(idle(w));
             row
         })
         .collect();
-    // Active in the interval but not in the window's record (not expected): as they are.
-    out.extend(now.into_values().map(|mut r| {
+    // Active in the interval but not in the window's record (not expected): as they are, in
+    // key order.
+    let mut left: Vec<Row> = at.into_values().filter_map(|i| now[i].take()).collect();
+    left.sort_unstable_by_key(|r| r.key);
+    out.extend(left.into_iter().map(|mut r| {
         r.window_sort = r.sort.clone();
         r.idle_s = Some(0.0);
         r
@@ -830,10 +851,11 @@ impl FrameView {
             },
             mode: delta.tiering.mode,
         };
+        // In the snapshot's (key) order: the table sorts its rows as shown, so task_refs' sort
+        // by skipped VMAs was a second sort of 100 000 records for nothing.
         let tasks = delta
-            .task_refs(filter)
-            .into_iter()
-            .filter(|t| !t.exited)
+            .traced(filter)
+            .filter(|t| !t.exited && !t.counts.is_empty())
             .map(|t| task_row(t, &measured, secs))
             .collect();
         let processes = delta
@@ -870,7 +892,10 @@ impl FrameView {
                         src(fmt_rate(outr)),
                         n.tasks_preferring.to_string(),
                         n.tasks_last_ran.to_string(),
-                    ],
+                    ]
+                    .into_iter()
+                    .map(CompactString::from)
+                    .collect(),
                     sort: vec![
                         f64::from(n.node),
                         0.0,
@@ -929,14 +954,14 @@ impl FrameView {
         // Per process and cgroup, its most recently active task.
         let mut by_tgid: BTreeMap<u32, f64> = BTreeMap::new();
         let mut by_cgroup: BTreeMap<u64, f64> = BTreeMap::new();
-        for (t, at) in &w.tasks {
-            let ago = w.ago_s(*at);
+        for (t, at) in w.with_last() {
+            let ago = w.ago_s(at);
             let e = by_tgid.entry(t.tgid).or_insert(ago);
             *e = e.min(ago);
             let e = by_cgroup.entry(t.cgroup_id).or_insert(ago);
             *e = e.min(ago);
         }
-        let tasks: Vec<&(TaskRecord, u64)> = w.tasks.iter().filter(|(t, _)| !t.exited).collect();
+        let tasks: Vec<(&TaskRecord, u64)> = w.with_last().filter(|(t, _)| !t.exited).collect();
         self.tasks = merge_window(
             std::mem::take(&mut self.tasks),
             &tasks,
@@ -1352,7 +1377,7 @@ mod tests {
     fn rows_sort_by_number_then_key() {
         let r = |k, v: f64| Row {
             key: k,
-            cells: vec![format!("{v}")],
+            cells: vec![format!("{v}").into()],
             sort: vec![v],
             ..Row::default()
         };
@@ -1387,7 +1412,7 @@ mod tests {
                 .into_iter()
                 .map(|(key, a, b, text)| Row {
                     key,
-                    cells: vec![format!("{a}"), format!("t{text}")],
+                    cells: vec![format!("{a}").into(), format!("t{text}").into()],
                     sort: vec![f64::from(a), 0.0],
                     window_sort: vec![f64::from(b), 0.0],
                     ..Row::default()
