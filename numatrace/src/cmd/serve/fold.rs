@@ -125,8 +125,8 @@ impl Previous {
     }
 
     /// Task `key`'s counts are now `now`: its increment since they were last taken in
-    /// (`None`: unchanged; all of them for a task not seen before). Any key order works; the
-    /// snapshot's (ascending) is the fast one.
+    /// (`None`: unchanged; all of them for a task not seen before). Distinct keys in any order
+    /// work; the snapshot's (ascending) is the fast one.
     fn take_in(&mut self, key: Key, now: &Counts) -> Option<Counts> {
         let v = &mut self.by_key;
         // Entries before `key` that the snapshot did not list are skipped (kept as they are).
@@ -142,7 +142,7 @@ impl Previous {
                 self.cursor = self.cursor.max(i + 1);
                 &mut v[i].1
             }
-            // A key listed twice in one snapshot (not expected) diffs against its first.
+            // A new key listed twice in a row (not expected) diffs against its first.
             None => match self.added.last_mut() {
                 Some(e) if e.0 == key => &mut e.1,
                 _ => {
@@ -168,6 +168,7 @@ impl Previous {
         }
         let mut added = std::mem::take(&mut self.added);
         added.sort_by_key(|e| e.0);
+        debug_assert!(added.windows(2).all(|w| w[0].0 < w[1].0), "a new key twice");
         let v = &mut self.by_key;
         let (n, m) = (v.len(), added.len());
         v.reserve_exact(m);
@@ -472,9 +473,17 @@ impl Fold {
         }
         let mut gone = keys.to_vec();
         gone.sort_unstable();
-        self.last
-            .by_key
-            .retain(|(k, _)| gone.binary_search(k).is_err());
+        // Entries below the lowest forgotten key stay where they are.
+        let v = &mut self.last.by_key;
+        let first = v.partition_point(|e| e.0 < gone[0]);
+        let mut kept = first;
+        for i in first..v.len() {
+            if gone.binary_search(&v[i].0).is_err() {
+                v.swap(kept, i);
+                kept += 1;
+            }
+        }
+        v.truncate(kept);
         for k in keys {
             self.exited_now.remove(k);
         }

@@ -13,6 +13,7 @@
 //! Pure data, unit-tested without a kernel.
 
 use std::{
+    cell::RefCell,
     collections::{HashMap, VecDeque},
     hash::BuildHasherDefault,
 };
@@ -349,6 +350,10 @@ pub struct Recent {
     started_ns: Option<u64>,
     last: Option<LastActivity>,
     self_tgid: u32,
+    /// A window's record list handed back ([`Recent::give_back`]): the next window's records
+    /// are written into its memory, already mapped (a fresh list of 100 000 records is ~70 MiB
+    /// to fault in, every refresh).
+    spare: RefCell<Vec<TaskRecord>>,
 }
 
 impl Recent {
@@ -361,6 +366,7 @@ impl Recent {
             started_ns: None,
             last: None,
             self_tgid: 0,
+            spare: RefCell::default(),
         }
     }
 
@@ -476,20 +482,19 @@ impl Recent {
             .collect();
         active.sort_unstable_by_key(|(k, _, _)| **k);
         let last_active_ns = active.iter().map(|(_, _, last)| *last).collect();
-        let tasks: Vec<TaskRecord> = active
-            .into_iter()
-            .map(|(_, tr, _)| {
-                let mut sum = Amounts::default();
-                for e in tr
-                    .entries
-                    .iter()
-                    .filter(|e| self.within(e.end_ns, window_s))
-                {
-                    sum.add(&e.amounts());
-                }
-                tr.seen.record(sum.counts().finished())
-            })
-            .collect();
+        let mut tasks = self.spare.take();
+        tasks.clear();
+        tasks.extend(active.into_iter().map(|(_, tr, _)| {
+            let mut sum = Amounts::default();
+            for e in tr
+                .entries
+                .iter()
+                .filter(|e| self.within(e.end_ns, window_s))
+            {
+                sum.add(&e.amounts());
+            }
+            tr.seen.record(sum.counts().finished())
+        }));
         let mut flows: Vec<NodeFlow> = Vec::new();
         for f in in_window.iter().flat_map(|s| &s.flows) {
             match flows.iter_mut().find(|g| g.src == f.src && g.dst == f.dst) {
@@ -510,6 +515,17 @@ impl Recent {
             last_active_ns,
             flows,
             self_tgid: self.self_tgid,
+        }
+    }
+
+    /// Hands back a window's records the caller is done with (see `spare`): kept unless much
+    /// larger than the window needed (so that a burst of tasks is not held for good).
+    pub fn give_back(&self, mut tasks: Vec<TaskRecord>) {
+        let fits = tasks.capacity() <= 2 * tasks.len().max(1024);
+        tasks.clear();
+        let mut spare = self.spare.borrow_mut();
+        if fits && tasks.capacity() > spare.capacity() {
+            *spare = tasks;
         }
     }
 

@@ -852,7 +852,7 @@ impl FrameView {
             mode: delta.tiering.mode,
         };
         // In the snapshot's (key) order: the table sorts its rows as shown, so task_refs' sort
-        // by skipped VMAs was a second sort of 100 000 records for nothing.
+        // by skipped VMAs was a second sort of 100 000 tasks for nothing.
         let tasks = delta
             .traced(filter)
             .filter(|t| !t.exited && !t.counts.is_empty())
@@ -966,7 +966,7 @@ impl FrameView {
             std::mem::take(&mut self.tasks),
             &tasks,
             |(t, _)| (u64::from(t.pid), sort_keys(&ALL_COLUMNS, &t.counts, &m, ws)),
-            |(t, _)| task_row(&quiet(t, |t| &mut t.counts), &m, secs),
+            |(t, _)| task_row(&quiet(*t, |t| &mut t.counts), &m, secs),
             |(_, at)| w.ago_s(*at),
         );
         let snap = w.take_snapshot();
@@ -991,6 +991,7 @@ impl FrameView {
             |c| cgroup_row(&quiet(c, |c| &mut c.counts), &m, secs),
             |c| by_cgroup.get(&c.id).copied().unwrap_or(0.0),
         );
+        recent.give_back(snap.tasks);
         self.window_s = window_s;
         self.window_span_s = ws;
         self.window_flows = w.flows.clone();
