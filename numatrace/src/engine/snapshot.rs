@@ -154,17 +154,7 @@ impl<'a> Earlier<'a> {
         match self {
             Self::Indexed(by_key) => by_key.get(&key).copied(),
             Self::Ordered { tasks, at } => {
-                while tasks.get(*at).is_some_and(|t| t.key() < key) {
-                    *at += 1;
-                }
-                match tasks.get(*at) {
-                    Some(t) if t.key() == key => Some(t),
-                    // A later list out of order: still found.
-                    _ => tasks
-                        .binary_search_by_key(&key, TaskRecord::key)
-                        .ok()
-                        .map(|i| &tasks[i]),
-                }
+                super::tasks::seek(tasks, at, key, TaskRecord::key).map(|i| &tasks[i])
             }
         }
     }

@@ -29,6 +29,20 @@ fn key(s: &TaskStats) -> Key {
 
 pub use crate::model::key_hash::KeyHasher;
 
+/// Where `key` is in `list` (ascending by `key_of`, keys distinct), looked for from `*at` on: a
+/// walk of keys in the same order finds each where the previous one left off, in one step,
+/// where a hashed lookup of a large record costs a cache miss; a key out of that order is
+/// found by a search. `*at` moves past the keys below `key`.
+pub fn seek<T>(list: &[T], at: &mut usize, key: Key, key_of: impl Fn(&T) -> Key) -> Option<usize> {
+    while list.get(*at).is_some_and(|e| key_of(e) < key) {
+        *at += 1;
+    }
+    match list.get(*at) {
+        Some(e) if key_of(e) == key => Some(*at),
+        _ => list.binary_search_by_key(&key, key_of).ok(),
+    }
+}
+
 type Index = HashMap<Key, u32, BuildHasherDefault<KeyHasher>>;
 
 #[derive(Clone, Copy, Debug, Default)]

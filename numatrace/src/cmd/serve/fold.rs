@@ -18,7 +18,7 @@ use std::{
 use crate::{
     engine::{
         Snapshot,
-        tasks::{Key, KeyHasher},
+        tasks::{Key, KeyHasher, seek},
     },
     model::{CgroupPath, Counts, TaskRecord},
 };
@@ -130,18 +130,8 @@ impl Previous {
     fn take_in(&mut self, key: Key, now: &Counts) -> Option<Counts> {
         let v = &mut self.by_key;
         // Entries before `key` that the snapshot did not list are skipped (kept as they are).
-        while v.get(self.cursor).is_some_and(|e| e.0 < key) {
-            self.cursor += 1;
-        }
-        let at = match v.get(self.cursor) {
-            Some(e) if e.0 == key => Some(self.cursor),
-            _ => v.binary_search_by_key(&key, |e| e.0).ok(),
-        };
-        let e = match at {
-            Some(i) => {
-                self.cursor = self.cursor.max(i + 1);
-                &mut v[i].1
-            }
+        let e = match seek(v, &mut self.cursor, key, |e| e.0) {
+            Some(i) => &mut v[i].1,
             // A new key listed twice in a row (not expected) diffs against its first.
             None => match self.added.last_mut() {
                 Some(e) if e.0 == key => &mut e.1,
