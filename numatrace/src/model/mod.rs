@@ -334,11 +334,17 @@ impl Counts {
         self
     }
 
+    /// Hint faults, PTE updates or scan calls were counted: the sums a busy task has, which
+    /// answer "nothing happened?" without comparing whole records.
+    pub fn busy(&self) -> bool {
+        self.hint_faults.faults != 0 || self.scan.pte_updates != 0 || self.scan.calls != 0
+    }
+
     /// Nothing NUMA-balancing related happened (samples and run time alone do not count).
     pub fn is_empty(&self) -> bool {
-        // The common answer first: a busy task has hint faults or PTE updates (the full test
-        // copies and compares two 624-byte records, several times per task and refresh).
-        if self.hint_faults.faults != 0 || self.scan.pte_updates != 0 || self.scan.calls != 0 {
+        // The common answer first (the full test copies and compares two 624-byte records,
+        // several times per task and refresh).
+        if self.busy() {
             return false;
         }
         let mut c = self.clone();

@@ -256,7 +256,7 @@ fn mark_live(live: &mut BTreeMap<String, u64>, label: &str, now: u64) {
 /// Nothing was counted: every sum is zero (maxima and levels carry over in a delta).
 pub(super) fn nothing(inc: &Counts) -> bool {
     // The common answer first (the full test copies and compares two 624-byte records).
-    if inc.hint_faults.faults != 0 || inc.scan.pte_updates != 0 || inc.scan.calls != 0 {
+    if inc.busy() {
         return false;
     }
     static EMPTY: LazyLock<Counts> = LazyLock::new(|| Counts::default().finished());
