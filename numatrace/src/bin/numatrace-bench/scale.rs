@@ -303,9 +303,14 @@ fn serve(bins: &Bins, scale: Scale, cgroups: &[u64], window: Duration) -> Result
     Ok(c)
 }
 
-/// `top -b -d 1` over `window`, every entry rewritten once a second: its frames and the longest
-/// time between two.
+/// How long `top` runs at least: it keeps a minute of each busy task's refreshes (its
+/// sparklines' span), so its memory and frame time are at their steady state only after that.
+const TOP_STEADY: Duration = Duration::from_secs(70);
+
+/// `top -b -d 1` over `window` (at least [`TOP_STEADY`]), every entry rewritten once a second:
+/// its frames and the longest time between two.
 fn top(bins: &Bins, scale: Scale, cgroups: &[u64], window: Duration) -> Result<ScaleCost> {
+    let window = window.max(TOP_STEADY);
     let max = scale.max_tasks().to_string();
     let cmd = Cmd::start(bins, &["top", "-b", "-d", "1", "--max-tasks", &max], true)?;
     let is_frame = |l: &str| l.starts_with("numatrace");

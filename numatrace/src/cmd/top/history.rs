@@ -20,7 +20,10 @@ use std::{
 
 use serde::Serialize;
 
-use super::graph::Series;
+use super::{
+    graph::Series,
+    packed::{Packed, Pos},
+};
 use crate::{
     engine::{Snapshot, tasks::KeyHasher},
     model::{CgroupPath, Comm, Counts, Filter, TaskRecord},
@@ -36,6 +39,8 @@ pub const DEFAULT_WINDOW_S: u64 = 10;
 pub const MAX_WINDOW_S: u64 = crate::cli::TOP_WINDOW_MAX_S;
 /// Whatever --delay, at most this many refreshes are kept.
 const MAX_SAMPLES: usize = 4096;
+/// A trail is given room for at most this many refreshes ahead (more grow as they come).
+const ROOM_MAX: u64 = 64;
 
 /// The window after `cur` in the `w` cycle (5, 10, 30, 60 s, and round again).
 pub fn next_window(cur: u64) -> u64 {
@@ -146,9 +151,12 @@ fn amount(c: &Counts) -> u64 {
 /// the process and cgroup rows made of them) and the detail's sparklines read.
 macro_rules! amounts {
     ($( $($f:ident).+ ),* $(,)?) => {
+        /// How many counters [`Amounts`] holds.
+        const AMOUNTS: usize = [$(stringify!($($f).+)),*].len();
+
         /// What one refresh of a task added to the counters a window shows.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        struct Amounts([u64; [$(stringify!($($f).+)),*].len()]);
+        struct Amounts([u64; AMOUNTS]);
 
         impl Amounts {
             fn of(c: &Counts) -> Self {
@@ -194,41 +202,53 @@ impl Amounts {
     }
 }
 
-/// One refresh of a recently active task: its amounts when it did something, else only its
-/// run time and CPU samples (what the scan share over the window divides by; from its first
-/// activity within the horizon on).
-#[derive(Clone, Debug)]
-struct Entry {
-    end_ns: u64,
-    did: Did,
-}
+/// A running sum of [`Amounts`]: wide enough that taking out what was put in is exact, and read
+/// saturated, as [`Amounts::add`] sums.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Sum([u128; AMOUNTS]);
 
-#[derive(Clone, Debug)]
-enum Did {
-    Something(Box<Amounts>),
-    Nothing { runtime_ns: u64, samples: u64 },
-}
-
-impl Entry {
-    fn active(&self) -> bool {
-        matches!(self.did, Did::Something(_))
-    }
-
-    /// What it adds to a window's amounts.
-    fn amounts(&self) -> Amounts {
-        match &self.did {
-            Did::Something(a) => **a,
-            Did::Nothing {
-                runtime_ns,
-                samples,
-            } => {
-                let mut c = Counts::default();
-                c.scan.task_runtime_ns = *runtime_ns;
-                c.scan.samples = *samples;
-                Amounts::of(&c)
-            }
+impl Sum {
+    fn put(&mut self, o: &Amounts) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += u128::from(b);
         }
     }
+
+    fn take(&mut self, o: &Amounts) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a -= u128::from(b);
+        }
+    }
+
+    fn amounts(&self) -> Amounts {
+        Amounts(self.0.map(|a| u64::try_from(a).unwrap_or(u64::MAX)))
+    }
+}
+
+/// One refresh of a recently active task (from its first activity within the horizon on): its
+/// amounts when it did something, else only its run time and CPU samples (what the scan share
+/// over the window divides by).
+type Entry = super::packed::Entry<AMOUNTS>;
+
+fn entry(end_ns: u64, t: &TaskRecord, active: bool) -> Entry {
+    let amounts = if active {
+        Amounts::of(&t.counts)
+    } else {
+        let mut c = Counts::default();
+        c.scan.task_runtime_ns = t.counts.scan.task_runtime_ns;
+        c.scan.samples = t.counts.scan.samples;
+        Amounts::of(&c)
+    };
+    Entry {
+        end_ns,
+        active,
+        amounts: amounts.0,
+    }
+}
+
+/// What an entry adds to a window's amounts.
+fn amounts(e: &Entry) -> Amounts {
+    Amounts(e.amounts)
 }
 
 /// Who a task is, as last seen: a [`TaskRecord`] without its counts (a window's records are
@@ -283,18 +303,49 @@ struct Trail {
     seen: Seen,
     /// When it last did something: it is remembered while that lies within the horizon.
     last_active_ns: u64,
-    /// Its refreshes since its first activity within the horizon.
-    entries: VecDeque<Entry>,
+    /// Its refreshes since its first activity within the horizon (the latest active one ends
+    /// at `last_active_ns`: older ones go first).
+    entries: Packed<AMOUNTS>,
+    /// The amounts of its entries from `sum_from` on: those within the window [`Recent`] keeps
+    /// (`kept_ns`), kept as entries come and leave it, so that a window is not summed afresh
+    /// over every entry of every task each refresh.
+    sum: Sum,
+    sum_from: Pos,
+    /// Room was made for a horizon of entries (at its second refresh: a task seen once, as
+    /// many short-lived ones are, keeps only its one entry).
+    roomy: bool,
 }
 
 impl Trail {
-    /// The end of its latest active refresh.
-    fn last_active_ns(&self) -> Option<u64> {
-        self.entries
-            .iter()
-            .rev()
-            .find(|e| e.active())
-            .map(|e| e.end_ns)
+    /// Takes the entries at the front of its sum that `keep` does not keep out of it.
+    fn slide(&mut self, keep: impl Fn(u64) -> bool) {
+        // The end alone first: most refreshes leave the sum as it is.
+        while self
+            .entries
+            .end_ns_at(self.sum_from)
+            .is_some_and(|end| !keep(end))
+        {
+            let Some((e, next)) = self.entries.read(self.sum_from) else {
+                break;
+            };
+            self.sum.take(&amounts(&e));
+            self.sum_from = next;
+        }
+    }
+
+    /// Its sum over the entries `within` keeps (the latest ones), afresh.
+    fn resum(&mut self, within: impl Fn(u64) -> bool) {
+        self.sum = Sum::default();
+        self.sum_from = self.entries.end();
+        let mut first = true;
+        for (at, e) in self.entries.from(self.entries.start()) {
+            if within(e.end_ns) {
+                if first {
+                    (self.sum_from, first) = (at, false);
+                }
+                self.sum.put(&amounts(&e));
+            }
+        }
     }
 }
 
@@ -343,6 +394,8 @@ impl WindowData {
 #[derive(Clone, Debug)]
 pub struct Recent {
     horizon_ns: u64,
+    /// The window each trail keeps a running sum for (see [`Trail::sum`]): the one shown.
+    kept_ns: u64,
     samples: VecDeque<Sample>,
     /// By task key, hashed as the engine's table does (a lookup per task and refresh).
     tasks: HashMap<(u32, u64), Trail, BuildHasherDefault<KeyHasher>>,
@@ -361,6 +414,7 @@ impl Recent {
     pub fn new(window_s: u64) -> Self {
         Self {
             horizon_ns: SPARK_S.max(window_s.min(MAX_WINDOW_S)) * 1_000_000_000,
+            kept_ns: window_s.saturating_mul(1_000_000_000),
             samples: VecDeque::new(),
             tasks: HashMap::default(),
             started_ns: None,
@@ -378,6 +432,11 @@ impl Recent {
         self.started_ns
             .get_or_insert(delta.mono_ns.saturating_sub(delta.span_ns));
         self.self_tgid = delta.self_tgid;
+        // Room for a horizon of refreshes of this length (a second at least: top's first
+        // refresh is shorter; a minute's at most) in a trail: grown in steps, the trails of
+        // tasks that became busy together all grew at the same refresh (100 000 of them took
+        // it to 0.8 s).
+        let room = (self.horizon_ns / delta.span_ns.max(1_000_000_000)).min(ROOM_MAX) as usize + 1;
         let mut busiest: Option<(&TaskRecord, u64)> = None;
         for t in delta.traced(filter) {
             let active = !t.counts.is_empty();
@@ -392,21 +451,27 @@ impl Recent {
                 None if active => self.tasks.entry(t.key()).or_insert_with(|| Trail {
                     seen: Seen::of(t),
                     last_active_ns: end,
-                    entries: VecDeque::new(),
+                    entries: Packed::default(),
+                    sum: Sum::default(),
+                    sum_from: 0,
+                    roomy: false,
                 }),
                 None => continue,
             };
             trail.seen = Seen::of(t);
-            let did = if active {
+            if active {
                 trail.last_active_ns = end;
-                Did::Something(Box::new(Amounts::of(&t.counts)))
-            } else {
-                Did::Nothing {
-                    runtime_ns: t.counts.scan.task_runtime_ns,
-                    samples: t.counts.scan.samples,
-                }
-            };
-            trail.entries.push_back(Entry { end_ns: end, did });
+            }
+            let e = entry(end, t, active);
+            let at = trail.entries.end();
+            let first = at == 0;
+            trail.entries.push(&e);
+            // The latest refresh is within any window.
+            trail.sum.put(&amounts(&e));
+            if !first && !trail.roomy {
+                trail.entries.reserve_like_last(room, at);
+                trail.roomy = true;
+            }
         }
         if let Some((t, _)) = busiest {
             self.last = Some(LastActivity {
@@ -434,12 +499,23 @@ impl Recent {
             self.samples.pop_front();
         }
         let oldest = self.samples.front().map_or(now, |s| s.end_ns);
+        let kept = self.kept_ns;
         self.tasks.retain(|_, tr| {
-            while tr.entries.front().is_some_and(|e| e.end_ns < oldest) {
-                tr.entries.pop_front();
-            }
+            tr.slide(|end| end >= oldest && end.saturating_add(kept) > now);
+            tr.entries.drop_before(oldest);
             tr.last_active_ns >= oldest
         });
+    }
+
+    /// Keeps running sums for `window_s` from now on (the window shown changed): each trail's
+    /// sum afresh, once.
+    pub fn keep_window(&mut self, window_s: u64) {
+        self.kept_ns = window_s.saturating_mul(1_000_000_000);
+        let now = self.now_ns();
+        let kept = self.kept_ns;
+        for tr in self.tasks.values_mut() {
+            tr.resum(|end| end.saturating_add(kept) > now);
+        }
     }
 
     /// The latest refresh's end.
@@ -476,7 +552,7 @@ impl Recent {
             .tasks
             .iter()
             .filter_map(|(k, tr)| {
-                let last = tr.last_active_ns()?;
+                let last = tr.last_active_ns;
                 self.within(last, window_s).then_some((k, tr, last))
             })
             .collect();
@@ -484,15 +560,22 @@ impl Recent {
         let last_active_ns = active.iter().map(|(_, _, last)| *last).collect();
         let mut tasks = self.spare.take();
         tasks.clear();
+        let kept = window_s.saturating_mul(1_000_000_000) == self.kept_ns;
         tasks.extend(active.into_iter().map(|(_, tr, _)| {
-            let mut sum = Amounts::default();
-            for e in tr
-                .entries
-                .iter()
-                .filter(|e| self.within(e.end_ns, window_s))
-            {
-                sum.add(&e.amounts());
-            }
+            let sum = if kept {
+                tr.sum.amounts()
+            } else {
+                // Another window than the one kept: summed afresh.
+                let mut sum = Amounts::default();
+                for e in tr
+                    .entries
+                    .iter()
+                    .filter(|e| self.within(e.end_ns, window_s))
+                {
+                    sum.add(&amounts(&e));
+                }
+                sum
+            };
             tr.seen.record(sum.counts().finished())
         }));
         let mut flows: Vec<NodeFlow> = Vec::new();
@@ -553,11 +636,11 @@ impl Recent {
             .values()
             .filter(|tr| pick(tr.seen.pid, tr.seen.tgid))
         {
-            for e in &tr.entries {
+            for e in tr.entries.iter() {
                 let Some(&i) = index.get(&e.end_ns) else {
                     continue;
                 };
-                sums[i].add(&e.amounts());
+                sums[i].add(&amounts(&e));
             }
         }
         let mut out = TaskSeries::default();

@@ -1,8 +1,9 @@
 //! [`Recent::window`] against the history as it was first written, kept here as the reference:
 //! every counter of every refresh of a task kept for the whole horizon, and summed afresh for a
 //! window. Over random histories (tasks active in bursts, idle with run time, appearing and
-//! leaving, windows shorter than the one kept), both list the same tasks, last active at the
-//! same time, with the same amounts over the window.
+//! leaving, windows shorter than the one kept, the window whose running sums are kept changing
+//! half-way), both list the same tasks, last active at the same time, with the same amounts
+//! over the window.
 
 use std::collections::HashMap;
 
@@ -112,6 +113,10 @@ fn check(seed: u64, refreshes: u64) {
     };
     let pids: Vec<u32> = (1..=8).collect();
     for s in 1..=refreshes {
+        if s == refreshes / 2 {
+            // The window shown changes: the running sums follow the other one.
+            recent.keep_window((window / 2).max(1));
+        }
         let present: Vec<u32> = pids.iter().copied().filter(|_| r.chance(85)).collect();
         let tasks: Vec<TaskRecord> = present
             .into_iter()

@@ -6,6 +6,7 @@ pub mod app;
 pub mod batch;
 pub mod graph;
 pub mod history;
+mod packed;
 pub mod ui;
 pub mod view;
 
@@ -21,7 +22,7 @@ use crate::{
     engine::{Detail, Engine, Snapshot},
     kernel::facts::KernelFacts,
     kernel::facts::KernelSummary,
-    model::{Filter, Scope, Window},
+    model::{Filter, Scope, TaskRecord, Window},
     report::{
         measured::{Feed, Measured},
         stat::{StatJson, StatReport},
@@ -85,8 +86,9 @@ fn refresh(
     filter: &Filter,
     own: OwnCost,
     recent: &mut Recent,
+    spare: Vec<TaskRecord>,
 ) -> Refresh {
-    let delta = cur.delta(prev);
+    let delta = cur.delta_into(prev, spare);
     let view = FrameView::build(&delta, &engine.hooks, filter, own);
     recent.push(&delta, filter, Sample::of(&delta, filter, &view.measured));
     Refresh { view, delta }
@@ -173,6 +175,8 @@ async fn run_batch(
     let mut meter = Meter::now(engine, stats);
     let nodes = engine.facts.numa_nodes as usize;
     let mut recent = Recent::new(args.window);
+    // The previous frame's delta list, reused for the next (see `Snapshot::delta_into`).
+    let mut delta_list = Vec::new();
     let mut out = std::io::stdout().lock();
     // The first frame comes soon after attach (its rates over that shorter interval, which it
     // states), the rest every --delay from it, however long a frame took to make (a frame
@@ -192,7 +196,16 @@ async fn run_batch(
         }
         let cur = engine.snapshot(detail)?;
         let m = Meter::now(engine, stats);
-        let r = refresh(engine, &prev, &cur, filter, m.since(&meter), &mut recent);
+        let spare = std::mem::take(&mut delta_list);
+        let r = refresh(
+            engine,
+            &prev,
+            &cur,
+            filter,
+            m.since(&meter),
+            &mut recent,
+            spare,
+        );
         let v = r.view.windowed(&recent, args.window);
         let written = if args.json {
             let report = StatReport::new(
@@ -228,6 +241,7 @@ async fn run_batch(
             break;
         }
         engine.recycle(std::mem::replace(&mut prev, cur));
+        delta_list = r.delta.tasks;
         meter = m;
     }
     Ok(())
@@ -456,6 +470,8 @@ async fn run_tui(
     // The interval's view (`base`) and what is shown: it over the activity window.
     let mut shown = first.clone().windowed(&recent, app.window_s);
     let (mut base, mut delta, mut full) = (first, prev.delta(&prev), prev.clone());
+    // The delta list of the frame before the one shown, reused (see `Snapshot::delta_into`).
+    let mut delta_list = Vec::new();
     match args.sort {
         Some(col) => app.sort_busiest(col.index()),
         None => app.sort_busiest(view::busiest_column(&shown.caps)),
@@ -523,12 +539,15 @@ async fn run_tui(
                     Err(e) => break Err(e),
                 };
                 let m = Meter::now(engine, stats);
-                let r = refresh(engine, &prev, &cur, filter, m.since(&meter), &mut recent);
+                let spare = std::mem::take(&mut delta_list);
+                let r = refresh(engine, &prev, &cur, filter, m.since(&meter), &mut recent, spare);
                 // Paused: counting and snapshots go on; the screen keeps the last frame.
-                if !app.paused {
+                if app.paused {
+                    delta_list = r.delta.tasks;
+                } else {
                     base = r.view;
                     shown = base.clone().windowed(&recent, app.window_s);
-                    delta = r.delta;
+                    delta_list = std::mem::replace(&mut delta, r.delta).tasks;
                     if cur.detail {
                         full = cur.clone();
                     }
@@ -542,8 +561,11 @@ async fn run_tui(
                         let window = app.window_s;
                         app.key(k, &rows);
                         // `w`: the rows of the new window at once (paused: at resume).
-                        if app.window_s != window && !app.paused {
-                            shown = base.clone().windowed(&recent, app.window_s);
+                        if app.window_s != window {
+                            recent.keep_window(app.window_s);
+                            if !app.paused {
+                                shown = base.clone().windowed(&recent, app.window_s);
+                            }
                         }
                     }
                     None => app.quit = true,
