@@ -633,9 +633,14 @@ fn live_scrape_passes_promtool_and_pages_answer() {
         }
     }
     assert!(serve.stop().success(), "serve exits 0 on SIGTERM");
+    // The kernel frees an exited process's programs after a grace period (a tp_btf program's
+    // trampoline link takes longest), as the lifecycle tests wait for.
     assert!(
-        common::numatrace_programs_loaded().is_empty(),
-        "programs left attached after serve stopped"
+        common::wait_until(Duration::from_secs(10), || {
+            common::numatrace_programs_loaded().is_empty()
+        }),
+        "programs left attached after serve stopped: {:?}",
+        common::numatrace_programs_loaded()
     );
 }
 
