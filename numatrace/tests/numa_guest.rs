@@ -327,14 +327,19 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
     // vmemmap (x86-64: vmemmap_base; arm64: VMCOREINFO's VMEMMAP_START and PHYS_OFFSET, 48- or
     // 52-bit VA), and every page the workload placed was on node 1 after its first touch (the
     // workload checks that with move_pages(2) and fails otherwise). A wrong vmemmap gives an
-    // unknown (null) or wrong source here.
+    // unknown (null) or wrong source here. The one other move that can happen is 0 -> 1: while
+    // the workload runs pinned to node 1 to first-touch its buffer (bound to node 1, then
+    // checking the placement), a hint fault on one of its other pages still on node 0 (stack,
+    // data) moves that page to node 1 (seen once, one page, in an arm64 guest): a right source
+    // as well.
     for f in flows
         .iter()
         .filter(|f| n(&f["migrated"]) + n(&f["not_migrated"]) > 0)
     {
         assert!(
-            f["src"] == 1 && f["dst"] == 0,
-            "a migration that is not 1 -> 0 (the workload placed its pages on node 1): {flows:?}"
+            (f["src"] == 1 && f["dst"] == 0) || (f["src"] == 0 && f["dst"] == 1),
+            "a migration that is neither the buffer's 1 -> 0 nor a page pulled 0 -> 1 while the \
+             workload ran on node 1 (it placed its pages on node 1): {flows:?}"
         );
     }
     let nodes = v["nodes"].as_array().unwrap();
