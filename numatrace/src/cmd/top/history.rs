@@ -333,19 +333,19 @@ impl Trail {
         }
     }
 
-    /// Its sum over the entries `within` keeps (the latest ones), afresh.
-    fn resum(&mut self, within: impl Fn(u64) -> bool) {
-        self.sum = Sum::default();
-        self.sum_from = self.entries.end();
-        let mut first = true;
-        for (at, e) in self.entries.from(self.entries.start()) {
-            if within(e.end_ns) {
-                if first {
-                    (self.sum_from, first) = (at, false);
-                }
-                self.sum.put(&amounts(&e));
-            }
+    /// Where the entries `within` keeps (the latest ones: ends do not decrease) start, and
+    /// their sum, afresh.
+    fn sum_within(&self, within: impl Fn(u64) -> bool) -> (Pos, Sum) {
+        let from = self
+            .entries
+            .from(self.entries.start())
+            .find(|(_, e)| within(e.end_ns))
+            .map_or(self.entries.end(), |(at, _)| at);
+        let mut sum = Sum::default();
+        for (_, e) in self.entries.from(from) {
+            sum.put(&amounts(&e));
         }
+        (from, sum)
     }
 }
 
@@ -514,7 +514,7 @@ impl Recent {
         let now = self.now_ns();
         let kept = self.kept_ns;
         for tr in self.tasks.values_mut() {
-            tr.resum(|end| end.saturating_add(kept) > now);
+            (tr.sum_from, tr.sum) = tr.sum_within(|end| end.saturating_add(kept) > now);
         }
     }
 
@@ -563,20 +563,12 @@ impl Recent {
         let kept = window_s.saturating_mul(1_000_000_000) == self.kept_ns;
         tasks.extend(active.into_iter().map(|(_, tr, _)| {
             let sum = if kept {
-                tr.sum.amounts()
+                tr.sum
             } else {
                 // Another window than the one kept: summed afresh.
-                let mut sum = Amounts::default();
-                for e in tr
-                    .entries
-                    .iter()
-                    .filter(|e| self.within(e.end_ns, window_s))
-                {
-                    sum.add(&amounts(&e));
-                }
-                sum
+                tr.sum_within(|end| self.within(end, window_s)).1
             };
-            tr.seen.record(sum.counts().finished())
+            tr.seen.record(sum.amounts().counts().finished())
         }));
         let mut flows: Vec<NodeFlow> = Vec::new();
         for f in in_window.iter().flat_map(|s| &s.flows) {
