@@ -11,11 +11,8 @@ use std::{
 use common::{numatrace, numatrace_bin, numatrace_programs_loaded, wait_until};
 
 fn assert_none_loaded_before() {
-    // An earlier test's process may have exited a moment ago: the kernel frees its programs
-    // after a grace period (a tp_btf program's trampoline link takes longest).
-    wait_until(Duration::from_secs(10), || {
-        numatrace_programs_loaded().is_empty()
-    });
+    // An earlier test's process may have exited a moment ago.
+    common::programs_released();
     let before = numatrace_programs_loaded();
     assert!(
         before.is_empty(),
@@ -88,8 +85,7 @@ fn start_stat(extra: &[&str]) -> Running {
 
 fn assert_all_released() {
     assert!(
-        wait_until(Duration::from_secs(10), || numatrace_programs_loaded()
-            .is_empty()),
+        common::programs_released(),
         "still loaded after numatrace ended: {:?}",
         numatrace_programs_loaded()
     );

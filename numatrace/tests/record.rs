@@ -419,9 +419,7 @@ fn a_capture_killed_with_sigkill_is_read_up_to_its_last_section() {
     record.kill().unwrap();
     record.wait().unwrap();
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            common::numatrace_programs_loaded().is_empty()
-        }),
+        common::programs_released(),
         "programs left attached after SIGKILL"
     );
     fs::set_permissions(&cap, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();

@@ -633,12 +633,8 @@ fn live_scrape_passes_promtool_and_pages_answer() {
         }
     }
     assert!(serve.stop().success(), "serve exits 0 on SIGTERM");
-    // The kernel frees an exited process's programs after a grace period (a tp_btf program's
-    // trampoline link takes longest), as the lifecycle tests wait for.
     assert!(
-        common::wait_until(Duration::from_secs(10), || {
-            common::numatrace_programs_loaded().is_empty()
-        }),
+        common::programs_released(),
         "programs left attached after serve stopped: {:?}",
         common::numatrace_programs_loaded()
     );
@@ -950,12 +946,7 @@ fn serves_a_socket_systemd_hands_it() {
     let _ = activator.wait();
     assert_eq!(status, 200, "{body}");
     assert!(scrape.count_of("numatrace_build_info") == 1);
-    assert!(
-        common::wait_until(Duration::from_secs(10), || {
-            common::numatrace_programs_loaded().is_empty()
-        }),
-        "programs left attached"
-    );
+    assert!(common::programs_released(), "programs left attached");
 }
 
 /// Sends GET `path` on an open keep-alive connection and reads one response (by its

@@ -224,6 +224,13 @@ pub fn expected_tracepoint_programs() -> usize {
     .filter(|e| root.join("events").join(e).is_dir())
     .count()
 }
+/// Whether every numatrace program is gone within 10 s: the kernel frees an exited process's
+/// programs after a grace period (a tp_btf program's trampoline link takes longest).
+pub fn programs_released() -> bool {
+    wait_until(Duration::from_secs(10), || {
+        numatrace_programs_loaded().is_empty()
+    })
+}
 
 /// Names (as the kernel keeps them: 15 characters) of loaded programs that are numatrace's
 /// tracepoint programs: one per tracepoint (sched_skip_vma_numa's is the tp_btf program where
