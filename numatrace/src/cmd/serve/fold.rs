@@ -10,6 +10,7 @@
 //! as an increase, so rates still add up: Σ task rates + `other` = the total's rate.
 
 use std::{
+    cmp::Reverse,
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     hash::BuildHasherDefault,
     sync::{Arc, LazyLock},
@@ -63,7 +64,7 @@ pub struct Fold {
     pub tasks: Vec<TaskSeries>,
     /// By pid, the comm of the previous scrape's task series, and whose it was (one series
     /// per pid).
-    exported: HashMap<u32, (String, Key)>,
+    exported: HashMap<u32, (String, Key), BuildHasherDefault<KeyHasher>>,
     /// Scrapes taken, and the latest scrape at which each cgroup label had a live task.
     scrapes: u64,
     cgroup_live: BTreeMap<String, u64>,
@@ -206,8 +207,32 @@ pub fn cgroup_label(path: Option<&str>, depth: usize) -> String {
 }
 
 /// The tasks that may be exported on their own: live, not numatrace's, ranked above nothing,
-/// and the newest entry of their pid.
+/// and the newest live entry of their pid. The engine lists tasks in key order (pid, then
+/// entry creation), so a pid's newest entry is the last of its run: one walk from the end,
+/// with no table of 100 000 pids; a list out of that order is taken the long way.
 pub(super) fn candidates(snap: &Snapshot) -> Vec<&TaskRecord> {
+    let mut out = Vec::new();
+    // The previous task of the walk (the next one in the list), and whether a live entry of
+    // its pid came after it.
+    let mut next: Option<(Key, bool)> = None;
+    for t in snap.tasks.iter().rev() {
+        let key = t.key();
+        let newer_live = match next {
+            Some((k, live)) if k.0 == t.pid && k > key => live,
+            Some((k, _)) if k > key => false,
+            None => false,
+            Some(_) => return candidates_unordered(snap),
+        };
+        if !t.exited && !newer_live && t.tgid != snap.self_tgid && rank(t) > (0, 0, 0) {
+            out.push(t);
+        }
+        next = Some((key, newer_live || !t.exited));
+    }
+    out
+}
+
+/// [`candidates`] of a list in any order (as first written: the reference test's).
+pub(super) fn candidates_unordered(snap: &Snapshot) -> Vec<&TaskRecord> {
     let mut newest: HashMap<u32, u64, BuildHasherDefault<KeyHasher>> = HashMap::default();
     for t in snap.tasks.iter().filter(|t| !t.exited) {
         let e = newest.entry(t.pid).or_insert(t.first_ns);
@@ -267,9 +292,14 @@ pub(super) fn nothing(inc: &Counts) -> bool {
     z.finished() == *EMPTY
 }
 
+/// A candidate with its rank (highest first) and pid: the order of the top N.
+type Ranked<'a> = (Reverse<Rank>, u32, &'a TaskRecord);
+
+type Rank = (u64, u64, u64);
+
 /// Ranking of live tasks for the top N: PTE-scan time (or, where only sampled, samples in
 /// task_numa_work), then hint faults, then pid.
-pub(super) fn rank(t: &TaskRecord) -> (u64, u64, u64) {
+pub(super) fn rank(t: &TaskRecord) -> Rank {
     let c = &t.counts;
     (c.scan.time_ns, c.scan.scan_samples, c.hint_faults.faults)
 }
@@ -284,7 +314,7 @@ impl Fold {
             cgroups: BTreeMap::new(),
             other_tasks: Counts::default(),
             tasks: Vec::new(),
-            exported: HashMap::new(),
+            exported: HashMap::default(),
             scrapes: 0,
             cgroup_live: BTreeMap::new(),
             labels: Labels::default(),
@@ -305,14 +335,14 @@ impl Fold {
     /// Takes in the next snapshot (cumulative, like every engine snapshot).
     pub fn advance(&mut self, snap: &Snapshot) {
         let chosen = self.choose(snap);
-        let mut exported = HashMap::new();
+        let mut exported = HashMap::default();
         let mut series = Vec::new();
         let depth = self.limits.cgroup_depth;
         // Named cgroup series: past `max_cgroups`, a new cgroup's increments go to `other`.
         let mut named = self.cgroups.keys().filter(|k| *k != OTHER).count();
-        // This scrape's increments by series, added to the series after the loop: two hashed
-        // lookups per task where three in the sorted map by label (string compares over
-        // 10 000 labels) were most of a scrape's own work at 100 000 tasks.
+        // This scrape's increments by series, added to the series (and the totals) after the
+        // loop: two hashed lookups per task where three in the sorted map by label (string
+        // compares over 10 000 labels) were most of a scrape's own work at 100 000 tasks.
         let mut pending: HashMap<Arc<str>, Pending> = HashMap::new();
         let other: Arc<str> = Arc::from(OTHER);
         let existing: HashSet<&str> = self.cgroups.keys().map(String::as_str).collect();
@@ -342,7 +372,6 @@ impl Fold {
             let known = exists(&pending, &label);
             match &inc {
                 Some(inc) => {
-                    self.totals.add(inc);
                     // A new series while there is room (labels are never `other`).
                     let slot = if known || named < self.limits.max_cgroups {
                         named += usize::from(!known);
@@ -374,6 +403,8 @@ impl Fold {
         self.last.finish();
         for (label, p) in pending {
             if let Some(inc) = p.inc {
+                // Every increment went to one series: the totals are their sum.
+                self.totals.add(&inc);
                 match self.cgroups.get_mut(&*label) {
                     Some(c) => c.add(&inc),
                     None => {
@@ -418,7 +449,8 @@ impl Fold {
     /// scrape, so that no series restarts lower than it was; of two live entries with one pid
     /// (an evicted entry carried forward), the newer counts.
     fn choose(&self, snap: &Snapshot) -> BTreeSet<(u32, u64)> {
-        let mut live: Vec<&TaskRecord> = candidates(snap)
+        // Each candidate with its rank: ordering 100 000 of them reads no record again.
+        let mut live: Vec<Ranked<'_>> = candidates(snap)
             .into_iter()
             .filter(|t| {
                 self.exported
@@ -426,20 +458,21 @@ impl Fold {
                     .filter(|(comm, _)| *comm == t.comm)
                     .is_none_or(|(_, k)| *k == t.key())
             })
+            .map(|t| (Reverse(rank(t)), t.pid, t))
             .collect();
         let n = self.limits.top_tasks;
         // Only the first 2N in this order are ever looked at (one order: pids are unique).
-        let order =
-            |a: &&TaskRecord, b: &&TaskRecord| rank(b).cmp(&rank(a)).then(a.pid.cmp(&b.pid));
+        let order = |e: &Ranked<'_>| (e.0, e.1);
         if 2 * n < live.len() {
             if n == 0 {
                 live.clear();
             } else {
-                live.select_nth_unstable_by(2 * n - 1, order);
+                live.select_nth_unstable_by_key(2 * n - 1, order);
                 live.truncate(2 * n);
             }
         }
-        live.sort_unstable_by(order);
+        live.sort_unstable_by_key(order);
+        let live: Vec<&TaskRecord> = live.into_iter().map(|(_, _, t)| t).collect();
         let before: BTreeSet<Key> = self.exported.values().map(|(_, k)| *k).collect();
         keep_or_pick(&live, &before, n)
     }
@@ -516,6 +549,39 @@ mod tests {
             cgroup_depth: 2,
             max_cgroups: 2,
         }
+    }
+
+    /// The walk of a list in key order and the table for any order pick the same tasks: the
+    /// newest live entry of each pid (an older live one, an exited newer one), never
+    /// numatrace's own or one that ranks at nothing.
+    #[test]
+    fn candidates_are_the_newest_live_entry_of_each_pid_in_any_order() {
+        let mut tasks = vec![
+            task(1, 1, "a", "/", 1),
+            task(1, 2, "a", "/", 2),
+            task(2, 3, "b", "/", 1),
+            task(2, 4, "b", "/", 1),
+            task(3, 5, "c", "/", 0),
+            task(4, 6, "own", "/", 9),
+            task(5, 7, "e", "/", 3),
+        ];
+        tasks[3].exited = true;
+        tasks[5].tgid = 999;
+        let keys = |s: &Snapshot, f: fn(&Snapshot) -> Vec<&TaskRecord>| {
+            let mut k: Vec<Key> = f(s).into_iter().map(TaskRecord::key).collect();
+            k.sort_unstable();
+            k
+        };
+        let sorted = snap(tasks.clone());
+        let expect = vec![(1, 2), (2, 3), (5, 7)];
+        assert_eq!(keys(&sorted, candidates), expect);
+        assert_eq!(keys(&sorted, candidates_unordered), expect);
+        // Out of key order: the long way, the same answer; with a key twice, as the table's.
+        tasks.reverse();
+        assert_eq!(keys(&snap(tasks.clone()), candidates), expect);
+        tasks.push(tasks[0].clone());
+        let twice = snap(tasks);
+        assert_eq!(keys(&twice, candidates), keys(&twice, candidates_unordered));
     }
 
     #[test]

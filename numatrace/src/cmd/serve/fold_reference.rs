@@ -1,16 +1,17 @@
 //! [`Fold`] against the fold as it was first written, kept here as the reference: a task's
 //! counts cloned and differenced every scrape, its cgroup label worked out from its path every
-//! time, the cgroup limit counted afresh for each new label, every candidate sorted (which
-//! tasks are candidates, and the pick from them, are the fold's own), and the previous snapshot kept to tell settled tasks. Over random histories (tasks growing, moving
-//! cgroups, exiting, being forgotten, pids reused, numatrace's own tasks, tight limits) both
-//! export the same series after every scrape.
+//! time, the cgroup limit counted afresh for each new label, the candidates found with a table
+//! of each pid's newest entry and every one of them sorted (the pick from them is the fold's
+//! own), and the previous snapshot kept to tell settled tasks. Over random histories (tasks
+//! growing, moving cgroups, exiting, being forgotten, pids reused, numatrace's own tasks, tight
+//! limits) both export the same series after every scrape.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
 
 use super::fold::{
-    CGROUP_IDLE_SCRAPES, Fold, FoldLimits, OTHER, TaskSeries, candidates, cgroup_label,
+    CGROUP_IDLE_SCRAPES, Fold, FoldLimits, OTHER, TaskSeries, candidates_unordered, cgroup_label,
     keep_or_pick, nothing, rank,
 };
 use crate::{
@@ -52,7 +53,7 @@ impl Reference {
     }
 
     fn choose(&self, snap: &Snapshot) -> BTreeSet<Key> {
-        let mut live: Vec<&TaskRecord> = candidates(snap)
+        let mut live: Vec<&TaskRecord> = candidates_unordered(snap)
             .into_iter()
             .filter(|t| {
                 self.exported
