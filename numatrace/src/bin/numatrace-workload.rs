@@ -481,14 +481,16 @@ fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) ->
     // First touch from a CPU of `from` (of `to` for a node without CPUs) under a bind policy
     // to `from`: a node short of free pages (node 0 after a promotion test filled it) would
     // otherwise hand some of them to another node, and every page's source must be `from`.
-    // The policy is dropped at once: a bound task's pages are never migrated by NUMA balancing.
+    // The policy stays until the task runs on `to` again: under a plain bind the scanner
+    // skips every VMA of the task (no MPOL_F_MOF), so no hint fault taken on `from`'s CPU can
+    // pull one of its other pages (stack, data) from `to` to `from`. Then it goes (a bound
+    // task's pages are never migrated by NUMA balancing), and every hint fault is taken on `to`.
     pin_to_cpu(node_cpu(from).or_else(|_| node_cpu(to))?)?;
     bind_memory(Some(from))?;
     let buf = anon_mapping(mem_mib << 20, thp)?;
     for page in buf.chunks_mut(1024) {
         page[0] = 1;
     }
-    bind_memory(None)?;
     // The placement every migration's source node is judged by, as the kernel reports it: a
     // page that is not on `from` here would make a tracer's "from node X" unverifiable.
     let (on_from, pages) = pages_on_node(buf, from)?;
@@ -500,6 +502,7 @@ fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) ->
     }
     println!("migrate: {pages} of {pages} pages on node {from} after first touch (move_pages)");
     pin_to_cpu(node_cpu(to)?)?;
+    bind_memory(None)?;
     let start = Instant::now();
     let passes = read_pages(buf, start, duration);
     println!(
