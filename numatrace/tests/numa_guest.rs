@@ -47,43 +47,52 @@ fn stat_around(global: &[&str], workloads: &[&[&str]]) -> serde_json::Value {
     })
 }
 
-/// The calling thread, and so every process it starts, confined to node `node`'s CPUs; its
-/// earlier affinity comes back when dropped.
-struct OnNode(libc::cpu_set_t);
+/// Every thread of this test process (the test's, the harness's own), and so every process
+/// they start, confined to node `node`'s CPUs; their earlier affinities come back when dropped.
+struct OnNode(Vec<(libc::pid_t, libc::cpu_set_t)>);
 
 impl OnNode {
     fn confine(node: u32) -> Self {
         let list = fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist"))
             .unwrap_or_else(|e| panic!("node {node}'s CPUs: {e}"));
-        // SAFETY: cpu_set_t is plain data; the calls only read and write the sets given.
-        unsafe {
-            let mut before: libc::cpu_set_t = std::mem::zeroed();
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            assert_eq!(
-                libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut before),
-                0
-            );
-            for range in list.trim().split(',').filter(|r| !r.is_empty()) {
-                let (a, b) = range.split_once('-').unwrap_or((range, range));
-                for cpu in a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap() {
-                    libc::CPU_SET(cpu, &mut set);
-                }
+        // SAFETY: cpu_set_t is plain data; CPU_SET indexes its array (a CPU past it panics).
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for range in list.trim().split(',').filter(|r| !r.is_empty()) {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            for cpu in a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap() {
+                // SAFETY: as above.
+                unsafe { libc::CPU_SET(cpu, &mut set) };
             }
-            assert_eq!(
-                libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
-                0,
-                "confining the test to node {node}'s CPUs ({})",
-                list.trim()
-            );
-            Self(before)
         }
+        let mut guard = Self(Vec::new());
+        for task in fs::read_dir("/proc/self/task").unwrap() {
+            let tid: libc::pid_t = task.unwrap().file_name().to_str().unwrap().parse().unwrap();
+            // SAFETY: the calls only read and write the sets given.
+            unsafe {
+                let mut before: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(
+                    libc::sched_getaffinity(tid, size_of::<libc::cpu_set_t>(), &mut before),
+                    0
+                );
+                assert_eq!(
+                    libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &set),
+                    0,
+                    "confining thread {tid} to node {node}'s CPUs ({})",
+                    list.trim()
+                );
+                guard.0.push((tid, before));
+            }
+        }
+        guard
     }
 }
 
 impl Drop for OnNode {
     fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &self.0) };
+        for (tid, before) in &self.0 {
+            // SAFETY: as above.
+            unsafe { libc::sched_setaffinity(*tid, size_of::<libc::cpu_set_t>(), before) };
+        }
     }
 }
 
@@ -316,9 +325,10 @@ fn function_hooks_agree_with_vmstat_and_see_migrations() {
     // do_huge_pmd_numa_page): every function the kernel has is hooked.
     all_function_hooks_attached(&probes, None);
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    // numatrace, this test and the workloads run on node 0's CPUs (the workloads leave only
-    // to first-touch their buffers on node 1): a task of theirs on node 1's CPU would pull
-    // pages from node 0 (0 -> 1) and the node matrix could not be judged exactly.
+    // numatrace, this test process and the workloads run on node 0's CPUs (the workloads
+    // leave only to first-touch their buffers on node 1, bound there): a task of theirs on
+    // node 1's CPU would pull pages from node 0 (0 -> 1) and the node matrix could not be
+    // judged exactly. (The guest runs nothing else with memory: its init waits.)
     let on_node0 = OnNode::confine(0);
     // 4K pages and THPs at once (before 5.14 a THP migrates by another path).
     let v = stat_around(

@@ -481,12 +481,13 @@ fn migrate(mem_mib: usize, from: u32, to: u32, thp: bool, duration: Duration) ->
     // First touch from a CPU of `from` (of `to` for a node without CPUs) under a bind policy
     // to `from`: a node short of free pages (node 0 after a promotion test filled it) would
     // otherwise hand some of them to another node, and every page's source must be `from`.
-    // The policy stays until the task runs on `to` again: under a plain bind the scanner
-    // skips every VMA of the task (no MPOL_F_MOF), so no hint fault taken on `from`'s CPU can
+    // The policy is in place before the task runs on `from`'s CPU and stays until it runs on
+    // `to`'s again: under a plain bind the scanner skips every VMA of the task and a hint
+    // fault finds no page misplaced (no MPOL_F_MOF), so nothing taken on `from`'s CPU can
     // pull one of its other pages (stack, data) from `to` to `from`. Then it goes (a bound
     // task's pages are never migrated by NUMA balancing), and every hint fault is taken on `to`.
-    pin_to_cpu(node_cpu(from).or_else(|_| node_cpu(to))?)?;
     bind_memory(Some(from))?;
+    pin_to_cpu(node_cpu(from).or_else(|_| node_cpu(to))?)?;
     let buf = anon_mapping(mem_mib << 20, thp)?;
     for page in buf.chunks_mut(1024) {
         page[0] = 1;
