@@ -55,14 +55,13 @@ impl OnNode {
     fn confine(node: u32) -> Self {
         let list = fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist"))
             .unwrap_or_else(|e| panic!("node {node}'s CPUs: {e}"));
+        let cpus = numatrace::kernel::tiering::parse_list(&list);
+        assert!(!cpus.is_empty(), "node {node} has no CPU ({})", list.trim());
         // SAFETY: cpu_set_t is plain data; CPU_SET indexes its array (a CPU past it panics).
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for range in list.trim().split(',').filter(|r| !r.is_empty()) {
-            let (a, b) = range.split_once('-').unwrap_or((range, range));
-            for cpu in a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap() {
-                // SAFETY: as above.
-                unsafe { libc::CPU_SET(cpu, &mut set) };
-            }
+        for cpu in cpus {
+            // SAFETY: as above.
+            unsafe { libc::CPU_SET(cpu as usize, &mut set) };
         }
         let mut guard = Self(Vec::new());
         for task in fs::read_dir("/proc/self/task").unwrap() {
