@@ -9,8 +9,9 @@ mod common;
 use std::{
     collections::BTreeMap,
     fs,
+    io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -109,6 +110,23 @@ impl MemCgroup {
             .collect()
     }
 
+    /// `memory.stat` once `caught_up` holds of it, or after 6 s. The file is the rstat-flushed
+    /// view: a read flushes only past a threshold of pending updates (64 per CPU), the
+    /// kernel's periodic flusher every 2 s, so a window's last events can show up to a flush
+    /// period late. The workload has exited by then: callers wait for no more than numatrace
+    /// counted, and still assert equality.
+    fn stat_caught_up(
+        &self,
+        caught_up: impl Fn(&BTreeMap<String, u64>) -> bool,
+    ) -> BTreeMap<String, u64> {
+        let mut stat = self.stat();
+        common::wait_until(Duration::from_secs(6), || {
+            stat = self.stat();
+            caught_up(&stat)
+        });
+        stat
+    }
+
     /// `sh -c` running `args` of the workload inside this cgroup.
     fn run(&self, args: &str) -> Command {
         let mut c = Command::new("sh");
@@ -174,9 +192,10 @@ fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
     println!("tunables: {notes:?}");
     // Where node 2 is no lower tier nothing can be promoted: one mode shows that (0 = 0).
     let modes: &[&str] = if slow { &["2", "3"] } else { &["2"] };
+    // A fresh cgroup: nothing of it waits to be flushed; later, the previous mode's settled view.
+    let mut memcg_before = cg.stat();
     for mode in modes {
         let _mode = Sysctl::set("kernel.numa_balancing", mode).unwrap();
-        let memcg_before = cg.stat();
         let v = common::stat_window(&[], &["--cgroup", &cg.rel], || {
             let out = cg
                 .run("migrate --mem-mib 64 --from-node 2 --to-node 0 --duration 6s")
@@ -189,8 +208,24 @@ fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
                 String::from_utf8_lossy(&out.stderr)
             );
         });
-        let memcg = cg.stat();
         let t = &v["tiering"];
+        let cgroups = v["cgroups"].as_array().unwrap();
+        assert_eq!(cgroups.len(), 1, "{cgroups:?}");
+        let wants = [
+            (
+                "pgpromote_success",
+                &cgroups[0]["tiering"]["promoted_pages"],
+            ),
+            (
+                "numa_pages_migrated",
+                &cgroups[0]["hint_faults"]["migrated_pages"],
+            ),
+        ];
+        let memcg = cg.stat_caught_up(|s| {
+            wants
+                .iter()
+                .all(|(k, ours)| delta(s, &memcg_before, k).is_none_or(|d| d >= n(ours)))
+        });
         println!("mode {mode}: tiering {t:#}");
         let kernel = n(&t["kernel"]["pgpromote_success"]);
         let kernel_lo = n(&v["vmstat_delta_min"]["pgpromote_success"]);
@@ -228,8 +263,6 @@ fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
                  and numatrace counts nothing"
             );
         }
-        let cgroups = v["cgroups"].as_array().unwrap();
-        assert_eq!(cgroups.len(), 1, "{cgroups:?}");
         match delta(&memcg, &memcg_before, "pgpromote_success") {
             Some(d) => assert_eq!(
                 n(&cgroups[0]["tiering"]["promoted_pages"]),
@@ -245,6 +278,7 @@ fn promotions_equal_the_kernels_pgpromote_success_in_modes_2_and_3() {
                 "mode {mode}: the cgroup's NUMA migrations against its memory.stat"
             );
         }
+        memcg_before = memcg;
     }
 }
 
@@ -282,28 +316,36 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
     let v = common::stat_window(&[], &[], || {
         let mut w = cg
             .run("migrate --mem-mib 64 --from-node 0 --to-node 0 --duration 0s --hold 6s")
+            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        // Once the 64 MiB are in: proactive reclaim of half of it, which (no swap here)
-        // can only demote.
-        let current = cg.dir.join("memory.current");
-        let filled = common::wait_until(Duration::from_secs(30), || {
-            fs::read_to_string(&current)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .is_some_and(|b| b >= 60 << 20)
+        // Once the workload has checked that its 64 MiB are on node 0 (a reclaim before that
+        // would demote pages under its check): proactive reclaim of half of it, which (no
+        // swap here) can only demote.
+        let mut out = BufReader::new(w.stdout.take().unwrap()).lines();
+        let placed = out.by_ref().map_while(Result::ok).any(|l| {
+            println!("{l}");
+            l.contains("after first touch")
         });
-        assert!(filled, "the workload never filled its 64 MiB");
+        assert!(placed, "the workload never placed its 64 MiB on node 0");
+        let current = cg.dir.join("memory.current");
+        let filled = fs::read_to_string(&current)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_some_and(|b| b >= 60 << 20);
+        assert!(filled, "the workload's cgroup holds less than its 64 MiB");
         reclaimed = match fs::write(cg.dir.join("memory.reclaim"), "32M") {
             Ok(()) => "all 32M".into(),
             Err(e) => format!("not all 32M ({e})"),
         };
+        out.map_while(Result::ok).for_each(|l| println!("{l}"));
         assert!(w.wait().unwrap().success());
     });
-    let memcg = cg.stat();
     let t = &v["tiering"];
-    println!("memory.reclaim: {reclaimed}; tiering {t:#}");
     let d = &t["demotions"];
+    let memcg =
+        cg.stat_caught_up(|s| memcg_demoted(s, &memcg_before).is_none_or(|m| m >= n(&d["pages"])));
+    println!("memory.reclaim: {reclaimed}; tiering {t:#}");
     let kernel: u64 = [
         "pgdemote_kswapd",
         "pgdemote_direct",
@@ -334,23 +376,28 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
     }
     // numatrace counts demotions system-wide (reclaim runs for no followed task); in the
     // guest only this cgroup is reclaimed, so its memory.stat must say the same.
-    let memcg_demoted: Option<u64> = [
+    match memcg_demoted(&memcg, &memcg_before) {
+        Some(m) => assert_eq!(n(&d["pages"]), m, "against the cgroup's memory.stat"),
+        None => println!("note: memory.stat has no pgdemote_* before 6.12"),
+    }
+}
+
+/// The cgroup's demotions by every reclaimer since `before` (`None`: memory.stat has no
+/// `pgdemote_*`, before 6.12).
+fn memcg_demoted(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> Option<u64> {
+    [
         "pgdemote_kswapd",
         "pgdemote_direct",
         "pgdemote_khugepaged",
         "pgdemote_proactive",
     ]
     .iter()
-    .map(|k| delta(&memcg, &memcg_before, k))
+    .map(|k| delta(after, before, k))
     .reduce(|a, b| match (a, b) {
         (Some(a), Some(b)) => Some(a + b),
         (a, b) => a.or(b),
     })
-    .flatten();
-    match memcg_demoted {
-        Some(m) => assert_eq!(n(&d["pages"]), m, "against the cgroup's memory.stat"),
-        None => println!("note: memory.stat has no pgdemote_* before 6.12"),
-    }
+    .flatten()
 }
 
 /// The kernel adjusts each top-tier node's hot threshold once per `scan_period_max_ms` to hold

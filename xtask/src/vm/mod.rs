@@ -208,6 +208,7 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
         numatrace_lab::machine::Machine::harness_for(arch, numatrace_lab::machine::Accel::Tcg);
 
     let mut rows = Vec::new();
+    let mut panics = Vec::new();
     let mut ok = true;
     for k in lines
         .iter()
@@ -268,6 +269,9 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
                 Some((0, p, f, s)) => format!("pass ({p} ok, {f} failed, {s} skipped){secs}"),
                 Some((rc, p, f, s)) => {
                     ok = false;
+                    if let Some(lines) = r.panics.get(name) {
+                        panics.push((k.label, name.clone(), lines.clone()));
+                    }
                     format!("FAIL rc={rc} ({p} ok, {f} failed, {s} skipped){secs}")
                 }
                 None => {
@@ -336,7 +340,7 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
             rows.push(("all", (*name).into(), format!("host only: {why}")));
         }
     }
-    print_table(&rows);
+    print_table(&rows, &panics);
     if !ok {
         bail!("vm-test failed (console logs in {})", out.display());
     }

@@ -16,12 +16,21 @@ pub struct GuestResult {
     pub secs: BTreeMap<String, u64>,
     pub done: bool,
     pub nodes: Option<String>,
+    /// Test binary -> its panic messages, so that a failure reads in the results' tail (CI
+    /// shows only the end of what a run printed).
+    pub panics: BTreeMap<String, Vec<String>>,
 }
+
+/// Lines of one panic message kept, and characters of each (a message may hold a JSON dump).
+const PANIC_LINES: usize = 12;
+const PANIC_LINE_CHARS: usize = 600;
 
 pub fn parse_console(log: &str) -> GuestResult {
     let mut r = GuestResult::default();
     let mut current: Option<String> = None;
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    // Lines still to keep of the panic message being read.
+    let mut panic_left = 0;
     for line in log.lines() {
         // Markers may follow terminal escapes on the same console line.
         let line = line.trim_end_matches('\r');
@@ -44,8 +53,26 @@ pub fn parse_console(log: &str) -> GuestResult {
             current = None;
         } else if line == "vm-test: DONE" {
             r.done = true;
-        } else if current.is_some() {
-            if line.starts_with("test ") && line.ends_with(" ... ok") {
+        } else if let Some(name) = &current {
+            let ends_message = line.starts_with("note: run with")
+                || line.starts_with("---- ")
+                || line.starts_with("failures:")
+                || line.starts_with("test result:");
+            if line.contains("panicked at") {
+                panic_left = PANIC_LINES;
+            } else if ends_message {
+                panic_left = 0;
+            }
+            if panic_left > 0 {
+                panic_left -= 1;
+                let kept: String = line.chars().take(PANIC_LINE_CHARS).collect();
+                r.panics.entry(name.clone()).or_default().push(kept);
+            }
+            if let Some((p, f)) = harness_totals(line) {
+                // The harness's own count: a child's output can split a `test x ... ok` line.
+                // A skipped test returns early, so the harness counts it as passed.
+                (passed, failed) = (p.saturating_sub(skipped), f);
+            } else if line.starts_with("test ") && line.ends_with(" ... ok") {
                 passed += 1;
             } else if line.starts_with("test ") && line.ends_with(" ... FAILED") {
                 failed += 1;
@@ -55,6 +82,22 @@ pub fn parse_console(log: &str) -> GuestResult {
         }
     }
     r
+}
+
+/// `test result: ok. 3 passed; 1 failed; ...` -> (3, 1).
+fn harness_totals(line: &str) -> Option<(u32, u32)> {
+    let rest = line.strip_prefix("test result: ")?;
+    let count = |what: &str| -> Option<u32> {
+        rest.split(';').find_map(|part| {
+            part.trim()
+                .strip_suffix(what)?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+    };
+    Some((count(" passed")?, count(" failed")?))
 }
 
 /// Captures a guest printed between `NUMATRACE-CAPTURE-BEGIN NAME` and `NUMATRACE-CAPTURE-END`
@@ -193,12 +236,30 @@ pub fn host_report(numatrace: &Path, capture: &Path) -> Result<String> {
     ))
 }
 
-/// The results, one row per (kernel line, test or guest), as `vm-test` prints them at the end.
-pub fn print_table(rows: &[(&str, String, String)]) {
+/// The results, one row per (kernel line, test or guest), as `vm-test` prints them at the end,
+/// then the panic messages of the binaries that failed.
+pub fn print_table(rows: &[(&str, String, String)], panics: &[(&str, String, Vec<String>)]) {
     println!("\nvm-test results:");
     println!("{:<7} {:<16} result", "kernel", "test");
     for (k, t, v) in rows {
         println!("{k:<7} {t:<16} {v}");
+    }
+    for (k, t, lines) in panics {
+        println!("\n{k} {t} failed; it printed:");
+        for l in lines {
+            // The console's bytes: escape what a terminal would act on.
+            let shown: String = l
+                .chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_debug().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect();
+            println!("  | {shown}");
+        }
     }
 }
 
@@ -219,14 +280,34 @@ mod tests {
     fn console_parsing() {
         let log = "noise\n\x1b[2Jvm-test: kernel 6.1.0, nodes: 2\r\nvm-test: BEGIN probes\n\
                    test a ... ok\nSKIPPED x: needs root\ntest b ... ok\ntest c ... FAILED\n\
-                   vm-test: END probes rc=101\nvm-test: BEGIN lifecycle\nvm-test: END lifecycle rc=0 secs=12\n\
+                   failures:\n\n---- c stdout ----\nlots of output\n\
+                   thread 'c' panicked at numatrace/tests/probes.rs:9:5:\n\
+                   assertion `left == right` failed: counts\n  left: 1\n right: 2\n\
+                   note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n\n\
+                   failures:\n    c\n\ntest result: FAILED. 2 passed; 1 failed\n\
+                   vm-test: END probes rc=101\nvm-test: BEGIN tiering\n\
+                   test d ... child output\nSKIPPED e: no tiers\ntest e ... ok\n\
+                   test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
+                   vm-test: END tiering rc=0\nvm-test: BEGIN lifecycle\nvm-test: END lifecycle rc=0 secs=12\n\
                    vm-test: DONE\n";
         let r = parse_console(log);
         assert!(r.done);
         assert_eq!(r.nodes.as_deref(), Some("2"));
-        assert_eq!(r.binaries["probes"], (101, 2, 1, 1));
+        assert_eq!(r.binaries["probes"], (101, 1, 1, 1));
+        // The harness's totals, not the split `test d ... ` line: 2 ok, 1 skipped.
+        assert_eq!(r.binaries["tiering"], (0, 2, 0, 1));
         assert_eq!(r.binaries["lifecycle"], (0, 0, 0, 0));
         assert_eq!(r.secs.get("lifecycle"), Some(&12));
         assert_eq!(r.secs.get("probes"), None);
+        assert_eq!(
+            r.panics["probes"],
+            [
+                "thread 'c' panicked at numatrace/tests/probes.rs:9:5:",
+                "assertion `left == right` failed: counts",
+                "  left: 1",
+                " right: 2",
+            ]
+        );
+        assert!(!r.panics.contains_key("lifecycle"));
     }
 }
