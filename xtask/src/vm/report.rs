@@ -21,8 +21,10 @@ pub struct GuestResult {
     pub panics: BTreeMap<String, Vec<String>>,
 }
 
-/// Lines of one panic message kept, and characters of each (a message may hold a JSON dump).
+/// Lines of one panic message kept, of all of a binary's, and characters of each (a message
+/// may hold a JSON dump).
 const PANIC_LINES: usize = 12;
+const PANIC_LINES_PER_BINARY: usize = 48;
 const PANIC_LINE_CHARS: usize = 600;
 
 pub fn parse_console(log: &str) -> GuestResult {
@@ -40,6 +42,8 @@ pub fn parse_console(log: &str) -> GuestResult {
         } else if let Some(name) = line.strip_prefix("vm-test: BEGIN ") {
             current = Some(name.to_owned());
             (passed, failed, skipped) = (0, 0, 0);
+            // A binary that died inside a message leaves nothing of it to the next one.
+            panic_left = 0;
         } else if let Some(rest) = line.strip_prefix("vm-test: END ") {
             let (name, rc) = rest.split_once(" rc=").unwrap_or((rest, "-1"));
             let (rc, secs) = rc.split_once(" secs=").unwrap_or((rc, ""));
@@ -54,7 +58,9 @@ pub fn parse_console(log: &str) -> GuestResult {
         } else if line == "vm-test: DONE" {
             r.done = true;
         } else if let Some(name) = &current {
+            // The guests set RUST_BACKTRACE=1: the backtrace follows the message.
             let ends_message = line.starts_with("note: run with")
+                || line.starts_with("stack backtrace:")
                 || line.starts_with("---- ")
                 || line.starts_with("failures:")
                 || line.starts_with("test result:");
@@ -66,7 +72,10 @@ pub fn parse_console(log: &str) -> GuestResult {
             if panic_left > 0 {
                 panic_left -= 1;
                 let kept: String = line.chars().take(PANIC_LINE_CHARS).collect();
-                r.panics.entry(name.clone()).or_default().push(kept);
+                let lines = r.panics.entry(name.clone()).or_default();
+                if lines.len() < PANIC_LINES_PER_BINARY {
+                    lines.push(kept);
+                }
             }
             if let Some((p, f)) = harness_totals(line) {
                 // The harness's own count: a child's output can split a `test x ... ok` line.
@@ -283,12 +292,16 @@ mod tests {
                    failures:\n\n---- c stdout ----\nlots of output\n\
                    thread 'c' panicked at numatrace/tests/probes.rs:9:5:\n\
                    assertion `left == right` failed: counts\n  left: 1\n right: 2\n\
-                   note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n\n\
+                   stack backtrace:\n   0: __rustc::rust_begin_unwind\n\
+                   note: Some details are omitted, run with `RUST_BACKTRACE=full`\n\n\
                    failures:\n    c\n\ntest result: FAILED. 2 passed; 1 failed\n\
                    vm-test: END probes rc=101\nvm-test: BEGIN tiering\n\
                    test d ... child output\nSKIPPED e: no tiers\ntest e ... ok\n\
                    test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n\
-                   vm-test: END tiering rc=0\nvm-test: BEGIN lifecycle\nvm-test: END lifecycle rc=0 secs=12\n\
+                   vm-test: END tiering rc=0\nvm-test: BEGIN reliability\n\
+                   thread 'r' panicked at a.rs:1:1:\nboom\nvm-test: END reliability rc=134\n\
+                   vm-test: BEGIN lifecycle\nrunning 1 test\ntest z ... ok\n\
+                   vm-test: END lifecycle rc=0 secs=12\n\
                    vm-test: DONE\n";
         let r = parse_console(log);
         assert!(r.done);
@@ -296,7 +309,6 @@ mod tests {
         assert_eq!(r.binaries["probes"], (101, 1, 1, 1));
         // The harness's totals, not the split `test d ... ` line: 2 ok, 1 skipped.
         assert_eq!(r.binaries["tiering"], (0, 2, 0, 1));
-        assert_eq!(r.binaries["lifecycle"], (0, 0, 0, 0));
         assert_eq!(r.secs.get("lifecycle"), Some(&12));
         assert_eq!(r.secs.get("probes"), None);
         assert_eq!(
@@ -308,6 +320,12 @@ mod tests {
                 " right: 2",
             ]
         );
+        // A binary that died inside its message: the next one's lines are not part of it.
+        assert_eq!(
+            r.panics["reliability"],
+            ["thread 'r' panicked at a.rs:1:1:", "boom"]
+        );
+        assert_eq!(r.binaries["lifecycle"], (0, 1, 0, 0));
         assert!(!r.panics.contains_key("lifecycle"));
     }
 }
