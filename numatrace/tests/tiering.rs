@@ -119,7 +119,8 @@ impl MemCgroup {
         &self,
         caught_up: impl Fn(&BTreeMap<String, u64>) -> bool,
     ) -> BTreeMap<String, u64> {
-        let mut stat = self.stat();
+        // wait_until reads it at least once.
+        let mut stat = BTreeMap::new();
         common::wait_until(Duration::from_secs(6), || {
             stat = self.stat();
             caught_up(&stat)
@@ -346,15 +347,7 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
     let memcg =
         cg.stat_caught_up(|s| memcg_demoted(s, &memcg_before).is_none_or(|m| m >= n(&d["pages"])));
     println!("memory.reclaim: {reclaimed}; tiering {t:#}");
-    let kernel: u64 = [
-        "pgdemote_kswapd",
-        "pgdemote_direct",
-        "pgdemote_khugepaged",
-        "pgdemote_proactive",
-    ]
-    .iter()
-    .map(|k| n(&t["kernel"][k]))
-    .sum();
+    let kernel: u64 = PGDEMOTE.iter().map(|k| n(&t["kernel"][k])).sum();
     assert_eq!(
         n(&d["pages"]),
         kernel,
@@ -382,22 +375,26 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
     }
 }
 
+/// The kernel's demotion counters, one per reclaimer (in /proc/vmstat and, from 6.12, in
+/// memory.stat).
+const PGDEMOTE: [&str; 4] = [
+    "pgdemote_kswapd",
+    "pgdemote_direct",
+    "pgdemote_khugepaged",
+    "pgdemote_proactive",
+];
+
 /// The cgroup's demotions by every reclaimer since `before` (`None`: memory.stat has no
 /// `pgdemote_*`, before 6.12).
 fn memcg_demoted(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> Option<u64> {
-    [
-        "pgdemote_kswapd",
-        "pgdemote_direct",
-        "pgdemote_khugepaged",
-        "pgdemote_proactive",
-    ]
-    .iter()
-    .map(|k| delta(after, before, k))
-    .reduce(|a, b| match (a, b) {
-        (Some(a), Some(b)) => Some(a + b),
-        (a, b) => a.or(b),
-    })
-    .flatten()
+    PGDEMOTE
+        .iter()
+        .map(|k| delta(after, before, k))
+        .reduce(|a, b| match (a, b) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        })
+        .flatten()
 }
 
 /// The kernel adjusts each top-tier node's hot threshold once per `scan_period_max_ms` to hold
