@@ -31,6 +31,7 @@ mod pod {
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for TaskStats {}
     unsafe impl aya::Pod for TaskEntry {}
+    unsafe impl aya::Pod for TaskIterControl {}
     unsafe impl aya::Pod for TaskOffsets {}
     unsafe impl aya::Pod for FuncConfig {}
     unsafe impl aya::Pod for ScanRanges {}
@@ -88,6 +89,11 @@ mod tests {
         assert_eq!(size_of::<VmaScanEvent>(), 24 + 24);
         assert_eq!(size_of::<SpanEvent>(), 24 + 24);
         assert_eq!(size_of::<Config>(), 7 * 4);
+        assert_eq!(size_of::<TaskIterHead>(), 8);
+        assert_eq!(size_of::<TaskIterKey>(), 16);
+        assert_eq!(size_of::<TaskIterControl>(), 16);
+        // The iterator's records follow one another: each keeps the next one's u64s aligned.
+        assert_eq!(size_of::<TaskEntry>() % 8, 0);
         assert_eq!(size_of::<GapOffsets>(), 10 * 4);
         assert_eq!(size_of::<VmaGap>(), 6 * 8 + 8 * SKIP_REASON_SLOTS);
     }

@@ -94,6 +94,11 @@ pub const FAULT_PAGE_BUCKETS: u32 = 16;
 /// Zeroed template for new [`TaskEntry`] values (kept off the 512-byte BPF stack).
 pub const MAP_ZERO_STATS: &str = "ZERO_STATS";
 
+/// The task-map iterator (`iter/bpf_map_elem` over [`MAP_TASK_STATS`]; 5.9+, kernel BTF) and
+/// its control value ([`TaskIterControl`]).
+pub const PROG_ITER_TASKS: &str = "iter_tasks";
+pub const MAP_TASK_ITER: &str = "TASK_ITER";
+
 /// Globals for the function hooks.
 pub const GLOBAL_TASK_OFFSETS: &str = "TASK_OFFSETS";
 pub const GLOBAL_FUNC_CONFIG: &str = "FUNC_CONFIG";
@@ -165,6 +170,7 @@ pub const PROG_SKIP_CPUSET: &str = "tp_sched_skip_cpuset_numa";
 /// Every program name above: the object must define each.
 pub const PROGRAMS: &[&str] = &[
     PROG_SKIP_VMA,
+    PROG_ITER_TASKS,
     PROG_MOVE,
     PROG_SWAP,
     PROG_STICK,
@@ -225,6 +231,7 @@ pub const MAPS: &[&str] = &[
     MAP_MIGRATE_LATENCY,
     MAP_FAULT_PAGES,
     MAP_ZERO_STATS,
+    MAP_TASK_ITER,
     MAP_REGION_FAULTS,
     MAP_MIGRATE_MATRIX,
     MAP_NODE_FAULTS,

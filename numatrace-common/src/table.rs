@@ -587,7 +587,10 @@ macro_rules! declare {
             /// was already in do_exit (no exit record need follow); userspace then takes it from
             /// the map.
             pub exited: u32,
-            pub _pad: u32,
+            /// Low 32 bits of `jiffies` when a program last took the entry (every count goes
+            /// through that lookup): the task-map iterator sends in full only the entries taken
+            /// since the reader's previous read, the others as their key.
+            pub touched: u32,
             /// `sched_skip_vma_numa` events by reason (index = reason, last slot: unknown
             /// reasons).
             pub skip_vma: [u64; SKIP_REASON_SLOTS],

@@ -43,6 +43,52 @@ pub struct TaskEntry {
     pub noted_jiffies: u64,
 }
 
+/// A record of the task-map iterator ([`PROG_ITER_TASKS`]): a [`TaskEntry`] after a
+/// `TaskIterHead` of tag [`TASK_ITER_VALUE`], or a [`TaskIterKey`] alone for an entry untouched
+/// since the reader's previous read (its value is the one that read had).
+pub const TASK_ITER_VALUE: u32 = 0x7661_6c31;
+/// Tag of a [`TaskIterKey`].
+pub const TASK_ITER_KEY: u32 = 0x6b65_7931;
+
+/// Precedes a whole [`TaskEntry`] in the iterator's output.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskIterHead {
+    pub tag: u32,
+    pub _pad: u32,
+}
+
+/// An entry the iterator did not send in full: the key the engine knows it by.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskIterKey {
+    pub tag: u32,
+    pub pid: u32,
+    pub first_ns: u64,
+}
+
+/// The value of [`MAP_TASK_ITER`], set by userspace before each read of the iterator.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskIterControl {
+    /// Entries whose `touched` is at or after this (wrapping compare) are sent in full.
+    pub since: u32,
+    /// Non-zero: every entry is sent in full.
+    pub full: u32,
+    /// Written by the iterator at its first element: `jiffies` when this read began.
+    pub started: u64,
+}
+
+impl TaskIterControl {
+    /// Whether an entry stamped `touched` goes out in full: a wrapping compare of the low 32
+    /// bits of jiffies (an entry untouched for over 2^31 jiffies may read as touched: sent in
+    /// full, which costs a copy and is never wrong).
+    #[inline(always)]
+    pub fn sends(&self, touched: u32) -> bool {
+        self.full != 0 || touched.wrapping_sub(self.since) as i32 >= 0
+    }
+}
+
 impl TaskStats {
     /// Userspace only (the kernel side copies a zeroed map value instead: too big for its stack).
     pub fn new(pid: u32, tgid: u32) -> Self {

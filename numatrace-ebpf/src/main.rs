@@ -11,6 +11,7 @@ mod floor;
 mod functions;
 mod sampling;
 mod skip_vma;
+mod task_iter;
 mod tasks;
 mod tiering;
 

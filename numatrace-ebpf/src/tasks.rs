@@ -296,7 +296,13 @@ pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStat
 /// The counts of `pid`'s entry, if it has one (the first field of its [`TaskEntry`]).
 #[inline(always)]
 pub fn task_stats(pid: u32) -> Option<*mut TaskStats> {
-    TASK_STATS.get_ptr_mut(&pid).map(|e| e.cast::<TaskStats>())
+    let t = TASK_STATS.get_ptr_mut(&pid)?.cast::<TaskStats>();
+    // Stamped before anything is counted in it, so that the iterator's next read sends it in
+    // full (task_iter.rs); one load (the verifier inlines the helper) and a store.
+    let now = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
+    // SAFETY: `t` is the first field of a live TaskEntry map value.
+    unsafe { (*t).touched = now as u32 };
+    Some(t)
 }
 
 /// The calls in progress kept in the same entry as the counts `t`.

@@ -102,6 +102,8 @@ pub struct Session {
     pub facts: KernelFacts,
     pub plan: Plan,
     pub hooks: Vec<HookReport>,
+    /// The kernel's BTF, where readable (the task iterator loads against it).
+    pub btf: Option<Btf>,
 }
 
 /// Unread ring-buffer bytes past which a record wakes the reader: a quarter of the ring, so
@@ -466,6 +468,7 @@ impl Session {
             facts,
             plan,
             hooks,
+            btf,
         })
     }
 }

@@ -20,7 +20,7 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, MapData, RingBuf},
+    maps::{Array, HashMap, IterableMap as _, MapData, RingBuf},
 };
 use numatrace_common::{
     Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_HOT_THRESHOLD, MAP_MIGRATE_LATENCY,
@@ -44,6 +44,7 @@ use crate::{
         cgroups::CgroupResolver,
         maps::{self, Maps, TASK_CHUNK},
         procfs, progstats, ringbuf,
+        task_iter::{self, TaskIter, TaskRec},
     },
 };
 use accum::Accum;
@@ -137,6 +138,8 @@ pub struct Engine {
     /// Each node's promotion hot threshold as the kernel side last read it.
     hot_thresholds: Array<MapData, u64>,
     tiering: Tiering,
+    /// The next snapshot reads every task entry whole ([`Engine::read_whole_next`]).
+    whole_next: bool,
 }
 
 /// Reads of one snapshot before it is taken as it is (see [`Engine::snapshot`]).
@@ -151,6 +154,16 @@ const RETRY_MAX_TASKS: usize = 8192;
 /// and created entries (the eviction estimate rests on them).
 fn watched(c: Counter) -> bool {
     c.is_tally() || c == Counter::TasksCreated
+}
+
+/// Why a read of the task map failed.
+#[derive(Debug, thiserror::Error)]
+enum TaskReadError {
+    /// The iterator failed: batched reads take over.
+    #[error(transparent)]
+    Iterator(task_iter::IterError),
+    #[error(transparent)]
+    Map(aya::maps::MapError),
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T>
@@ -181,6 +194,7 @@ impl Engine {
             facts,
             hooks,
             plan,
+            btf,
         } = Session::start(facts, opts)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let logger = if opts.bpf_log {
@@ -193,8 +207,17 @@ impl Engine {
             .as_fd()
             .try_clone_to_owned()
             .context("duplicating the ring buffer descriptor")?;
+        let tasks: HashMap<MapData, u32, numatrace_common::TaskEntry> =
+            take(&mut ebpf, MAP_TASK_STATS)?;
+        // Where it loads (5.9+, kernel BTF): reads send only what changed.
+        let task_iter = btf.as_ref().and_then(|btf| {
+            TaskIter::open(&mut ebpf, btf, tasks.map().fd().as_fd())
+                .map_err(|e| tracing::info!("{e}: the task map is read whole at each snapshot"))
+                .ok()
+        });
         let maps = Maps {
-            tasks: take(&mut ebpf, MAP_TASK_STATS)?,
+            tasks,
+            task_iter,
             counters: take(&mut ebpf, MAP_COUNTERS)?,
             migrate_latency: take(&mut ebpf, MAP_MIGRATE_LATENCY)?,
             fault_pages: take(&mut ebpf, MAP_FAULT_PAGES)?,
@@ -242,6 +265,7 @@ impl Engine {
             tier_config: None,
             hot_thresholds,
             tiering: Tiering::default(),
+            whole_next: false,
         })
         .map(|mut e| {
             e.refresh_tiering();
@@ -279,6 +303,23 @@ impl Engine {
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
         lock(&self.shared)
+    }
+
+    /// The next snapshot reads every task entry whole, none taken as unchanged since the
+    /// previous one (see [`task_iter`]): for a report's final counts, which then do not rest
+    /// on the iterator's margin.
+    pub fn read_whole_next(&mut self) {
+        self.whole_next = true;
+    }
+
+    /// How snapshots read the task map: `iterator` (whole only the entries that changed, see
+    /// [`task_iter`]) or `batched` (every entry, every time).
+    pub fn task_reader(&self) -> &'static str {
+        if self.maps.task_iter.is_some() {
+            "iterator"
+        } else {
+            "batched"
+        }
     }
 
     /// Everything counted since attach, now.
@@ -320,9 +361,10 @@ impl Engine {
             // frame at 100 000 tasks, each time one more task appeared).
             spare.reserve_exact(expected);
         }
+        let whole = std::mem::take(&mut self.whole_next);
         let (read, records) = std::thread::scope(|s| {
             let prepared = fresh.then(|| s.spawn(move || tasks::prepared_records(expected)));
-            let read = self.read_tasks();
+            let read = self.read_tasks(whole);
             let records = match prepared {
                 Some(p) => p.join().unwrap_or_default(),
                 None => spare,
@@ -428,8 +470,30 @@ impl Engine {
 
     /// Reads the kernel's task map into the table (entries a frontend forgot skipped): how
     /// many tasks had a hint fault in flight (see [`maps::fault_in_flight`]; forgotten entries
-    /// included, as the kernel counted them).
-    fn read_tasks(&mut self) -> Result<u64> {
+    /// included, as the kernel counted them). `full`: every entry read whole, none taken as
+    /// unchanged since the previous read (see [`task_iter`](crate::sources::task_iter)).
+    fn read_tasks(&mut self, mut full: bool) -> Result<u64> {
+        loop {
+            match self.read_tasks_once(full) {
+                Ok(Some(n)) => return Ok(n),
+                // An unchanged entry the table does not hold (a read it dropped): again, whole.
+                Ok(None) if !full => full = true,
+                Ok(None) => return Err(anyhow!("the task iterator sent keys of unread entries")),
+                Err(TaskReadError::Iterator(e)) => {
+                    tracing::warn!("{e}: reading the task map in batches from now on");
+                    self.maps.task_iter = None;
+                }
+                Err(TaskReadError::Map(e)) => {
+                    return Err(e).context("reading the task map");
+                }
+            }
+            self.table.abort_read();
+        }
+    }
+
+    /// One read of [`Engine::read_tasks`]; `None`: an unchanged entry the table does not hold
+    /// (the table is mid-read: abort it).
+    fn read_tasks_once(&mut self, full: bool) -> Result<Option<u64>, TaskReadError> {
         let Self {
             maps,
             table,
@@ -438,20 +502,46 @@ impl Engine {
         } = self;
         let mut in_flight = 0;
         let mut forgotten_seen = HashSet::new();
+        let mut unknown = false;
         table.begin_read();
-        maps.tasks(|e| {
-            in_flight += u64::from(maps::fault_in_flight(e));
-            let k = (e.stats.pid, e.stats.first_ns);
+        let mut each = |rec: TaskRec<'_>| {
+            let (k, e) = match rec {
+                TaskRec::Entry(e) => ((e.stats.pid, e.stats.first_ns), Some(e)),
+                TaskRec::Unchanged(pid, first_ns) => ((pid, first_ns), None),
+            };
             if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
                 forgotten_seen.insert(k);
-            } else {
-                table.note(&e.stats);
+                // Counted as the kernel counts it; an unchanged one as when last read.
+                in_flight += u64::from(e.is_some_and(maps::fault_in_flight));
+                return;
             }
-        })
-        .context("reading the task map")?;
+            let busy = match e {
+                Some(e) => {
+                    let busy = maps::fault_in_flight(e);
+                    table.note(&e.stats, busy);
+                    busy
+                }
+                None => table.note_unchanged(k).unwrap_or_else(|| {
+                    unknown = true;
+                    false
+                }),
+            };
+            in_flight += u64::from(busy);
+        };
+        match &mut maps.task_iter {
+            Some(iter) => iter
+                .read(full, &mut each)
+                .map_err(TaskReadError::Iterator)?,
+            None => maps
+                .tasks(|e| each(TaskRec::Entry(e)))
+                .map_err(TaskReadError::Map)?,
+        }
+        if unknown {
+            return Ok(None);
+        }
         // Gone from the map: it cannot come back as a new task.
         forgotten_marked.retain(|k| forgotten_seen.contains(k));
-        Ok(in_flight)
+        Ok(Some(in_flight))
     }
 
     /// Per-VMA rows of the kernel maps: PTE updates, skips by reason and pid_inactive gaps by

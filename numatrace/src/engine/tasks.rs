@@ -58,6 +58,9 @@ struct Flags {
     read_exited: bool,
     /// No task: forgotten, the slot free for another.
     free: bool,
+    /// The entry as last read had a hint fault in flight (`maps::fault_in_flight`): what an
+    /// unchanged entry still has.
+    fault_in_flight: bool,
 }
 
 #[derive(Default)]
@@ -141,36 +144,56 @@ impl TaskTable {
         self.read_pos = 0;
     }
 
-    /// An entry of the map as read now (a walk meeting it twice: the later wins).
-    pub fn note(&mut self, s: &TaskStats) {
-        let k = key(s);
-        let pos = self.read_pos;
-        self.read_pos += 1;
-        let known = self
-            .read_slots
-            .get(pos)
-            .map(|&i| i as usize)
-            .filter(|&i| !self.flags[i].free && self.keys[i] == k)
-            .or_else(|| self.slot(&k));
-        let i = match known {
+    /// An entry of the map as read now (a walk meeting it twice: the later wins), and whether
+    /// it has a hint fault in flight.
+    pub fn note(&mut self, s: &TaskStats, fault_in_flight: bool) {
+        let i = match self.find(key(s)) {
             Some(i) => {
                 self.raw[i] = *s;
                 self.flags[i].reading = true;
                 self.flags[i].read_exited = s.exited != 0;
+                self.flags[i].fault_in_flight = fault_in_flight;
                 i
             }
-            None => self.add(k, s),
+            None => self.add(key(s), s, fault_in_flight),
         };
+        self.read_at(i);
+    }
+
+    /// An entry of the map that no program took since the table last read it (the task
+    /// iterator's key record): read now as it was. Whether it has a hint fault in flight;
+    /// `None` when the table does not hold `k` (the caller reads the map again in full).
+    pub fn note_unchanged(&mut self, k: Key) -> Option<bool> {
+        let i = self.find(k)?;
+        self.flags[i].reading = true;
+        self.read_at(i);
+        Some(self.flags[i].fault_in_flight)
+    }
+
+    /// The slot holding `k`: first where the previous read found the entry at this position.
+    fn find(&self, k: Key) -> Option<usize> {
+        self.read_slots
+            .get(self.read_pos)
+            .map(|&i| i as usize)
+            .filter(|&i| !self.flags[i].free && self.keys[i] == k)
+            .or_else(|| self.slot(&k))
+    }
+
+    /// Slot `i` is the read's next position.
+    fn read_at(&mut self, i: usize) {
+        let pos = self.read_pos;
+        self.read_pos += 1;
         match self.read_slots.get_mut(pos) {
             Some(p) => *p = i as u32,
             None => self.read_slots.push(i as u32),
         }
     }
 
-    fn add(&mut self, k: Key, s: &TaskStats) -> usize {
+    fn add(&mut self, k: Key, s: &TaskStats, fault_in_flight: bool) -> usize {
         let flags = Flags {
             reading: true,
             read_exited: s.exited != 0,
+            fault_in_flight,
             ..Flags::default()
         };
         let i = match self.free.pop() {
@@ -564,7 +587,10 @@ pub(crate) mod tests {
 
     #[test]
     fn the_table_gives_what_the_earlier_bookkeeping_gave() {
+        let mut unchanged = 0;
         for seed in 1..=400u64 {
+            // What the table was last given whole, per key.
+            let mut sent: StdHashMap<Key, TaskStats> = StdHashMap::new();
             let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
             let mut map: BTreeMap<u32, TaskStats> = BTreeMap::new();
             let (mut ex_ref, mut ex_new) = (BTreeMap::new(), BTreeMap::new());
@@ -642,14 +668,25 @@ pub(crate) mod tests {
                 let (tasks_ref, replaced_ref, seen_ref) =
                     reference.read(&live, &in_map, &ex_ref, created_by, pid_exists);
 
+                // As the task iterator reads: an entry the table holds as it is now comes as
+                // its key (mostly; a full read sends it whole), the rest whole.
                 table.begin_read();
                 let mut forgotten_seen = HashSet::new();
                 for s in &read {
                     let k = (s.pid, s.first_ns);
+                    let in_flight = s.hint_faults.faults % 2 == 1;
                     if forgotten_new.contains(&k) {
                         forgotten_seen.insert(k);
+                    } else if sent.get(&k) == Some(s) && rng.chance(70) {
+                        unchanged += 1;
+                        assert_eq!(
+                            table.note_unchanged(k),
+                            Some(in_flight),
+                            "seed {seed} step {step}: unchanged {k:?}"
+                        );
                     } else {
-                        table.note(s);
+                        table.note(s, in_flight);
+                        sent.insert(k, *s);
                     }
                 }
                 forgotten_new.retain(|k| forgotten_seen.contains(k));
@@ -690,6 +727,8 @@ pub(crate) mod tests {
                     if a.0 {
                         reference.previous.remove(k);
                         table.remove(k);
+                        sent.remove(k);
+                        assert_eq!(table.note_unchanged(*k), None, "forgotten {k:?}");
                     }
                     if a.1 {
                         forgotten_ref.insert(*k);
@@ -698,6 +737,8 @@ pub(crate) mod tests {
                 }
             }
         }
+        // The histories leave most entries unchanged between two reads.
+        assert!(unchanged > 10_000, "{unchanged} entries read as unchanged");
     }
 
     #[test]
@@ -726,7 +767,7 @@ pub(crate) mod tests {
         let mut table = TaskTable::default();
         table.begin_read();
         for s in live.iter().rev() {
-            table.note(s);
+            table.note(s, false);
         }
         let path = |id: u64| (id == 2).then(|| CgroupPath::from("/two"));
         let got = table.commit(Vec::new(), &exited, |_| true, path);
@@ -742,16 +783,16 @@ pub(crate) mod tests {
     fn a_failed_read_adds_no_task() {
         let mut t = TaskTable::default();
         t.begin_read();
-        t.note(&entry(1, 10));
+        t.note(&entry(1, 10), false);
         t.commit(Vec::new(), &BTreeMap::new(), |_| true, |_| None);
         t.begin_read();
-        t.note(&entry(1, 10));
-        t.note(&entry(2, 11));
+        t.note(&entry(1, 10), false);
+        t.note(&entry(2, 11), false);
         t.abort_read();
         assert_eq!(t.len(), 1);
         assert!(t.in_map(&(1, 10)) && !t.in_map(&(2, 11)));
         t.begin_read();
-        t.note(&entry(1, 10));
+        t.note(&entry(1, 10), false);
         let tasks = t.commit(Vec::new(), &BTreeMap::new(), |_| true, |_| None);
         assert_eq!(tasks.len(), 1);
     }

@@ -298,6 +298,8 @@ pub async fn collect_with<O: Observer + ?Sized>(
     };
     // The window closes at this snapshot, before detaching (which is slow and busy).
     crate::kernel::vmstat::Vmstat::fold_per_cpu();
+    // The report's counts: every entry read whole, none taken as unchanged.
+    engine.read_whole_next();
     let last = engine.snapshot(Detail::Full)?;
     observer.finished(&mut engine)?;
     let (facts, hooks) = (engine.facts.clone(), engine.hooks.clone());

@@ -33,6 +33,8 @@ impl Counters {
 
 pub struct Maps {
     pub tasks: HashMap<MapData, u32, TaskEntry>,
+    /// The task map's iterator, where it loaded: reads that copy only what changed.
+    pub task_iter: Option<super::task_iter::TaskIter>,
     pub counters: Slots<{ COUNTER_SLOTS as usize }>,
     pub migrate_latency: Slots<{ LATENCY_BUCKETS as usize }>,
     pub fault_pages: Slots<{ FAULT_PAGE_BUCKETS as usize }>,

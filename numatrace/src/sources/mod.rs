@@ -7,4 +7,5 @@ pub mod maps;
 pub mod procfs;
 pub mod progstats;
 pub mod ringbuf;
+pub mod task_iter;
 pub mod task_numa;

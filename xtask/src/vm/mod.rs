@@ -59,10 +59,6 @@ const HOST_ONLY: &[(&str, &str)] = &[
     ("cgroup", "cgroup attribution, the same on every kernel"),
     ("deploy", "files and promtool"),
     (
-        "engine",
-        "snapshot seam; its map/kernel_seen check is numa_guest's",
-    ),
-    (
         "lifecycle",
         "exit paths of the tracepoint programs, kernel-independent",
     ),

@@ -70,6 +70,9 @@ enum Phase {
         /// Cgroups created for them (round-robin).
         #[arg(long, default_value_t = 10_000)]
         scale_cgroups: usize,
+        /// Only the engine's snapshot at scale (not serve's scrape nor top's frames).
+        #[arg(long)]
+        scale_engine_only: bool,
     },
 }
 
@@ -209,10 +212,12 @@ fn main() -> Result<()> {
             window,
             scale_tasks,
             scale_cgroups,
+            scale_engine_only,
         } => {
             let scale = (scale_tasks > 0).then_some(scale::Scale {
                 tasks: scale_tasks,
                 cgroups: scale_cgroups,
+                engine_only: scale_engine_only,
             });
             daemon::measure(&bins, &tasks, window, scale, emit)?
         }

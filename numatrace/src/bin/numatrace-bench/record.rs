@@ -141,6 +141,13 @@ pub struct ScaleCost {
     pub first_snapshot_ms: Option<f64>,
     pub summary_ms: Option<f64>,
     pub full_ms: Option<f64>,
+    /// The summary snapshot's median when only a tenth of the entries changed since the
+    /// previous one (`scale::CHANGED_PERCENT`).
+    #[serde(default)]
+    pub changed_share_ms: Option<f64>,
+    /// How the engine read the task map: `iterator` (whole only what changed) or `batched`.
+    #[serde(default)]
+    pub task_reader: String,
     /// The kernel's part: one batched read of the whole task map (median of 5), nothing done
     /// with the entries.
     pub map_read_ms: Option<f64>,

@@ -34,6 +34,8 @@ use crate::{
 pub struct Scale {
     pub tasks: usize,
     pub cgroups: usize,
+    /// The engine's snapshot only.
+    pub engine_only: bool,
 }
 
 impl Scale {
@@ -51,6 +53,9 @@ const PORT: u16 = 19475;
 const READY: Duration = Duration::from_secs(300);
 /// Timed repetitions (medians).
 const REPEAT: usize = 5;
+/// The share of the entries that change between two snapshots in the second measurement of
+/// the engine's snapshot (every entry changes in the first).
+pub const CHANGED_PERCENT: usize = 10;
 /// Between writing the entries and timing what reads them: 100 000 map updates in a burst
 /// leave the kernel work to finish (freeing replaced elements), which real tasks, updating
 /// their entries over a second, do not.
@@ -75,6 +80,9 @@ pub fn measure(
         ("top", &|| top(bins, scale, &dirs.ids, window)),
     ];
     for (what, run) in runs {
+        if scale.engine_only && what != "engine" {
+            continue;
+        }
         match run() {
             Ok(c) => emit(crate::Record::Scale(c)),
             Err(e) => emit(crate::note(format!(
@@ -97,6 +105,8 @@ fn cost(command: &str, scale: Scale, real: usize) -> ScaleCost {
         first_snapshot_ms: None,
         summary_ms: None,
         full_ms: None,
+        changed_share_ms: None,
+        task_reader: String::new(),
         map_read_ms: None,
         task_list_mib: ((scale.tasks + real) * size_of::<TaskRecord>()) as f64 / MIB,
         scrape_ms: None,
@@ -139,20 +149,18 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
     };
     let mut engine = Engine::start(facts, &opts)?;
     let result = (|| {
-        let mut syn = Synthetic::new(
-            synthetic::task_map_of(std::process::id())?,
-            cgroups,
-            scale.tasks,
-        );
+        let mut syn = Synthetic::new(std::process::id(), cgroups, scale.tasks)?;
         let mut c = cost("engine (in-process)", scale, syn.count());
+        c.task_reader = engine.task_reader().to_owned();
         let mut generation = 0;
-        // Each timed snapshot after every entry changed; the first also resolves the cgroups.
-        let mut timed = |d: Detail, times: usize| -> Result<(Vec<f64>, usize)> {
+        // Each timed snapshot after `percent` of the entries changed (every one but where
+        // said); the first also resolves the cgroups.
+        let mut timed = |d: Detail, times: usize, percent: usize| -> Result<(Vec<f64>, usize)> {
             let mut v = Vec::new();
             let mut n = 0;
             for _ in 0..times {
                 generation += 1;
-                syn.write(generation)?;
+                syn.write_share(generation, percent)?;
                 std::thread::sleep(SETTLE);
                 let t = Instant::now();
                 let s = engine.snapshot(d)?;
@@ -163,9 +171,14 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
             }
             Ok((v, n))
         };
-        let (first, _) = timed(Detail::Summary, 1)?;
-        let (summary, n) = timed(Detail::Summary, REPEAT)?;
-        let (full, _) = timed(Detail::Full, REPEAT)?;
+        let (first, _) = timed(Detail::Summary, 1, 100)?;
+        let (summary, n) = timed(Detail::Summary, REPEAT, 100)?;
+        let (full, _) = timed(Detail::Full, REPEAT, 100)?;
+        // Busy tasks a tenth of the whole (a snapshot after a full one first: every entry
+        // stamped before it is then older than the margin).
+        timed(Detail::Summary, 1, CHANGED_PERCENT)?;
+        let (tenth, _) = timed(Detail::Summary, REPEAT, CHANGED_PERCENT)?;
+        c.changed_share_ms = median(&tenth);
         if n < scale.tasks {
             bail!(
                 "the snapshot held {n} tasks, fewer than the {} written",
@@ -277,7 +290,7 @@ fn serve(bins: &Bins, scale: Scale, cgroups: &[u64], window: Duration) -> Result
     )?;
     cmd.wait_for("serve", |l| l.starts_with("numatrace: serving"))?;
     let pid = cmd.pid();
-    let mut syn = Synthetic::new(synthetic::task_map_of(pid)?, cgroups, scale.tasks);
+    let mut syn = Synthetic::new(pid, cgroups, scale.tasks)?;
     let mut c = cost("serve", scale, syn.count());
     let (c0, w0) = (procfs::cpu_ticks(pid)?, Instant::now());
     let mut scrapes = Vec::new();
@@ -316,7 +329,7 @@ fn top(bins: &Bins, scale: Scale, cgroups: &[u64], window: Duration) -> Result<S
     let is_frame = |l: &str| l.starts_with("numatrace");
     cmd.wait_for("top -b", is_frame)?;
     let pid = cmd.pid();
-    let mut syn = Synthetic::new(synthetic::task_map_of(pid)?, cgroups, scale.tasks);
+    let mut syn = Synthetic::new(pid, cgroups, scale.tasks)?;
     let mut c = cost("top -b", scale, syn.count());
     syn.write(1)?;
     let (c0, w0) = (procfs::cpu_ticks(pid)?, Instant::now());

@@ -5,8 +5,8 @@
 use std::fs;
 
 use anyhow::{Context as _, Result, bail};
-use aya::maps::{HashMap, Map, MapData, MapInfo};
-use numatrace_common::{MAP_TASK_STATS, TaskEntry, TaskStats};
+use aya::maps::{Array, HashMap, Map, MapData, MapInfo};
+use numatrace_common::{MAP_TASK_ITER, MAP_TASK_STATS, TaskEntry, TaskIterControl, TaskStats};
 
 /// The first pid written (the kernel's limit is 2^22 = 4 194 304).
 pub const PID_BASE: u32 = 4_000_000;
@@ -16,6 +16,21 @@ const THREADS: u32 = 10;
 /// The task map of process `pid`: the map named [`MAP_TASK_STATS`] among its open descriptors
 /// (their fdinfo names the map id), the newest if several.
 pub fn task_map_of(pid: u32) -> Result<HashMap<MapData, u32, TaskEntry>> {
+    let data = map_of(pid, MAP_TASK_STATS)?
+        .with_context(|| format!("process {pid} holds no {MAP_TASK_STATS} map"))?;
+    HashMap::try_from(Map::LruHashMap(data)).context(MAP_TASK_STATS)
+}
+
+/// The task iterator's control value of process `pid`, if it reads its task map through the
+/// iterator.
+fn iter_control_of(pid: u32) -> Result<Option<Array<MapData, TaskIterControl>>> {
+    map_of(pid, MAP_TASK_ITER)?
+        .map(|data| Array::try_from(Map::Array(data)).context(MAP_TASK_ITER))
+        .transpose()
+}
+
+/// The newest map named `name` among the open descriptors of process `pid`.
+fn map_of(pid: u32, name: &str) -> Result<Option<MapData>> {
     let dir = format!("/proc/{pid}/fdinfo");
     let mut newest = None;
     for e in fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
@@ -28,13 +43,13 @@ pub fn task_map_of(pid: u32) -> Result<HashMap<MapData, u32, TaskEntry>> {
         else {
             continue;
         };
-        if MapInfo::from_id(id).is_ok_and(|i| i.name_as_str() == Some(MAP_TASK_STATS)) {
+        if MapInfo::from_id(id).is_ok_and(|i| i.name_as_str() == Some(name)) {
             newest = newest.max(Some(id));
         }
     }
-    let id = newest.with_context(|| format!("process {pid} holds no {MAP_TASK_STATS} map"))?;
-    let data = MapData::from_id(id).with_context(|| format!("map id {id}"))?;
-    HashMap::try_from(Map::LruHashMap(data)).context(MAP_TASK_STATS)
+    newest
+        .map(|id| MapData::from_id(id).with_context(|| format!("map id {id}")))
+        .transpose()
 }
 
 /// Fails unless every synthetic pid is beyond what the kernel hands out.
@@ -54,19 +69,24 @@ pub fn check_pid_max(tasks: usize) -> Result<()> {
 /// `tasks` entries spread round-robin over `cgroups`, rewritten with growing counters.
 pub struct Synthetic {
     map: HashMap<MapData, u32, TaskEntry>,
+    /// The owner's task iterator, if it has one: an entry written is stamped as a program
+    /// stamps the entries it takes, so that the next read sends it whole.
+    iter: Option<Array<MapData, TaskIterControl>>,
     cgroups: Vec<u64>,
     tasks: usize,
     first_ns: u64,
 }
 
 impl Synthetic {
-    pub fn new(map: HashMap<MapData, u32, TaskEntry>, cgroups: &[u64], tasks: usize) -> Self {
-        Self {
-            map,
+    /// The entries of process `owner`'s task map.
+    pub fn new(owner: u32, cgroups: &[u64], tasks: usize) -> Result<Self> {
+        Ok(Self {
+            map: task_map_of(owner)?,
+            iter: iter_control_of(owner)?,
             cgroups: cgroups.to_vec(),
             tasks,
             first_ns: 1,
-        }
+        })
     }
 
     pub fn map(&self) -> &HashMap<MapData, u32, TaskEntry> {
@@ -81,8 +101,21 @@ impl Synthetic {
     /// Writes every entry as at `generation` (1, 2, …): each counter grows with it, so each
     /// write changes every entry, as if every task had been active since the previous one.
     pub fn write(&mut self, generation: u64) -> Result<()> {
-        for i in 0..self.tasks {
-            let e = self.entry(i, generation);
+        self.write_share(generation, 100)
+    }
+
+    /// Writes `percent` of the entries as at `generation` (the same ones each time: the busy
+    /// tasks), the others left as they were (idle since).
+    pub fn write_share(&mut self, generation: u64, percent: usize) -> Result<()> {
+        // The start of the owner's latest read: a stamp at it is at or after the next read's
+        // first stamp sent whole, as a program's stamp after that read began would be.
+        let touched = match &self.iter {
+            Some(a) => a.get(&0, 0).context(MAP_TASK_ITER)?.started as u32,
+            None => 0,
+        };
+        for i in (0..self.tasks).filter(|i| i % 100 < percent) {
+            let mut e = self.entry(i, generation);
+            e.stats.touched = touched;
             self.map
                 .insert(&e.stats.pid, &e, 0)
                 .with_context(|| format!("writing entry {i} of {}", self.tasks))?;

@@ -1,0 +1,339 @@
+//! Reading the task map through the kernel side's iterator program (`iter_tasks`, 5.9+ with
+//! kernel BTF): each entry a program took since the previous read comes in full, every other
+//! one as its key, so that a read of 100 000 mostly idle tasks copies a few entries and 16 bytes
+//! for each of the others instead of 70 MiB. Every key still comes, so what is in the map (and
+//! so what was evicted) is known exactly, as from a batched walk.
+//!
+//! Programs stamp an entry (`touched`, low bits of jiffies) when they take it, before they
+//! count in it. A read sends in full what was stamped at or after the previous read's start
+//! less [`MARGIN_JIFFIES`]: a count landing after the previous read copied its entry was
+//! stamped before that read began at the earliest, and is read now, as long as a program writes
+//! its counts within the margin of its stamp (a few microseconds; the margin is a quarter of a
+//! second at 250 Hz). A full read, every entry sent, comes first, after any read that did not
+//! complete, when the caller asks (final reports) and at least every [`FULL_EVERY`].
+
+use std::{
+    fs::File,
+    io::{self, Read as _},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Btf, Ebpf,
+    maps::{Array, MapData, MapError},
+    programs::{Iter, ProgramError},
+};
+use numatrace_common::{
+    MAP_TASK_ITER, PROG_ITER_TASKS, TASK_ITER_KEY, TASK_ITER_VALUE, TaskEntry, TaskIterControl,
+    TaskIterHead, TaskIterKey,
+};
+
+/// `enum bpf_cmd` and `enum bpf_attach_type` (include/uapi/linux/bpf.h).
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_ITER_CREATE: libc::c_long = 33;
+const BPF_TRACE_ITER: u32 = 28;
+
+/// Jiffies before the previous read's start from which a stamp is sent in full (see the
+/// module's comment): 64 ms at HZ=1000, 256 ms at 250, 640 ms at 100.
+pub const MARGIN_JIFFIES: u32 = 64;
+/// The longest run of reads that send only what changed.
+pub const FULL_EVERY: Duration = Duration::from_secs(60);
+
+/// One record of a read.
+#[derive(Clone, Copy, Debug)]
+pub enum TaskRec<'a> {
+    /// A whole entry.
+    Entry(&'a TaskEntry),
+    /// An entry no program took since the previous read sent it: (pid, first_ns).
+    Unchanged(u32, u64),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IterError {
+    #[error("loading the task iterator: {0}")]
+    Load(#[from] ProgramError),
+    #[error("the task iterator's control map: {0}")]
+    Map(#[from] MapError),
+    #[error("{call}: {source}")]
+    Syscall {
+        call: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the task iterator sent a malformed record (tag {tag:#x} at byte {at})")]
+    Malformed { tag: u32, at: usize },
+}
+
+/// `union bpf_attr`'s `link_create` with `iter_info` (the map to walk).
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    iter_info: u64,
+    iter_info_len: u32,
+    _pad: u32,
+}
+
+/// `union bpf_attr`'s `iter_create`.
+#[repr(C)]
+#[derive(Default)]
+struct IterCreateAttr {
+    link_fd: u32,
+    flags: u32,
+}
+
+fn bpf<A>(cmd: libc::c_long, attr: &A, call: &'static str) -> Result<OwnedFd, IterError> {
+    // SAFETY: `attr` is a `union bpf_attr` prefix of its size; the kernel zero-extends it and
+    // returns a new descriptor on success.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            (attr as *const A).cast::<libc::c_void>(),
+            size_of::<A>() as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(IterError::Syscall {
+            call,
+            source: io::Error::last_os_error(),
+        });
+    }
+    // SAFETY: a descriptor the kernel has just handed to this process alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The iterator over one task map: its program's link (closed, and so detached, when dropped).
+pub struct TaskIter {
+    link: OwnedFd,
+    control: Array<MapData, TaskIterControl>,
+    /// Read buffer, kept between reads; u64s so that each record starts 8-byte aligned.
+    buf: Vec<u64>,
+    /// `since` of the next read; `None`: the next read is full.
+    since: Option<u32>,
+    last_full: Option<Instant>,
+}
+
+impl TaskIter {
+    /// Loads the iterator program and binds it to `tasks` (the task map's descriptor).
+    pub fn open(ebpf: &mut Ebpf, btf: &Btf, tasks: BorrowedFd<'_>) -> Result<Self, IterError> {
+        let prog: &mut Iter = ebpf
+            .program_mut(PROG_ITER_TASKS)
+            .ok_or(ProgramError::NotLoaded)?
+            .try_into()?;
+        prog.load("bpf_map_elem", btf)?;
+        let prog_fd = prog.fd()?.as_fd().as_raw_fd() as u32;
+        let map_fd: u32 = tasks.as_raw_fd() as u32;
+        // `union bpf_iter_link_info`'s `map` member: the kernel zero-extends a shorter one.
+        let attr = LinkCreateAttr {
+            prog_fd,
+            attach_type: BPF_TRACE_ITER,
+            iter_info: (&raw const map_fd) as u64,
+            iter_info_len: size_of::<u32>() as u32,
+            ..LinkCreateAttr::default()
+        };
+        let link = bpf(BPF_LINK_CREATE, &attr, "bpf_link_create (task iterator)")?;
+        let control = ebpf
+            .take_map(MAP_TASK_ITER)
+            .ok_or(MapError::InvalidName {
+                name: MAP_TASK_ITER.into(),
+            })
+            .and_then(Array::try_from)?;
+        Ok(Self {
+            link,
+            control,
+            buf: vec![0; 64 * 1024 / 8],
+            since: None,
+            last_full: None,
+        })
+    }
+
+    /// The low bits of jiffies from which the next read sends an entry whole (the previous
+    /// read's start less [`MARGIN_JIFFIES`]); `None`: the next read is full.
+    pub fn since(&self) -> Option<u32> {
+        self.since
+    }
+
+    /// The next read sends every entry in full (a read whose records were not all taken in).
+    pub fn invalidate(&mut self) {
+        self.since = None;
+    }
+
+    /// Calls `each` with every entry of the map, whole or as its key (see the module's
+    /// comment); `full`: every one whole. A walk may meet an entry twice, or miss one that
+    /// moved within its bucket during the walk, as a batched read may.
+    pub fn read(&mut self, full: bool, mut each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
+        let full = full
+            || self.since.is_none()
+            || self.last_full.is_none_or(|t| t.elapsed() >= FULL_EVERY);
+        let control = TaskIterControl {
+            since: self.since.unwrap_or(0),
+            full: u32::from(full),
+            started: 0,
+        };
+        // Until this read has completed, the next is full.
+        self.since = None;
+        self.control.set(0, &control, 0)?;
+        let attr = IterCreateAttr {
+            link_fd: self.link.as_raw_fd() as u32,
+            flags: 0,
+        };
+        let mut file = File::from(bpf(
+            BPF_ITER_CREATE,
+            &attr,
+            "bpf_iter_create (task iterator)",
+        )?);
+        let mut have = 0;
+        loop {
+            if have == self.buf.len() * 8 {
+                // A record longer than the buffer: never with these sizes, but not a loop.
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+            let bytes = bytes_mut(&mut self.buf);
+            let n = match file.read(&mut bytes[have..]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(IterError::Syscall {
+                        call: "read (task iterator)",
+                        source,
+                    });
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            have += n;
+            let used = parse(&self.buf, have, &mut each)?;
+            bytes_mut(&mut self.buf).copy_within(used..have, 0);
+            have -= used;
+        }
+        if have != 0 {
+            return Err(IterError::Malformed { tag: 0, at: have });
+        }
+        let started = self.control.get(&0, 0)?.started as u32;
+        self.since = Some(started.wrapping_sub(MARGIN_JIFFIES));
+        if full {
+            self.last_full = Some(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+fn bytes_mut(buf: &mut [u64]) -> &mut [u8] {
+    // SAFETY: any bytes are valid u64s and u8s; the length is the slice's in bytes.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) }
+}
+
+const VALUE_LEN: usize = size_of::<TaskIterHead>() + size_of::<TaskEntry>();
+const KEY_LEN: usize = size_of::<TaskIterKey>();
+
+/// Hands the whole records of the first `have` bytes of `buf` to `each`: how many bytes they
+/// took (a record cut at the end waits for the next read).
+fn parse(buf: &[u64], have: usize, each: &mut impl FnMut(TaskRec<'_>)) -> Result<usize, IterError> {
+    let base = buf.as_ptr().cast::<u8>();
+    let mut at = 0;
+    while have - at >= 4 {
+        // Records are multiples of 8 bytes and the buffer is u64-aligned: every record, and the
+        // entry after its head, is aligned for its type.
+        debug_assert!(at % 8 == 0);
+        // SAFETY: 4 bytes within the `have` bytes read, aligned.
+        let tag = unsafe { base.add(at).cast::<u32>().read() };
+        let len = match tag {
+            TASK_ITER_VALUE => VALUE_LEN,
+            TASK_ITER_KEY => KEY_LEN,
+            tag => return Err(IterError::Malformed { tag, at }),
+        };
+        if have - at < len {
+            break;
+        }
+        // SAFETY: `len` bytes within those read, aligned (above); both types are plain data
+        // for which any bytes are a value.
+        unsafe {
+            if tag == TASK_ITER_VALUE {
+                let e = &*base.add(at + size_of::<TaskIterHead>()).cast::<TaskEntry>();
+                each(TaskRec::Entry(e));
+            } else {
+                let k = base.add(at).cast::<TaskIterKey>().read();
+                each(TaskRec::Unchanged(k.pid, k.first_ns));
+            }
+        }
+        at += len;
+    }
+    Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push<T: Copy>(out: &mut Vec<u8>, v: &T) {
+        // SAFETY: a plain-data value read as its bytes.
+        let b = unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) };
+        out.extend_from_slice(b);
+    }
+
+    /// Records cut anywhere between reads come out whole, once each, in order; an unknown tag
+    /// is an error, not a skip.
+    #[test]
+    fn records_cut_between_reads_come_out_whole() {
+        let mut stream = Vec::new();
+        let mut want = Vec::new();
+        for i in 0..40u32 {
+            if i % 3 == 0 {
+                let mut e = TaskEntry::default();
+                e.stats.pid = i;
+                e.stats.first_ns = u64::from(i) * 10;
+                push(
+                    &mut stream,
+                    &TaskIterHead {
+                        tag: TASK_ITER_VALUE,
+                        _pad: 0,
+                    },
+                );
+                push(&mut stream, &e);
+                want.push((true, i, u64::from(i) * 10));
+            } else {
+                push(
+                    &mut stream,
+                    &TaskIterKey {
+                        tag: TASK_ITER_KEY,
+                        pid: i,
+                        first_ns: 7,
+                    },
+                );
+                want.push((false, i, 7));
+            }
+        }
+        for cut in [1, 4, 9, 16, 100, 729, 4096] {
+            let mut buf = vec![0u64; 1024];
+            let mut have = 0;
+            let mut got = Vec::new();
+            for piece in stream.chunks(cut) {
+                bytes_mut(&mut buf)[have..have + piece.len()].copy_from_slice(piece);
+                have += piece.len();
+                let used = parse(&buf, have, &mut |r| {
+                    got.push(match r {
+                        TaskRec::Entry(e) => (true, e.stats.pid, e.stats.first_ns),
+                        TaskRec::Unchanged(p, f) => (false, p, f),
+                    })
+                })
+                .unwrap();
+                bytes_mut(&mut buf).copy_within(used..have, 0);
+                have -= used;
+            }
+            assert_eq!(have, 0, "cut {cut}");
+            assert_eq!(got, want, "cut {cut}");
+        }
+        let mut bad = vec![0u64; 4];
+        bytes_mut(&mut bad)[..4].copy_from_slice(&0xdead_u32.to_ne_bytes());
+        assert!(matches!(
+            parse(&bad, 32, &mut |_| {}),
+            Err(IterError::Malformed { tag: 0xdead, at: 0 })
+        ));
+    }
+}

@@ -1,0 +1,180 @@
+//! The task iterator on the real kernel: over a task map filled here, a first read sends every
+//! entry whole, the next ones whole exactly those stamped since the previous read began (less
+//! the margin) and every other one as its key, once each; what comes whole is what a batched
+//! read of the map gives.
+
+mod common;
+
+use std::{collections::BTreeMap, os::fd::AsFd as _};
+
+use aya::{
+    Btf, EbpfLoader,
+    maps::{HashMap, IterableMap as _, MapData},
+    programs::ProgramError,
+};
+use numatrace::sources::{
+    batch::Batch,
+    task_iter::{IterError, MARGIN_JIFFIES, TaskIter, TaskRec},
+};
+use numatrace_common::{MAP_TASK_STATS, TaskEntry};
+
+const TEST: &str = "the_iterator_sends_whole_only_what_changed";
+
+/// (pid → (whole, entry as sent or as the map held it)).
+type Read = BTreeMap<u32, (bool, TaskEntry)>;
+
+fn read(iter: &mut TaskIter, map: &HashMap<MapData, u32, TaskEntry>, full: bool) -> Read {
+    let mut got = Read::new();
+    iter.read(full, |r| {
+        let (pid, whole, e) = match r {
+            TaskRec::Entry(e) => (e.stats.pid, true, *e),
+            TaskRec::Unchanged(pid, first_ns) => {
+                let mut e = map.get(&pid, 0).expect("an unchanged entry is in the map");
+                assert_eq!(
+                    e.stats.first_ns, first_ns,
+                    "pid {pid}: the key of its entry"
+                );
+                e.stats.pid = pid;
+                (pid, false, e)
+            }
+        };
+        assert!(
+            got.insert(pid, (whole, e)).is_none(),
+            "pid {pid} sent twice"
+        );
+    })
+    .expect("reading the iterator");
+    got
+}
+
+#[test]
+fn the_iterator_sends_whole_only_what_changed() {
+    if !common::is_root() {
+        common::skip(
+            TEST,
+            "needs root (CAP_BPF) to load BPF programs; CI runs it as root",
+        );
+        return;
+    }
+    let btf = match Btf::from_sys_fs() {
+        Ok(b) => b,
+        Err(e) => {
+            common::skip(
+                TEST,
+                format!("no kernel BTF ({e}): numatrace reads the map in batches"),
+            );
+            return;
+        }
+    };
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries(MAP_TASK_STATS, 4096)
+        .load(numatrace::bpf::OBJECT)
+        .expect("loading numatrace's object");
+    let mut map: HashMap<MapData, u32, TaskEntry> =
+        HashMap::try_from(ebpf.take_map(MAP_TASK_STATS).expect("the task map")).unwrap();
+    let mut iter = match TaskIter::open(&mut ebpf, &btf, map.map().fd().as_fd()) {
+        Ok(i) => i,
+        // This machine's own kernel refuses every BPF_PROG_TYPE_TRACING program but tp_btf
+        // (fentry too, environment.md); the guests' kernels load it.
+        Err(IterError::Load(ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        })) if io_error.raw_os_error() == Some(libc::EPERM) => {
+            common::skip(
+                TEST,
+                format!(
+                    "the kernel refuses iterator programs (EPERM: {}); numatrace reads the map in batches there",
+                    verifier_log.to_string().trim().replace('\n', " ")
+                ),
+            );
+            return;
+        }
+        Err(e) => panic!("the task iterator does not load on a kernel with BTF: {e}"),
+    };
+    let entry = |pid: u32, touched: u32, faults: u64| {
+        let mut e = TaskEntry::default();
+        e.stats.pid = pid;
+        e.stats.tgid = pid;
+        e.stats.first_ns = 1000 + u64::from(pid);
+        e.stats.touched = touched;
+        e.stats.hint_faults.faults = faults;
+        e.inflight.scan_ts_ns = u64::from(pid) * 3;
+        e
+    };
+    for pid in 1..=2000u32 {
+        map.insert(&pid, &entry(pid, 0, u64::from(pid)), 0).unwrap();
+    }
+    // An entry inserted and not yet filled in (a program between its insert and its stamp).
+    map.insert(&5000, &TaskEntry::default(), 0).unwrap();
+
+    // The first read: every entry whole.
+    let first = read(&mut iter, &map, false);
+    assert_eq!(first.len(), 2001);
+    assert!(
+        first.values().all(|(whole, _)| *whole),
+        "a first read is full"
+    );
+    let since = iter
+        .since()
+        .expect("a completed read sets the next one's start");
+
+    // Stamped before the margin: keys; at or after it: whole (the margin's edge on both sides).
+    let changed: Vec<u32> = (1..=2000).filter(|p| p % 7 == 0).collect();
+    for pid in 1..=2000u32 {
+        let touched = if changed.contains(&pid) {
+            since.wrapping_add(pid % 3) // at the margin's start or just after
+        } else {
+            since.wrapping_sub(1 + pid % 5000) // before it, up to ~5 000 jiffies
+        };
+        map.insert(&pid, &entry(pid, touched, u64::from(pid) + 1), 0)
+            .unwrap();
+    }
+    let second = read(&mut iter, &map, false);
+    assert_eq!(second.len(), 2001, "every entry, whole or as its key");
+    let whole: Vec<u32> = second
+        .iter()
+        .filter(|(_, (w, _))| *w)
+        .map(|(p, _)| *p)
+        .collect();
+    // The unfilled entry as a batched read gives it: its value's pid (0).
+    let mut want = vec![0];
+    want.extend(&changed);
+    assert_eq!(whole, want, "whole: the unfilled one and the stamped ones");
+
+    // What came whole is what the map holds (a batched read of it).
+    let mut batched = BTreeMap::new();
+    Batch::<u32, TaskEntry>::new(256)
+        .read(map.map().fd().as_fd(), |_, v| {
+            batched.insert(v.stats.pid, *v);
+        })
+        .expect("a batched read of the map");
+    for (pid, (w, e)) in &second {
+        if *w {
+            assert_eq!(Some(e), batched.get(pid), "pid {pid} as sent whole");
+        }
+    }
+    assert_eq!(
+        second[&14].1.stats.hint_faults.faults, 15,
+        "a changed entry's new count"
+    );
+
+    // A full read: every entry whole again, whatever its stamp.
+    let full = read(&mut iter, &map, true);
+    assert!(full.values().all(|(w, _)| *w) && full.len() == 2001);
+    // A read that did not complete (the engine dropped it): the next one is full.
+    iter.invalidate();
+    assert!(read(&mut iter, &map, false).values().all(|(w, _)| *w));
+    // Then back to keys for what no one touched.
+    let next_since = iter.since().unwrap();
+    assert!(
+        next_since.wrapping_sub(since) as i32 >= 0,
+        "the start moves forward ({since} → {next_since})"
+    );
+    let quiet = read(&mut iter, &map, false);
+    let whole_now = quiet.values().filter(|(w, _)| *w).count();
+    assert!(
+        whole_now <= want.len(),
+        "{whole_now} whole where at most the {} stamped within {MARGIN_JIFFIES} jiffies may be",
+        want.len()
+    );
+}
