@@ -67,15 +67,22 @@ pub struct TaskIterKey {
     pub first_ns: u64,
 }
 
+/// [`TaskIterControl::mode`]: entries stamped since `since` whole, the others as keys.
+pub const TASK_ITER_CHANGED: u32 = 0;
+/// Every entry whole.
+pub const TASK_ITER_ALL: u32 = 1;
+/// Nothing sent: the read only stamps `started` (before a batched read of the map).
+pub const TASK_ITER_CLOCK: u32 = 2;
+
 /// The value of [`MAP_TASK_ITER`], set by userspace before each read of the iterator.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskIterControl {
     /// Entries whose `touched` is at or after this (wrapping compare) are sent in full.
     pub since: u32,
-    /// Non-zero: every entry is sent in full.
-    pub full: u32,
-    /// Written by the iterator at its first element: `jiffies` when this read began.
+    /// [`TASK_ITER_CHANGED`], [`TASK_ITER_ALL`] or [`TASK_ITER_CLOCK`].
+    pub mode: u32,
+    /// Written by the iterator at its first call: `jiffies` when this read began.
     pub started: u64,
 }
 
@@ -85,7 +92,7 @@ impl TaskIterControl {
     /// full, which costs a copy and is never wrong).
     #[inline(always)]
     pub fn sends(&self, touched: u32) -> bool {
-        self.full != 0 || touched.wrapping_sub(self.since) as i32 >= 0
+        self.mode == TASK_ITER_ALL || touched.wrapping_sub(self.since) as i32 >= 0
     }
 }
 

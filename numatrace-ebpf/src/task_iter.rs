@@ -12,7 +12,8 @@ use aya_ebpf::{
     maps::Array,
 };
 use numatrace_common::{
-    TASK_ITER_KEY, TASK_ITER_VALUE, TaskEntry, TaskIterControl, TaskIterHead, TaskIterKey,
+    TASK_ITER_CLOCK, TASK_ITER_KEY, TASK_ITER_VALUE, TaskEntry, TaskIterControl, TaskIterHead,
+    TaskIterKey,
 };
 
 #[map]
@@ -45,10 +46,11 @@ pub extern "C" fn iter_tasks(ctx: *const MapElemCtx) -> i32 {
     let (meta, value) = unsafe { ((*ctx).meta, (*ctx).value) };
     let (seq, seq_num) = unsafe { ((*meta).seq, (*meta).seq_num) };
     if seq_num == 0 {
-        // The first call of a read (an empty map's only one: with no element).
+        // The first element's call (or the final call with no element, of an empty map's read
+        // or after the first element of a one-entry map: a moment later, the same read).
         unsafe { (*control).started = bpf_jiffies64() };
     }
-    if value.is_null() {
+    if value.is_null() || unsafe { (*control).mode } == TASK_ITER_CLOCK {
         return 0;
     }
     // SAFETY: a live element's value (the map's value size, checked when the link was made).

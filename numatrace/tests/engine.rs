@@ -69,10 +69,54 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
         }
         let mut snaps = vec![engine.snapshot(Detail::Full).unwrap()];
         let mut child = workload().spawn().unwrap();
+        let stopped = Stopped(
+            Command::new(workload_bin())
+                .args([
+                    "threads",
+                    "--threads",
+                    "2",
+                    "--mem-mib",
+                    "16",
+                    "--duration",
+                    "60s",
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         while child.try_wait().unwrap().is_none() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             snaps.push(engine.snapshot(Detail::Summary).unwrap());
         }
+        // A live task whose entries no program touches any more: stopped, its stamps left to
+        // age past the margin, it is read as unchanged and must read as a whole read reads it.
+        stopped.stop();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let _ = engine.snapshot(Detail::Summary).unwrap();
+        let unchanged = engine.snapshot(Detail::Summary).unwrap();
+        engine.read_whole_next();
+        let whole = engine.snapshot(Detail::Summary).unwrap();
+        let of = |s: &Snapshot| -> Vec<numatrace::model::TaskRecord> {
+            s.tasks
+                .iter()
+                .filter(|t| t.tgid == stopped.pid())
+                .cloned()
+                .collect()
+        };
+        let (a, b) = (of(&unchanged), of(&whole));
+        // In the guests (two nodes): the host's one node may give a task nothing to count.
+        assert!(
+            std::env::var_os("NUMATRACE_IN_GUEST").is_none()
+                || b.iter().any(|t| t.counts != Counts::default()),
+            "the stopped workload drew no NUMA balancing activity: nothing was compared"
+        );
+        assert!(
+            a == b,
+            "a task read as unchanged differs from the whole read:\n{a:?}\n{b:?}"
+        );
+        drop(stopped);
+        // Its exit settles before the quiet last snapshot.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         snaps.push(engine.snapshot(Detail::Full).unwrap());
         engine.stop().await.unwrap();
         snaps
@@ -132,4 +176,25 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
     assert_eq!(t.skipped_vmas_total, seen.get("skip_vma"));
     assert_eq!(t.scan.pte_updates, seen.get("scan.pte_updates"));
     assert_eq!(t.hint_faults.faults, seen.get("hint_faults.faults"));
+}
+
+/// A workload that is stopped (SIGSTOP) while the test reads it, and killed when dropped.
+struct Stopped(std::process::Child);
+
+impl Stopped {
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn stop(&self) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGSTOP) };
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

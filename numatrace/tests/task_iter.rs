@@ -23,9 +23,9 @@ const TEST: &str = "the_iterator_sends_whole_only_what_changed";
 /// (pid → (whole, entry as sent or as the map held it)).
 type Read = BTreeMap<u32, (bool, TaskEntry)>;
 
-fn read(iter: &mut TaskIter, map: &HashMap<MapData, u32, TaskEntry>, full: bool) -> Read {
+fn read(iter: &mut TaskIter, map: &HashMap<MapData, u32, TaskEntry>, all: bool) -> Read {
     let mut got = Read::new();
-    iter.read(full, |r| {
+    let each = |r: TaskRec<'_>| {
         let (pid, whole, e) = match r {
             TaskRec::Entry(e) => (e.stats.pid, true, *e),
             TaskRec::Unchanged(pid, first_ns) => {
@@ -42,7 +42,12 @@ fn read(iter: &mut TaskIter, map: &HashMap<MapData, u32, TaskEntry>, full: bool)
             got.insert(pid, (whole, e)).is_none(),
             "pid {pid} sent twice"
         );
-    })
+    };
+    if all {
+        iter.read_all(each)
+    } else {
+        iter.read_changed(each)
+    }
     .expect("reading the iterator");
     got
 }
@@ -108,15 +113,25 @@ fn the_iterator_sends_whole_only_what_changed() {
     map.insert(&5000, &TaskEntry::default(), 0).unwrap();
 
     // The first read: every entry whole.
+    assert!(!iter.changed_only(), "nothing read whole yet");
     let first = read(&mut iter, &map, false);
     assert_eq!(first.len(), 2001);
     assert!(
         first.values().all(|(whole, _)| *whole),
-        "a first read is full"
+        "a first read is whole"
     );
-    let since = iter
+    let after_first = iter
         .since()
         .expect("a completed read sets the next one's start");
+    // The kernel's jiffies, taken by the walk: they move (HZ >= 100: 5 in 50 ms).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    iter.start_whole().expect("a walk that sends nothing");
+    let since = iter.since().unwrap();
+    assert!(
+        since.wrapping_sub(after_first) as i32 >= 5,
+        "the walk's start is the kernel's jiffies ({after_first} then {since}, 50 ms apart)"
+    );
+    assert!(iter.changed_only());
 
     // Stamped before the margin: keys; at or after it: whole (the margin's edge on both sides).
     let changed: Vec<u32> = (1..=2000).filter(|p| p % 7 == 0).collect();
@@ -124,7 +139,7 @@ fn the_iterator_sends_whole_only_what_changed() {
         let touched = if changed.contains(&pid) {
             since.wrapping_add(pid % 3) // at the margin's start or just after
         } else {
-            since.wrapping_sub(1 + pid % 5000) // before it, up to ~5 000 jiffies
+            since.wrapping_sub(1 + pid % 2) // just before it
         };
         map.insert(&pid, &entry(pid, touched, u64::from(pid) + 1), 0)
             .unwrap();
@@ -158,23 +173,32 @@ fn the_iterator_sends_whole_only_what_changed() {
         "a changed entry's new count"
     );
 
-    // A full read: every entry whole again, whatever its stamp.
-    let full = read(&mut iter, &map, true);
-    assert!(full.values().all(|(w, _)| *w) && full.len() == 2001);
-    // A read that did not complete (the engine dropped it): the next one is full.
+    // Every entry whole, whatever its stamp.
+    let all = read(&mut iter, &map, true);
+    assert!(all.values().all(|(w, _)| *w) && all.len() == 2001);
+    // A read that did not complete (the engine dropped it): the next one is whole.
     iter.invalidate();
+    assert!(!iter.changed_only());
     assert!(read(&mut iter, &map, false).values().all(|(w, _)| *w));
-    // Then back to keys for what no one touched.
-    let next_since = iter.since().unwrap();
-    assert!(
-        next_since.wrapping_sub(since) as i32 >= 0,
-        "the start moves forward ({since} → {next_since})"
-    );
-    let quiet = read(&mut iter, &map, false);
-    let whole_now = quiet.values().filter(|(w, _)| *w).count();
-    assert!(
-        whole_now <= want.len(),
-        "{whole_now} whole where at most the {} stamped within {MARGIN_JIFFIES} jiffies may be",
-        want.len()
-    );
+    // Then keys for what no one touched since: once the stamps are older than the margin,
+    // only the unfilled entry (no first_ns) comes whole.
+    let wait_ms = 10 * u64::from(MARGIN_JIFFIES) + 100; // HZ >= 100
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
+    loop {
+        let quiet = read(&mut iter, &map, false);
+        let whole_now: Vec<u32> = quiet
+            .iter()
+            .filter(|(_, (w, _))| *w)
+            .map(|(p, _)| *p)
+            .collect();
+        if whole_now == [0] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {} whole {wait_ms} ms after the last stamp",
+            whole_now.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }

@@ -855,8 +855,17 @@ fn scale_table(s: &mut String, rs: &[Record]) {
             } else {
                 r.task_reader.as_str()
             };
+            let iter = if r.iter_whole_ms.is_some() {
+                format!(
+                    " (iterator alone: {} all whole, {} all keys)",
+                    fmt_opt(r.iter_whole_ms, 1),
+                    fmt_opt(r.iter_keys_ms, 1)
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "{} / {} / {} ({}); {} [{reader}]",
+                "{} / {} / {} ({}); {} [{reader}]{iter}",
                 fmt_opt(r.first_snapshot_ms, 0),
                 fmt_opt(r.summary_ms, 1),
                 fmt_opt(r.full_ms, 1),
@@ -935,10 +944,17 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                         "in batches, every entry whole"
                     },
                     if r.task_reader == "iterator" {
-                        "What remains is the snapshot's task list, built afresh for every task."
+                        format!(
+                            "The iterator alone reads the map in {} ms with every entry whole, {} \
+                             ms with every entry as its key; what remains is the engine's table \
+                             and the snapshot's task list, built afresh for every task.",
+                            fmt_opt(r.iter_whole_ms, 1),
+                            fmt_opt(r.iter_keys_ms, 1)
+                        )
                     } else {
                         "This kernel refuses the task iterator (a tracing program: 5.9+ with \
                          BTF), so a snapshot costs the same whatever changed."
+                            .to_owned()
                     }
                 ),
                 "scrape" => format!(
@@ -1181,6 +1197,8 @@ mod tests {
             full_ms: None,
             changed_share_ms: None,
             task_reader: String::new(),
+            iter_whole_ms: None,
+            iter_keys_ms: None,
             map_read_ms: None,
             task_list_mib: 68.7,
             scrape_ms: None,

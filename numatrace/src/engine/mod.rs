@@ -156,12 +156,13 @@ fn watched(c: Counter) -> bool {
     c.is_tally() || c == Counter::TasksCreated
 }
 
-/// Why a read of the task map failed.
+/// Why a read of the task map through the iterator failed.
 #[derive(Debug, thiserror::Error)]
 enum TaskReadError {
     /// The iterator failed: batched reads take over.
     #[error(transparent)]
     Iterator(task_iter::IterError),
+    /// Looking up an entry the walk did not meet failed.
     #[error(transparent)]
     Map(aya::maps::MapError),
 }
@@ -330,16 +331,20 @@ impl Engine {
     /// whether they matched.
     pub fn snapshot(&mut self, detail: Detail) -> Result<Snapshot> {
         let mut attempt = 0;
+        let whole = std::mem::take(&mut self.whole_next);
         loop {
             attempt += 1;
-            let (snap, consistent) = self.read_once(detail)?;
+            let (snap, consistent) = self.read_once(detail, whole).inspect_err(|_| {
+                // Asked for, not done yet.
+                self.whole_next |= whole;
+            })?;
             if consistent || attempt >= SNAPSHOT_ATTEMPTS || snap.tasks.len() >= RETRY_MAX_TASKS {
                 return Ok(Snapshot { consistent, ..snap });
             }
         }
     }
 
-    fn read_once(&mut self, detail: Detail) -> Result<(Snapshot, bool)> {
+    fn read_once(&mut self, detail: Detail, whole: bool) -> Result<(Snapshot, bool)> {
         self.refresh_tiering();
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
         // Marked entries whose task has finished before this read: what it reads of them is
@@ -361,7 +366,6 @@ impl Engine {
             // frame at 100 000 tasks, each time one more task appeared).
             spare.reserve_exact(expected);
         }
-        let whole = std::mem::take(&mut self.whole_next);
         let (read, records) = std::thread::scope(|s| {
             let prepared = fresh.then(|| s.spawn(move || tasks::prepared_records(expected)));
             let read = self.read_tasks(whole);
@@ -371,23 +375,37 @@ impl Engine {
             };
             (read, records)
         });
-        let in_flight = match read {
-            Ok(n) => n,
+        let rest = read.and_then(|in_flight| {
+            let (migrate_latency, fault_pages) =
+                self.maps.histograms().context("reading histograms")?;
+            let nodes = self.maps.node_arrays().context("reading the node arrays")?;
+            let region_faults = self
+                .maps
+                .region_faults()
+                .context("reading per-region faults")?;
+            let rows = match detail {
+                Detail::Full => Some(self.vma_rows()?),
+                Detail::Summary => None,
+            };
+            Ok((
+                in_flight,
+                migrate_latency,
+                fault_pages,
+                nodes,
+                region_faults,
+                rows,
+            ))
+        });
+        let (in_flight, migrate_latency, fault_pages, nodes, region_faults, rows) = match rest {
+            Ok(r) => r,
             Err(e) => {
+                // Nothing of this read is committed; the next reads the map whole.
                 self.table.abort_read();
+                if let Some(iter) = &mut self.maps.task_iter {
+                    iter.invalidate();
+                }
                 return Err(e);
             }
-        };
-        let (migrate_latency, fault_pages) =
-            self.maps.histograms().context("reading histograms")?;
-        let nodes = self.maps.node_arrays().context("reading the node arrays")?;
-        let region_faults = self
-            .maps
-            .region_faults()
-            .context("reading per-region faults")?;
-        let rows = match detail {
-            Detail::Full => Some(self.vma_rows()?),
-            Detail::Summary => None,
         };
         let mono_ns = monotonic_ns();
         let (mut tasks, events, undecodable, vmas, evicted, marked_gone) = {
@@ -470,15 +488,20 @@ impl Engine {
 
     /// Reads the kernel's task map into the table (entries a frontend forgot skipped): how
     /// many tasks had a hint fault in flight (see [`maps::fault_in_flight`]; forgotten entries
-    /// included, as the kernel counted them). `full`: every entry read whole, none taken as
-    /// unchanged since the previous read (see [`task_iter`](crate::sources::task_iter)).
-    fn read_tasks(&mut self, mut full: bool) -> Result<u64> {
-        loop {
-            match self.read_tasks_once(full) {
-                Ok(Some(n)) => return Ok(n),
-                // An unchanged entry the table does not hold (a read it dropped): again, whole.
-                Ok(None) if !full => full = true,
-                Ok(None) => return Err(anyhow!("the task iterator sent keys of unread entries")),
+    /// are marked exited, and have none). `whole`: every entry read whole, none taken as
+    /// unchanged since the previous read (see [`task_iter`]).
+    fn read_tasks(&mut self, whole: bool) -> Result<u64> {
+        if !whole
+            && self
+                .maps
+                .task_iter
+                .as_ref()
+                .is_some_and(TaskIter::changed_only)
+        {
+            match self.read_changed() {
+                Ok(true) => return Ok(self.table.in_flight()),
+                // An unchanged entry the table does not hold (a read it dropped): read whole.
+                Ok(false) => {}
                 Err(TaskReadError::Iterator(e)) => {
                     tracing::warn!("{e}: reading the task map in batches from now on");
                     self.maps.task_iter = None;
@@ -489,59 +512,99 @@ impl Engine {
             }
             self.table.abort_read();
         }
+        if let Some(iter) = &mut self.maps.task_iter
+            && let Err(e) = iter.start_whole()
+        {
+            tracing::warn!("{e}: reading the task map in batches from now on");
+            self.maps.task_iter = None;
+        }
+        self.read_whole().context("reading the task map")?;
+        Ok(self.table.in_flight())
     }
 
-    /// One read of [`Engine::read_tasks`]; `None`: an unchanged entry the table does not hold
-    /// (the table is mid-read: abort it).
-    fn read_tasks_once(&mut self, full: bool) -> Result<Option<u64>, TaskReadError> {
+    /// The whole map, in batches where the kernel can (each bucket under its lock: exact).
+    fn read_whole(&mut self) -> Result<(), aya::maps::MapError> {
         let Self {
             maps,
             table,
             forgotten_marked,
             ..
         } = self;
-        let mut in_flight = 0;
+        let mut forgotten_seen = HashSet::new();
+        table.begin_read();
+        maps.tasks(|e| {
+            let k = (e.stats.pid, e.stats.first_ns);
+            if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
+                forgotten_seen.insert(k);
+            } else {
+                table.note(&e.stats, maps::fault_in_flight(e));
+            }
+        })?;
+        // Gone from the map: it cannot come back as a new task.
+        forgotten_marked.retain(|k| forgotten_seen.contains(k));
+        Ok(())
+    }
+
+    /// A read through the iterator: whole only the entries touched since the previous read.
+    /// What its walk did not meet is looked up (the walk can miss an entry, see
+    /// [`task_iter`]). `false`: an unchanged entry the table does not hold (the table is
+    /// mid-read: abort it).
+    fn read_changed(&mut self) -> Result<bool, TaskReadError> {
+        let Self {
+            maps,
+            table,
+            forgotten_marked,
+            ..
+        } = self;
+        let Some(iter) = maps.task_iter.as_mut() else {
+            return Ok(false);
+        };
         let mut forgotten_seen = HashSet::new();
         let mut unknown = false;
         table.begin_read();
-        let mut each = |rec: TaskRec<'_>| {
-            let (k, e) = match rec {
-                TaskRec::Entry(e) => ((e.stats.pid, e.stats.first_ns), Some(e)),
-                TaskRec::Unchanged(pid, first_ns) => ((pid, first_ns), None),
+        iter.read_changed(|rec| {
+            let k = match rec {
+                TaskRec::Entry(e) => (e.stats.pid, e.stats.first_ns),
+                TaskRec::Unchanged(pid, first_ns) => (pid, first_ns),
             };
             if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
                 forgotten_seen.insert(k);
-                // Counted as the kernel counts it; an unchanged one as when last read.
-                in_flight += u64::from(e.is_some_and(maps::fault_in_flight));
                 return;
             }
-            let busy = match e {
-                Some(e) => {
-                    let busy = maps::fault_in_flight(e);
-                    table.note(&e.stats, busy);
-                    busy
-                }
-                None => table.note_unchanged(k).unwrap_or_else(|| {
-                    unknown = true;
-                    false
-                }),
-            };
-            in_flight += u64::from(busy);
-        };
-        match &mut maps.task_iter {
-            Some(iter) => iter
-                .read(full, &mut each)
-                .map_err(TaskReadError::Iterator)?,
-            None => maps
-                .tasks(|e| each(TaskRec::Entry(e)))
-                .map_err(TaskReadError::Map)?,
-        }
+            match rec {
+                TaskRec::Entry(e) => table.note(&e.stats, maps::fault_in_flight(e)),
+                TaskRec::Unchanged(..) => unknown |= table.note_unchanged(k).is_none(),
+            }
+        })
+        .map_err(TaskReadError::Iterator)?;
         if unknown {
-            return Ok(None);
+            return Ok(false);
+        }
+        // Entries the previous read met and this walk did not: most are gone (exited,
+        // evicted, replaced), a few may have been passed over.
+        let still = |k: &Key| match maps.tasks.get(&k.0, 0) {
+            Ok(e) => Ok((e.stats.first_ns == k.1).then_some(e)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(TaskReadError::Map(e)),
+        };
+        for k in table.unmet() {
+            if let Some(e) = still(&k)? {
+                table.note(&e.stats, maps::fault_in_flight(&e));
+            }
+        }
+        let unmet: Vec<Key> = forgotten_marked
+            .iter()
+            .filter(|k| !forgotten_seen.contains(*k))
+            .copied()
+            .collect();
+        for k in unmet {
+            if still(&k)?.is_some() {
+                forgotten_seen.insert(k);
+            }
         }
         // Gone from the map: it cannot come back as a new task.
         forgotten_marked.retain(|k| forgotten_seen.contains(k));
-        Ok(Some(in_flight))
+        Ok(true)
     }
 
     /// Per-VMA rows of the kernel maps: PTE updates, skips by reason and pid_inactive gaps by

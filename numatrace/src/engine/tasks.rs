@@ -170,6 +170,22 @@ impl TaskTable {
         Some(self.flags[i].fault_in_flight)
     }
 
+    /// Keys the latest completed read met that the read in progress has not (yet).
+    pub fn unmet(&self) -> Vec<Key> {
+        self.occupied()
+            .filter(|&i| self.flags[i].in_map && !self.flags[i].reading)
+            .map(|i| self.keys[i])
+            .collect()
+    }
+
+    /// Tasks the read in progress met with a hint fault in flight (each once, however many
+    /// times the walk met it).
+    pub fn in_flight(&self) -> u64 {
+        self.occupied()
+            .filter(|&i| self.flags[i].reading && self.flags[i].fault_in_flight)
+            .count() as u64
+    }
+
     /// The slot holding `k`: first where the previous read found the entry at this position.
     fn find(&self, k: Key) -> Option<usize> {
         self.read_slots

@@ -1,16 +1,24 @@
 //! Reading the task map through the kernel side's iterator program (`iter_tasks`, 5.9+ with
 //! kernel BTF): each entry a program took since the previous read comes in full, every other
 //! one as its key, so that a read of 100 000 mostly idle tasks copies a few entries and 16 bytes
-//! for each of the others instead of 70 MiB. Every key still comes, so what is in the map (and
-//! so what was evicted) is known exactly, as from a batched walk.
+//! for each of the others instead of 70 MiB.
 //!
 //! Programs stamp an entry (`touched`, low bits of jiffies) when they take it, before they
 //! count in it. A read sends in full what was stamped at or after the previous read's start
 //! less [`MARGIN_JIFFIES`]: a count landing after the previous read copied its entry was
 //! stamped before that read began at the earliest, and is read now, as long as a program writes
-//! its counts within the margin of its stamp (a few microseconds; the margin is a quarter of a
-//! second at 250 Hz). A full read, every entry sent, comes first, after any read that did not
-//! complete, when the caller asks (final reports) and at least every [`FULL_EVERY`].
+//! its counts within the margin of its stamp (microseconds; the margin is a quarter of a second
+//! at 250 Hz; a program preempted longer than that between its stamp and its count, possible
+//! on a preemptible kernel, has the count read at the task's next event or the next whole
+//! read).
+//!
+//! The kernel walks the map's buckets under RCU alone, resuming each read(2) at a position in
+//! a bucket: an entry deleted or reused meanwhile can make the walk miss or repeat another one
+//! (a batched lookup copies each bucket under its lock). So the caller checks what a read did
+//! not meet, and reads the map whole in batches where it must be exact: the first read, every
+//! [`FULL_EVERY`], after a read that did not complete, and for a report's final counts. Before
+//! such a read, [`TaskIter::start_whole`] takes the jiffies the next changed-only read starts
+//! from.
 
 use std::{
     fs::File,
@@ -25,8 +33,8 @@ use aya::{
     programs::{Iter, ProgramError},
 };
 use numatrace_common::{
-    MAP_TASK_ITER, PROG_ITER_TASKS, TASK_ITER_KEY, TASK_ITER_VALUE, TaskEntry, TaskIterControl,
-    TaskIterHead, TaskIterKey,
+    MAP_TASK_ITER, PROG_ITER_TASKS, TASK_ITER_ALL, TASK_ITER_CHANGED, TASK_ITER_CLOCK,
+    TASK_ITER_KEY, TASK_ITER_VALUE, TaskEntry, TaskIterControl, TaskIterHead, TaskIterKey,
 };
 
 /// `enum bpf_cmd` and `enum bpf_attach_type` (include/uapi/linux/bpf.h).
@@ -113,9 +121,10 @@ pub struct TaskIter {
     control: Array<MapData, TaskIterControl>,
     /// Read buffer, kept between reads; u64s so that each record starts 8-byte aligned.
     buf: Vec<u64>,
-    /// `since` of the next read; `None`: the next read is full.
+    /// `since` of the next read; `None`: the next read must be whole.
     since: Option<u32>,
-    last_full: Option<Instant>,
+    /// When the latest whole read (or [`TaskIter::start_whole`]) completed.
+    last_whole: Option<Instant>,
 }
 
 impl TaskIter {
@@ -148,34 +157,57 @@ impl TaskIter {
             control,
             buf: vec![0; 64 * 1024 / 8],
             since: None,
-            last_full: None,
+            last_whole: None,
         })
     }
 
     /// The low bits of jiffies from which the next read sends an entry whole (the previous
-    /// read's start less [`MARGIN_JIFFIES`]); `None`: the next read is full.
+    /// read's start less [`MARGIN_JIFFIES`]); `None`: the next read must be whole.
     pub fn since(&self) -> Option<u32> {
         self.since
     }
 
-    /// The next read sends every entry in full (a read whose records were not all taken in).
+    /// Whether the next read may send only what changed: a whole read has come before it,
+    /// less than [`FULL_EVERY`] ago, and every read since has completed.
+    pub fn changed_only(&self) -> bool {
+        self.since.is_some() && self.last_whole.is_some_and(|t| t.elapsed() < FULL_EVERY)
+    }
+
+    /// The next read must be whole (a read whose records were not all taken in).
     pub fn invalidate(&mut self) {
         self.since = None;
     }
 
-    /// Calls `each` with every entry of the map, whole or as its key (see the module's
-    /// comment); `full`: every one whole. A walk may meet an entry twice, or miss one that
-    /// moved within its bucket during the walk, as a batched read may.
-    pub fn read(&mut self, full: bool, mut each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
-        let full = full
-            || self.since.is_none()
-            || self.last_full.is_none_or(|t| t.elapsed() >= FULL_EVERY);
+    /// Before the caller reads the map whole another way (batched): a walk that sends nothing
+    /// and takes its start, from which the next changed-only read sends entries whole.
+    pub fn start_whole(&mut self) -> Result<(), IterError> {
+        self.run(TASK_ITER_CLOCK, |_| {})
+    }
+
+    /// Every entry whole.
+    pub fn read_all(&mut self, each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
+        self.run(TASK_ITER_ALL, each)
+    }
+
+    /// Whole the entries stamped since the previous read began (less the margin), every other
+    /// one as its key; only when [`TaskIter::changed_only`] (else every entry whole). The walk
+    /// may miss an entry, or meet one twice (see the module's comment).
+    pub fn read_changed(&mut self, each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
+        let mode = if self.changed_only() {
+            TASK_ITER_CHANGED
+        } else {
+            TASK_ITER_ALL
+        };
+        self.run(mode, each)
+    }
+
+    fn run(&mut self, mode: u32, mut each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
         let control = TaskIterControl {
             since: self.since.unwrap_or(0),
-            full: u32::from(full),
+            mode,
             started: 0,
         };
-        // Until this read has completed, the next is full.
+        // Until this read has completed, the next is whole.
         self.since = None;
         self.control.set(0, &control, 0)?;
         let attr = IterCreateAttr {
@@ -217,8 +249,8 @@ impl TaskIter {
         }
         let started = self.control.get(&0, 0)?.started as u32;
         self.since = Some(started.wrapping_sub(MARGIN_JIFFIES));
-        if full {
-            self.last_full = Some(Instant::now());
+        if mode != TASK_ITER_CHANGED {
+            self.last_whole = Some(Instant::now());
         }
         Ok(())
     }

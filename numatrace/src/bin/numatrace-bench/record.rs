@@ -148,6 +148,12 @@ pub struct ScaleCost {
     /// How the engine read the task map: `iterator` (whole only what changed) or `batched`.
     #[serde(default)]
     pub task_reader: String,
+    /// The iterator's part (median of 5): one read with every entry whole, one with every
+    /// entry as its key (none stamped since the previous read).
+    #[serde(default)]
+    pub iter_whole_ms: Option<f64>,
+    #[serde(default)]
+    pub iter_keys_ms: Option<f64>,
     /// The kernel's part: one batched read of the whole task map (median of 5), nothing done
     /// with the entries.
     pub map_read_ms: Option<f64>,

@@ -16,7 +16,7 @@ use numatrace::{
     bpf::loader::LoadOptions,
     engine::{Detail, Engine},
     model::TaskRecord,
-    sources::{batch::Batch, maps::TASK_CHUNK},
+    sources::{batch::Batch, maps::TASK_CHUNK, task_iter::TaskIter},
 };
 use numatrace_common::TaskEntry;
 
@@ -107,6 +107,8 @@ fn cost(command: &str, scale: Scale, real: usize) -> ScaleCost {
         full_ms: None,
         changed_share_ms: None,
         task_reader: String::new(),
+        iter_whole_ms: None,
+        iter_keys_ms: None,
         map_read_ms: None,
         task_list_mib: ((scale.tasks + real) * size_of::<TaskRecord>()) as f64 / MIB,
         scrape_ms: None,
@@ -133,6 +135,35 @@ fn batched_read_ms(syn: &Synthetic) -> Result<f64> {
     let t = Instant::now();
     batch.read(fd, |_, _| n += 1)?;
     Ok(ms(t.elapsed()))
+}
+
+/// Reads of the task map through an iterator of the benchmark's own (the engine's keeps its
+/// place): each entry whole, then each as its key (nothing stamped since): ms each, 5 times.
+fn iterator_reads_ms(syn: &Synthetic) -> Result<(Vec<f64>, Vec<f64>)> {
+    let btf = aya::Btf::from_sys_fs()?;
+    // Its own task map unused: as small as the object allows.
+    let mut ebpf = aya::EbpfLoader::new()
+        .map_max_entries(numatrace_common::MAP_TASK_STATS, 1)
+        .load(numatrace::bpf::OBJECT)?;
+    let fd = std::os::fd::AsFd::as_fd(syn.map().map().fd());
+    let mut iter = TaskIter::open(&mut ebpf, &btf, fd)?;
+    let mut time = |full: bool| -> Result<f64> {
+        let mut n = 0usize;
+        let t = Instant::now();
+        if full {
+            iter.read_all(|_| n += 1)?;
+        } else {
+            iter.read_changed(|_| n += 1)?;
+        }
+        Ok(ms(t.elapsed()))
+    };
+    let whole = (0..REPEAT)
+        .map(|_| time(true))
+        .collect::<Result<Vec<_>>>()?;
+    let keys = (0..REPEAT)
+        .map(|_| time(false))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((whole, keys))
 }
 
 /// The engine started in this process: snapshot times, and this process's peak RSS from the
@@ -192,6 +223,12 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
             .map(|_| batched_read_ms(&syn))
             .collect::<Result<Vec<f64>>>()?;
         c.map_read_ms = median(&reads);
+        if engine.task_reader() == "iterator" {
+            // The iterator's part alone, on the same map: every entry whole, then none.
+            let (whole, keys) = iterator_reads_ms(&syn)?;
+            c.iter_whole_ms = median(&whole);
+            c.iter_keys_ms = median(&keys);
+        }
         c.peak_rss_mib = procfs::peak_rss_mib(std::process::id())?;
         Ok(c)
     })();
