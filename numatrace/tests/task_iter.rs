@@ -14,7 +14,7 @@ use aya::{
 };
 use numatrace::sources::{
     batch::Batch,
-    task_iter::{IterError, MARGIN_JIFFIES, TaskIter, TaskRec},
+    task_iter::{IterError, TaskIter, TaskRec},
 };
 use numatrace_common::{MAP_TASK_STATS, TaskEntry};
 
@@ -123,13 +123,14 @@ fn the_iterator_sends_whole_only_what_changed() {
     let after_first = iter
         .since()
         .expect("a completed read sets the next one's start");
-    // The kernel's jiffies, taken by the walk: they move (HZ >= 100: 5 in 50 ms).
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // The kernel's jiffies, taken by the walk: they move (HZ >= 100: 20 in 200 ms). A walk
+    // that only takes them sends nothing (a record would fail it).
+    std::thread::sleep(std::time::Duration::from_millis(200));
     iter.start_whole().expect("a walk that sends nothing");
     let since = iter.since().unwrap();
     assert!(
         since.wrapping_sub(after_first) as i32 >= 5,
-        "the walk's start is the kernel's jiffies ({after_first} then {since}, 50 ms apart)"
+        "the walk's start is the kernel's jiffies ({after_first} then {since}, 200 ms apart)"
     );
     assert!(iter.changed_only());
 
@@ -182,7 +183,7 @@ fn the_iterator_sends_whole_only_what_changed() {
     assert!(read(&mut iter, &map, false).values().all(|(w, _)| *w));
     // Then keys for what no one touched since: once the stamps are older than the margin,
     // only the unfilled entry (no first_ns) comes whole.
-    let wait_ms = 10 * u64::from(MARGIN_JIFFIES) + 100; // HZ >= 100
+    let wait_ms = 10 * u64::from(iter.margin()) + 300; // HZ >= 100
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(wait_ms);
     loop {
         let quiet = read(&mut iter, &map, false);

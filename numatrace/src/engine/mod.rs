@@ -140,6 +140,11 @@ pub struct Engine {
     tiering: Tiering,
     /// The next snapshot reads every task entry whole ([`Engine::read_whole_next`]).
     whole_next: bool,
+    /// Keys of the latest task read through the iterator (`None`: read whole).
+    read_keys: Option<u64>,
+    /// Entries evicted, as the latest snapshot estimated: an incremental read that finds more
+    /// missing is done again whole.
+    evicted: u64,
 }
 
 /// Reads of one snapshot before it is taken as it is (see [`Engine::snapshot`]).
@@ -267,6 +272,8 @@ impl Engine {
             hot_thresholds,
             tiering: Tiering::default(),
             whole_next: false,
+            read_keys: None,
+            evicted: 0,
         })
         .map(|mut e| {
             e.refresh_tiering();
@@ -331,20 +338,27 @@ impl Engine {
     /// whether they matched.
     pub fn snapshot(&mut self, detail: Detail) -> Result<Snapshot> {
         let mut attempt = 0;
-        let whole = std::mem::take(&mut self.whole_next);
+        let mut whole = std::mem::take(&mut self.whole_next);
         loop {
-            attempt += 1;
-            let (snap, consistent) = self.read_once(detail, whole).inspect_err(|_| {
+            let read = self.read_once(detail, whole).inspect_err(|_| {
                 // Asked for, not done yet.
                 self.whole_next |= whole;
             })?;
+            let Some((snap, consistent)) = read else {
+                // Again, whole (a whole read always completes or fails).
+                whole = true;
+                continue;
+            };
+            attempt += 1;
             if consistent || attempt >= SNAPSHOT_ATTEMPTS || snap.tasks.len() >= RETRY_MAX_TASKS {
                 return Ok(Snapshot { consistent, ..snap });
             }
         }
     }
 
-    fn read_once(&mut self, detail: Detail, whole: bool) -> Result<(Snapshot, bool)> {
+    /// One read of [`Engine::snapshot`]; `None`: an incremental read that must be done again
+    /// whole (nothing of it kept).
+    fn read_once(&mut self, detail: Detail, whole: bool) -> Result<Option<(Snapshot, bool)>> {
         self.refresh_tiering();
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
         // Marked entries whose task has finished before this read: what it reads of them is
@@ -418,6 +432,14 @@ impl Engine {
             // key twice; an exit can be both live and drained).
             let seen = self.table.seen(created_by, &acc.exited) + acc.forgotten + marked_gone;
             let evicted = counters.get(Counter::TasksCreated).saturating_sub(seen);
+            if self.read_keys.is_some() && evicted > self.evicted {
+                // More entries missing than before: evicted, or created since the previous
+                // read and passed over by the iterator's walk (see `task_iter`). Read whole.
+                drop(sh);
+                self.table.abort_read();
+                self.spare = records;
+                return Ok(None);
+            }
             let cgroups = &self.cgroups;
             let tasks = self
                 .table
@@ -429,6 +451,7 @@ impl Engine {
             (tasks, events, undecodable, vmas, evicted, marked_gone)
         };
         self.marked_gone = marked_gone;
+        self.evicted = evicted;
         let vmas = vmas.map(name_mappings);
         // After the maps: a window's misses then cover its vmstat_lo interval.
         let program_misses = self.program_misses();
@@ -483,7 +506,7 @@ impl Engine {
             tiering: self.tiering.clone(),
             tiering_start: None,
         };
-        Ok((snap, consistent))
+        Ok(Some((snap, consistent)))
     }
 
     /// Reads the kernel's task map into the table (entries a frontend forgot skipped): how
@@ -491,6 +514,7 @@ impl Engine {
     /// are marked exited, and have none). `whole`: every entry read whole, none taken as
     /// unchanged since the previous read (see [`task_iter`]).
     fn read_tasks(&mut self, whole: bool) -> Result<u64> {
+        self.read_keys = None;
         if !whole
             && self
                 .maps
@@ -499,9 +523,12 @@ impl Engine {
                 .is_some_and(TaskIter::changed_only)
         {
             match self.read_changed() {
-                Ok(true) => return Ok(self.table.in_flight()),
+                Ok(Some(keys)) => {
+                    self.read_keys = Some(keys);
+                    return Ok(self.table.in_flight());
+                }
                 // An unchanged entry the table does not hold (a read it dropped): read whole.
-                Ok(false) => {}
+                Ok(None) => {}
                 Err(TaskReadError::Iterator(e)) => {
                     tracing::warn!("{e}: reading the task map in batches from now on");
                     self.maps.task_iter = None;
@@ -547,9 +574,9 @@ impl Engine {
 
     /// A read through the iterator: whole only the entries touched since the previous read.
     /// What its walk did not meet is looked up (the walk can miss an entry, see
-    /// [`task_iter`]). `false`: an unchanged entry the table does not hold (the table is
-    /// mid-read: abort it).
-    fn read_changed(&mut self) -> Result<bool, TaskReadError> {
+    /// [`task_iter`]). How many entries came as keys; `None`: an unchanged entry the table
+    /// does not hold (the table is mid-read: abort it).
+    fn read_changed(&mut self) -> Result<Option<u64>, TaskReadError> {
         let Self {
             maps,
             table,
@@ -557,10 +584,11 @@ impl Engine {
             ..
         } = self;
         let Some(iter) = maps.task_iter.as_mut() else {
-            return Ok(false);
+            return Ok(None);
         };
         let mut forgotten_seen = HashSet::new();
         let mut unknown = false;
+        let mut keys = 0;
         table.begin_read();
         iter.read_changed(|rec| {
             let k = match rec {
@@ -573,22 +601,30 @@ impl Engine {
             }
             match rec {
                 TaskRec::Entry(e) => table.note(&e.stats, maps::fault_in_flight(e)),
-                TaskRec::Unchanged(..) => unknown |= table.note_unchanged(k).is_none(),
+                TaskRec::Unchanged(..) => {
+                    keys += 1;
+                    unknown |= table.note_unchanged(k).is_none();
+                }
             }
         })
         .map_err(TaskReadError::Iterator)?;
         if unknown {
-            return Ok(false);
+            return Ok(None);
         }
         // Entries the previous read met and this walk did not: most are gone (exited,
         // evicted, replaced), a few may have been passed over.
-        let still = |k: &Key| match maps.tasks.get(&k.0, 0) {
-            Ok(e) => Ok((e.stats.first_ns == k.1).then_some(e)),
+        let lookup = |pid: u32| match maps.tasks.get(&pid, 0) {
+            Ok(e) => Ok(Some(e)),
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(TaskReadError::Map(e)),
         };
+        let still = |k: &Key| Ok(lookup(k.0)?.filter(|e| e.stats.first_ns == k.1));
         for k in table.unmet() {
-            if let Some(e) = still(&k)? {
+            // The pid's entry now: this one, or the entry of a new task that took the pid (in
+            // the same bucket: as likely passed over), read as a walk would have.
+            if let Some(e) = lookup(k.0)?
+                && !forgotten_marked.contains(&(e.stats.pid, e.stats.first_ns))
+            {
                 table.note(&e.stats, maps::fault_in_flight(&e));
             }
         }
@@ -604,7 +640,13 @@ impl Engine {
         }
         // Gone from the map: it cannot come back as a new task.
         forgotten_marked.retain(|k| forgotten_seen.contains(k));
-        Ok(true)
+        Ok(Some(keys))
+    }
+
+    /// How many task entries the latest snapshot's read took as unchanged since the one before
+    /// (the iterator's keys); `None`: it read every entry whole.
+    pub fn unchanged_entries(&self) -> Option<u64> {
+        self.read_keys
     }
 
     /// Per-VMA rows of the kernel maps: PTE updates, skips by reason and pid_inactive gaps by

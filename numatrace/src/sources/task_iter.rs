@@ -5,12 +5,12 @@
 //!
 //! Programs stamp an entry (`touched`, low bits of jiffies) when they take it, before they
 //! count in it. A read sends in full what was stamped at or after the previous read's start
-//! less [`MARGIN_JIFFIES`]: a count landing after the previous read copied its entry was
-//! stamped before that read began at the earliest, and is read now, as long as a program writes
-//! its counts within the margin of its stamp (microseconds; the margin is a quarter of a second
-//! at 250 Hz; a program preempted longer than that between its stamp and its count, possible
-//! on a preemptible kernel, has the count read at the task's next event or the next whole
-//! read).
+//! less a margin (a quarter of a second at least, [`MARGIN_JIFFIES`] jiffies at least): a count
+//! landing after the previous read copied its entry was stamped before that read began at the
+//! earliest, and is read now, as long as a program writes its counts within the margin of its
+//! stamp (microseconds; a program preempted longer than that between its stamp and its count,
+//! possible on a preemptible kernel, has the count read at the task's next event or the next
+//! whole read).
 //!
 //! The kernel walks the map's buckets under RCU alone, resuming each read(2) at a position in
 //! a bucket: an entry deleted or reused meanwhile can make the walk miss or repeat another one
@@ -43,8 +43,14 @@ const BPF_ITER_CREATE: libc::c_long = 33;
 const BPF_TRACE_ITER: u32 = 28;
 
 /// Jiffies before the previous read's start from which a stamp is sent in full (see the
-/// module's comment): 64 ms at HZ=1000, 256 ms at 250, 640 ms at 100.
+/// module's comment), at least: 256 ms at HZ=250, 640 ms at 100.
 pub const MARGIN_JIFFIES: u32 = 64;
+/// The margin in time, at least: once the kernel's HZ is known (from the walks' start jiffies a
+/// second apart or more), the margin is this many seconds of jiffies where that is more than
+/// [`MARGIN_JIFFIES`] (250 at HZ=1000); until then [`FIRST_MARGIN_JIFFIES`].
+const MARGIN_SECS: f64 = 0.25;
+/// The margin before HZ is known: a quarter of a second at HZ=1000, more at lower HZ.
+const FIRST_MARGIN_JIFFIES: u32 = 250;
 /// The longest run of reads that send only what changed.
 pub const FULL_EVERY: Duration = Duration::from_secs(60);
 
@@ -125,6 +131,10 @@ pub struct TaskIter {
     since: Option<u32>,
     /// When the latest whole read (or [`TaskIter::start_whole`]) completed.
     last_whole: Option<Instant>,
+    /// The first completed walk's start jiffies and when it completed: the kernel's HZ, later.
+    origin: Option<(u32, Instant)>,
+    /// Jiffies of margin (see [`MARGIN_SECS`]).
+    margin: u32,
 }
 
 impl TaskIter {
@@ -158,6 +168,8 @@ impl TaskIter {
             buf: vec![0; 64 * 1024 / 8],
             since: None,
             last_whole: None,
+            origin: None,
+            margin: FIRST_MARGIN_JIFFIES,
         })
     }
 
@@ -165,6 +177,11 @@ impl TaskIter {
     /// read's start less [`MARGIN_JIFFIES`]); `None`: the next read must be whole.
     pub fn since(&self) -> Option<u32> {
         self.since
+    }
+
+    /// Jiffies before the previous read's start from which the next read sends a stamp whole.
+    pub fn margin(&self) -> u32 {
+        self.margin
     }
 
     /// Whether the next read may send only what changed: a whole read has come before it,
@@ -190,18 +207,27 @@ impl TaskIter {
     }
 
     /// Whole the entries stamped since the previous read began (less the margin), every other
-    /// one as its key; only when [`TaskIter::changed_only`] (else every entry whole). The walk
-    /// may miss an entry, or meet one twice (see the module's comment).
+    /// one as its key (every entry whole when no read has completed since the last
+    /// [`TaskIter::invalidate`]; such a walk does not count as a whole read). The walk may miss
+    /// an entry, or meet one twice (see the module's comment).
     pub fn read_changed(&mut self, each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
-        let mode = if self.changed_only() {
+        let last_whole = self.last_whole;
+        let mode = if self.since.is_some() {
             TASK_ITER_CHANGED
         } else {
             TASK_ITER_ALL
         };
-        self.run(mode, each)
+        self.run(mode, each)?;
+        self.last_whole = last_whole;
+        Ok(())
     }
 
     fn run(&mut self, mode: u32, mut each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
+        let mut records = 0usize;
+        let mut each = |r: TaskRec<'_>| {
+            records += 1;
+            each(r)
+        };
         let control = TaskIterControl {
             since: self.since.unwrap_or(0),
             mode,
@@ -247,10 +273,24 @@ impl TaskIter {
         if have != 0 {
             return Err(IterError::Malformed { tag: 0, at: have });
         }
+        if mode == TASK_ITER_CLOCK && records > 0 {
+            return Err(IterError::Malformed { tag: 0, at: 0 });
+        }
         let started = self.control.get(&0, 0)?.started as u32;
-        self.since = Some(started.wrapping_sub(MARGIN_JIFFIES));
+        let now = Instant::now();
+        match self.origin {
+            None => self.origin = Some((started, now)),
+            Some((j0, t0)) => {
+                let secs = now.duration_since(t0).as_secs_f64();
+                if secs >= 1.0 {
+                    let hz = f64::from(started.wrapping_sub(j0)) / secs;
+                    self.margin = MARGIN_JIFFIES.max((hz * MARGIN_SECS).ceil() as u32);
+                }
+            }
+        }
+        self.since = Some(started.wrapping_sub(self.margin));
         if mode != TASK_ITER_CHANGED {
-            self.last_whole = Some(Instant::now());
+            self.last_whole = Some(now);
         }
         Ok(())
     }
