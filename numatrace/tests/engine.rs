@@ -9,7 +9,7 @@ mod common;
 
 use std::{process::Command, time::Duration};
 
-use common::{Sysctl, workload_bin};
+use common::{Stoppable, Sysctl, workload_bin};
 use numatrace::{
     bpf::loader::LoadOptions,
     engine::{Detail, Engine, Snapshot},
@@ -76,21 +76,7 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
         // A live task whose entries no program touches any more: run until it has counts,
         // stopped, its stamps left to age past the margin, it is read as unchanged and must
         // read as a whole read reads it.
-        let stopped = Stopped(
-            Command::new(workload_bin())
-                .args([
-                    "threads",
-                    "--threads",
-                    "2",
-                    "--mem-mib",
-                    "16",
-                    "--duration",
-                    "60s",
-                ])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        let stopped = Stoppable::threads("16", "60s");
         let of = |s: &Snapshot| -> Vec<numatrace::model::TaskRecord> {
             s.tasks
                 .iter()
@@ -195,25 +181,4 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
     assert_eq!(t.skipped_vmas_total, seen.get("skip_vma"));
     assert_eq!(t.scan.pte_updates, seen.get("scan.pte_updates"));
     assert_eq!(t.hint_faults.faults, seen.get("hint_faults.faults"));
-}
-
-/// A workload that is stopped (SIGSTOP) while the test reads it, and killed when dropped.
-struct Stopped(std::process::Child);
-
-impl Stopped {
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-
-    fn stop(&self) {
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGSTOP) };
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

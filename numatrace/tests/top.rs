@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Sysctl, numatrace_bin, workload_bin};
+use common::{Stoppable, Sysctl, numatrace_bin, workload_bin};
 
 fn tmux(args: &[&str]) -> String {
     let out = Command::new("tmux").args(args).output().expect("tmux");
@@ -381,48 +381,6 @@ fn json_frames_show_migrations_in_a_two_node_guest() {
     );
 }
 
-/// A `numatrace-workload threads` run that a test stops (SIGSTOP) to end its activity at a
-/// known moment; continued and killed on drop, whatever the test's outcome.
-struct Stoppable(Child);
-
-impl Stoppable {
-    fn threads() -> Self {
-        Self(
-            Command::new(workload_bin())
-                .args([
-                    "threads",
-                    "--threads",
-                    "2",
-                    "--mem-mib",
-                    "32",
-                    "--duration",
-                    "180s",
-                ])
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    }
-
-    fn pid(&self) -> u32 {
-        self.0.id()
-    }
-
-    fn stop(&self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGSTOP) };
-    }
-}
-
-impl Drop for Stoppable {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The LAST cell of each workload thread's row (`ntw-thread-N`) in a task table whose columns
 /// start PID COMM LAST.
 fn thread_rows(screen: &str) -> Vec<String> {
@@ -447,7 +405,7 @@ fn top_keeps_a_bursty_task_listed_for_the_window_and_draws_sparklines() {
         return;
     }
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let w = Stoppable::threads();
+    let w = Stoppable::threads("32", "180s");
     let s = Session::new();
     s.wait_for("the shell", Duration::from_secs(10), |t| {
         t.contains("ready$")
@@ -557,7 +515,7 @@ fn batch_frames_keep_a_task_for_the_window() {
         return;
     }
     let _balancing = Sysctl::set("kernel.numa_balancing", "1").unwrap();
-    let w = Stoppable::threads();
+    let w = Stoppable::threads("32", "180s");
     let mut top = Command::new(numatrace_bin())
         .args(["top", "-b", "-d", "1", "-n", "80", "--window", "5s"])
         .args(["-p", &w.pid().to_string()])

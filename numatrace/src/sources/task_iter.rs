@@ -129,7 +129,7 @@ pub struct TaskIter {
     buf: Vec<u64>,
     /// `since` of the next read; `None`: the next read must be whole.
     since: Option<u32>,
-    /// When the latest whole read (or [`TaskIter::start_whole`]) completed.
+    /// When the latest [`TaskIter::read_all`] or [`TaskIter::start_whole`] completed.
     last_whole: Option<Instant>,
     /// The first completed walk's start jiffies and when it completed: the kernel's HZ, later.
     origin: Option<(u32, Instant)>,
@@ -198,12 +198,16 @@ impl TaskIter {
     /// Before the caller reads the map whole another way (batched): a walk that sends nothing
     /// and takes its start, from which the next changed-only read sends entries whole.
     pub fn start_whole(&mut self) -> Result<(), IterError> {
-        self.run(TASK_ITER_CLOCK, |_| {})
+        self.run(TASK_ITER_CLOCK, |_| {})?;
+        self.last_whole = Some(Instant::now());
+        Ok(())
     }
 
     /// Every entry whole.
     pub fn read_all(&mut self, each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
-        self.run(TASK_ITER_ALL, each)
+        self.run(TASK_ITER_ALL, each)?;
+        self.last_whole = Some(Instant::now());
+        Ok(())
     }
 
     /// Whole the entries stamped since the previous read began (less the margin), every other
@@ -211,15 +215,12 @@ impl TaskIter {
     /// [`TaskIter::invalidate`]; such a walk does not count as a whole read). The walk may miss
     /// an entry, or meet one twice (see the module's comment).
     pub fn read_changed(&mut self, each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
-        let last_whole = self.last_whole;
         let mode = if self.since.is_some() {
             TASK_ITER_CHANGED
         } else {
             TASK_ITER_ALL
         };
-        self.run(mode, each)?;
-        self.last_whole = last_whole;
-        Ok(())
+        self.run(mode, each)
     }
 
     fn run(&mut self, mode: u32, mut each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
@@ -289,9 +290,6 @@ impl TaskIter {
             }
         }
         self.since = Some(started.wrapping_sub(self.margin));
-        if mode != TASK_ITER_CHANGED {
-            self.last_whole = Some(now);
-        }
         Ok(())
     }
 }

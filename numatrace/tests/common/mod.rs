@@ -355,3 +355,46 @@ pub fn migrating_guest(test: &str) -> Option<serde_json::Value> {
     }
     Some(probes)
 }
+
+/// A `numatrace-workload threads` run (two threads over `mem_mib` MiB for `duration`) that a
+/// test stops (SIGSTOP) to end its activity at a known moment; continued and killed on drop,
+/// whatever the test's outcome.
+pub struct Stoppable(std::process::Child);
+
+impl Stoppable {
+    pub fn threads(mem_mib: &str, duration: &str) -> Self {
+        Self(
+            Command::new(workload_bin())
+                .args([
+                    "threads",
+                    "--threads",
+                    "2",
+                    "--mem-mib",
+                    mem_mib,
+                    "--duration",
+                    duration,
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    pub fn stop(&self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGSTOP) };
+    }
+}
+
+impl Drop for Stoppable {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
