@@ -102,13 +102,27 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
         }
         stopped.stop();
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let _ = engine.snapshot(Detail::Summary).unwrap();
+        // The previous snapshot handed back, as the frontends do: the next keeps the records
+        // of the tasks that did not change (the stopped workload's), and must still equal a
+        // whole read built afresh.
+        let previous = engine.snapshot(Detail::Summary).unwrap();
+        engine.recycle(previous);
         let unchanged = engine.snapshot(Detail::Summary).unwrap();
+        println!(
+            "{:?} entries read as unchanged, {} records kept",
+            engine.unchanged_entries(),
+            engine.kept_records()
+        );
         if guest {
             assert!(
                 engine.unchanged_entries().is_some_and(|n| n > 0),
                 "the read was not incremental ({:?} entries as keys)",
                 engine.unchanged_entries()
+            );
+            assert!(
+                engine.kept_records() >= of(&unchanged).len(),
+                "the stopped workload's records were built again ({} kept)",
+                engine.kept_records()
             );
         }
         engine.read_whole_next();

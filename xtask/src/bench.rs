@@ -864,8 +864,12 @@ fn scale_table(s: &mut String, rs: &[Record]) {
             } else {
                 String::new()
             };
+            let kept = r
+                .kept_records
+                .map(|n| format!(", {n} records kept"))
+                .unwrap_or_default();
             format!(
-                "{} / {} / {} ({}); {} [{reader}]{iter}",
+                "{} / {} / {} ({}); {} [{reader}{kept}]{iter}",
                 fmt_opt(r.first_snapshot_ms, 0),
                 fmt_opt(r.summary_ms, 1),
                 fmt_opt(r.full_ms, 1),
@@ -947,14 +951,21 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                         format!(
                             "The iterator alone reads the map in {} ms with every entry whole, {} \
                              ms with every entry as its key; what remains is the engine's table \
-                             and the snapshot's task list, built afresh for every task.",
+                             and the snapshot's task list ({} of its records kept from the list \
+                             the previous snapshot handed back, the others built again).",
                             fmt_opt(r.iter_whole_ms, 1),
-                            fmt_opt(r.iter_keys_ms, 1)
+                            fmt_opt(r.iter_keys_ms, 1),
+                            r.kept_records.map_or("none".to_owned(), |n| n.to_string())
                         )
                     } else {
-                        "This kernel refuses the task iterator (a tracing program: 5.9+ with \
-                         BTF), so a snapshot costs the same whatever changed."
-                            .to_owned()
+                        format!(
+                            "This kernel refuses the task iterator (a tracing program: 5.9+ with \
+                             BTF), so the kernel's part costs the same whatever changed ({} ms \
+                             for the batched read); {} records were kept from the list the \
+                             previous snapshot handed back, the others built again.",
+                            fmt_opt(r.map_read_ms, 1),
+                            r.kept_records.map_or("none".to_owned(), |n| n.to_string())
+                        )
                     }
                 ),
                 "scrape" => format!(
@@ -1199,6 +1210,7 @@ mod tests {
             task_reader: String::new(),
             iter_whole_ms: None,
             iter_keys_ms: None,
+            kept_records: None,
             map_read_ms: None,
             task_list_mib: 68.7,
             scrape_ms: None,

@@ -121,6 +121,12 @@ pub struct Engine {
     /// records are written into its memory, already mapped (at 100 000 tasks a fresh list is
     /// ~70 MiB to fault in, and to unmap again when the old one is dropped).
     spare: Vec<TaskRecord>,
+    /// The commit that built `spare`'s records and the cgroup resolver's epoch then; `None`:
+    /// `spare` is empty (see [`tasks::Reuse`]).
+    spare_built: Option<(u64, u64)>,
+    /// The task lists of the latest snapshots, as handed out: a list handed back that is one
+    /// of them keeps its records for the next snapshot (see [`Engine::recycle`]).
+    issued: Vec<Issued>,
     /// Entries marked exited in the kernel's task map that a frontend forgot
     /// ([`Engine::forget_exited`]): they stay in the map until it evicts them or the pid is
     /// reused, and reads skip them meanwhile (else they would come back as new tasks).
@@ -154,6 +160,19 @@ const SNAPSHOT_ATTEMPTS: u32 = 3;
 /// much. A count, not a time, so that a slow machine (an emulated guest) keeps the repeats of
 /// a small table.
 const RETRY_MAX_TASKS: usize = 8192;
+
+/// A task list handed out by a snapshot (see [`Engine::recycle`]): where its records are, how
+/// many, the commit that built them and the cgroup resolver's epoch then.
+struct Issued {
+    at: usize,
+    len: usize,
+    commit: u64,
+    epoch: u64,
+}
+
+/// How many of the latest task lists handed out [`Engine::recycle`] recognises: `top` hands
+/// back the one before the previous.
+const ISSUED_KEPT: usize = 4;
 
 /// Counters whose change during a read means the read saw the kernel mid-update: every tally,
 /// and created entries (the eviction estimate rests on them).
@@ -263,6 +282,8 @@ impl Engine {
             self_tgid: std::process::id(),
             table: TaskTable::default(),
             spare: Vec::new(),
+            spare_built: None,
+            issued: Vec::new(),
             forgotten_marked: Default::default(),
             done_marked: Default::default(),
             marked_gone: 0,
@@ -372,6 +393,7 @@ impl Engine {
         // thread meanwhile (see `tasks::prepared_records`).
         let expected = self.table.len() + self.table.len() / 16;
         let mut spare = std::mem::take(&mut self.spare);
+        let mut spare_built = self.spare_built.take();
         let fresh = expected >= tasks::PREPARE_FROM && spare.capacity() < tasks::PREPARE_FROM;
         if !fresh && spare.capacity() < self.table.len() {
             // A recycled list a little short (tasks came since) grows in place, with room for
@@ -384,7 +406,10 @@ impl Engine {
             let prepared = fresh.then(|| s.spawn(move || tasks::prepared_records(expected)));
             let read = self.read_tasks(whole);
             let records = match prepared {
-                Some(p) => p.join().unwrap_or_default(),
+                Some(p) => {
+                    spare_built = None;
+                    p.join().unwrap_or_default()
+                }
                 None => spare,
             };
             (read, records)
@@ -438,14 +463,31 @@ impl Engine {
                 drop(sh);
                 self.table.abort_read();
                 self.spare = records;
+                self.spare_built = spare_built;
                 return Ok(None);
             }
             let cgroups = &self.cgroups;
+            let epoch = cgroups.epoch();
+            let reuse = tasks::Reuse {
+                list: records,
+                built: spare_built.map(|(commit, _)| commit),
+                cgroups_valid: spare_built.is_some_and(|(_, e)| e == epoch),
+            };
             let tasks = self
                 .table
-                .commit(records, &acc.exited, procfs::pid_exists, |id| {
+                .commit(reuse, &acc.exited, procfs::pid_exists, |id| {
                     cgroups.cached(id).flatten().cloned()
                 });
+            self.issued.retain(|i| i.at != tasks.as_ptr() as usize);
+            if self.issued.len() >= ISSUED_KEPT {
+                self.issued.remove(0);
+            }
+            self.issued.push(Issued {
+                at: tasks.as_ptr() as usize,
+                len: tasks.len(),
+                commit: self.table.commits(),
+                epoch,
+            });
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
             let (events, undecodable) = (acc.events.clone(), acc.undecodable);
             (tasks, events, undecodable, vmas, evicted, marked_gone)
@@ -649,6 +691,12 @@ impl Engine {
         self.read_keys
     }
 
+    /// How many task records the latest snapshot kept from a list handed back to
+    /// [`Engine::recycle`], rather than built again.
+    pub fn kept_records(&self) -> usize {
+        self.table.kept()
+    }
+
     /// Per-VMA rows of the kernel maps: PTE updates, skips by reason and pid_inactive gaps by
     /// (tgid, start).
     fn vma_rows(&self) -> Result<BTreeMap<(u32, u64), VmaRecord>> {
@@ -681,17 +729,41 @@ impl Engine {
     }
 
     /// Hands back a snapshot the caller is done with: its task list's memory holds the next
-    /// snapshot's records (see `spare`). Only large lists are kept, and none much larger than
-    /// the table (so that a spare does not outlive a burst of tasks); any snapshot will do.
+    /// snapshot's records (see `spare`). None much larger than the table is kept (so that a
+    /// spare does not outlive a burst of tasks); any large snapshot will do.
+    ///
+    /// One of the latest snapshots this engine returned, its task list as returned (records
+    /// read, not changed), also keeps its records: the next snapshot rewrites only those of
+    /// tasks that changed since (see [`tasks::Reuse`]). A list changed in place must not be
+    /// handed back.
     pub fn recycle(&mut self, snap: Snapshot) {
         let mut tasks = snap.tasks;
         let cap = tasks.capacity();
-        if cap >= tasks::PREPARE_FROM
-            && cap > self.spare.capacity()
-            && cap <= 2 * self.table.len().max(tasks::PREPARE_FROM)
-        {
-            tasks.clear();
+        if cap > 2 * self.table.len().max(tasks::PREPARE_FROM) {
+            return;
+        }
+        let at = tasks.as_ptr() as usize;
+        let built = self
+            .issued
+            .iter()
+            .position(|i| i.at == at && i.len == tasks.len())
+            .map(|n| self.issued.remove(n))
+            .map(|i| (i.commit, i.epoch));
+        if built.is_none() && cap < tasks::PREPARE_FROM {
+            return;
+        }
+        let better = match (built, self.spare_built) {
+            (Some((new, _)), Some((old, _))) => new > old,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => cap > self.spare.capacity(),
+        };
+        if better {
+            if built.is_none() {
+                tasks.clear();
+            }
             self.spare = tasks;
+            self.spare_built = built;
         }
     }
 

@@ -9,7 +9,7 @@
 //! building the list is the only per-task work left, and that is done on every core.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     hash::BuildHasherDefault,
     ops::Bound,
     sync::OnceLock,
@@ -61,6 +61,10 @@ struct Flags {
     /// The entry as last read had a hint fault in flight (`maps::fault_in_flight`): what an
     /// unchanged entry still has.
     fault_in_flight: bool,
+    /// The record the next commit builds from this slot may differ from the one the previous
+    /// commit built: the entry read differs, the slot is new, or the previous record was its
+    /// exit record's.
+    record_dirty: bool,
 }
 
 #[derive(Default)]
@@ -80,11 +84,51 @@ pub struct TaskTable {
     read_slots: Vec<u32>,
     /// Position of the read in progress.
     read_pos: usize,
+    /// Per slot: the first commit since which every commit has built the same record from it
+    /// (see [`Reuse`]).
+    stable_since: Vec<u64>,
+    /// Commits so far: the number of the latest.
+    commits: u64,
+    /// Records the latest commit kept from its list.
+    kept: usize,
+    /// The keys of the latest commits' lists, in order, by commit: a list handed back whose
+    /// keys are the new list's (no task came or went) needs no record moved nor read to
+    /// align it (a read of each record's key costs a cache miss: ~10 ms at 100 000 tasks).
+    keys_of: VecDeque<(u64, Vec<Key>)>,
+}
+
+/// How many of the latest commits' key lists [`TaskTable`] keeps: `top` hands back the list
+/// of the commit before the previous.
+const KEY_LISTS_KEPT: usize = 3;
+
+/// The list a commit writes its records into: empty, or a list an earlier commit of the same
+/// table returned, its records as that commit built them (the caller may have refreshed their
+/// cgroup paths, nothing else). Such a list's record of a task whose slot has built the same
+/// record ever since is kept as it is: at 100 000 tasks of which a tenth changed, building
+/// every record was most of a snapshot's time.
+#[derive(Default)]
+pub struct Reuse {
+    pub list: Vec<TaskRecord>,
+    /// The commit that built `list` (see [`TaskTable::commits`]); `None`: nothing to keep.
+    pub built: Option<u64>,
+    /// Whether the cgroup paths of the kept records are still what `cgroup` gives (no walk of
+    /// the hierarchy since `list` was built): else they are looked up again.
+    pub cgroups_valid: bool,
 }
 
 impl TaskTable {
     fn slot(&self, k: &Key) -> Option<usize> {
         self.index.get(k).map(|&i| i as usize)
+    }
+
+    /// The number of the latest commit (0: none yet).
+    pub fn commits(&self) -> u64 {
+        self.commits
+    }
+
+    /// Records the latest commit kept as its list had them (see [`Reuse`]).
+    pub fn kept(&self) -> usize {
+        self.kept
     }
 
     /// Tasks in the table.
@@ -149,7 +193,10 @@ impl TaskTable {
     pub fn note(&mut self, s: &TaskStats, fault_in_flight: bool) {
         let i = match self.find(key(s)) {
             Some(i) => {
-                self.raw[i] = *s;
+                if self.raw[i] != *s {
+                    self.raw[i] = *s;
+                    self.flags[i].record_dirty = true;
+                }
                 self.flags[i].reading = true;
                 self.flags[i].read_exited = s.exited != 0;
                 self.flags[i].fault_in_flight = fault_in_flight;
@@ -210,6 +257,7 @@ impl TaskTable {
             reading: true,
             read_exited: s.exited != 0,
             fault_in_flight,
+            record_dirty: true,
             ..Flags::default()
         };
         let i = match self.free.pop() {
@@ -222,6 +270,7 @@ impl TaskTable {
                 self.keys.push(k);
                 self.raw.push(*s);
                 self.flags.push(flags);
+                self.stable_since.push(u64::MAX);
                 self.keys.len() - 1
             }
         };
@@ -280,16 +329,18 @@ impl TaskTable {
     /// entry was evicted) or `pid_exists` says it is gone. Such a task then settles and a
     /// long-running frontend may forget it.
     ///
-    /// `out`: an empty list to fill (see [`prepared_records`]); `cgroup`: each record's cgroup
-    /// path from its id, as far as known without a walk. The records of a large snapshot are
-    /// built on every core (see [`pool`]), in key order.
+    /// `out`: the list to fill (see [`prepared_records`] and [`Reuse`]); `cgroup`: each record's
+    /// cgroup path from its id, as far as known without a walk. The records of a large
+    /// snapshot are built on every core (see [`pool`]), in key order.
     pub fn commit(
         &mut self,
-        mut out: Vec<TaskRecord>,
+        out: Reuse,
         exited: &BTreeMap<Key, TaskStats>,
         pid_exists: impl Fn(u32) -> bool,
         cgroup: impl Fn(u64) -> Option<CgroupPath> + Sync,
     ) -> Vec<TaskRecord> {
+        self.commits += 1;
+        let now = self.commits;
         for f in &mut self.flags {
             f.in_map = f.reading;
         }
@@ -315,7 +366,10 @@ impl TaskTable {
             {
                 srcs.push(Source::Exit(s));
                 if next.is_eq() {
-                    self.flags[slot.unwrap_or_default()].exited = true;
+                    let i = slot.unwrap_or_default();
+                    self.flags[i].exited = true;
+                    // Its next record from the slot is not this one.
+                    self.flags[i].record_dirty = true;
                     pos += 1;
                 }
                 continue;
@@ -329,14 +383,59 @@ impl TaskTable {
                     || self.superseded(&order[pos + 1..], self.keys[i], exited)
                     || !pid_exists(pid)
             };
-            self.flags[i].exited = exited_now;
+            let f = &mut self.flags[i];
+            if f.record_dirty || f.exited != exited_now {
+                self.stable_since[i] = now;
+                f.record_dirty = false;
+            }
+            f.exited = exited_now;
             srcs.push(Source::Slot(i as u32, exited_now));
             pos += 1;
         }
         self.order = order;
-        let raw = &self.raw;
+        let (raw, keys, stable) = (&self.raw, &self.keys, &self.stable_since);
+        let key_of = |src: &Source<'_>| match *src {
+            Source::Exit(s) => key(s),
+            Source::Slot(i, _) => keys[i as usize],
+        };
+        // Which records the list keeps: the sources' keys it holds, moved into place.
+        let Reuse {
+            list: mut out,
+            built,
+            cgroups_valid,
+        } = out;
+        let mut new_keys = match self.keys_of.len() {
+            KEY_LISTS_KEPT.. => self.keys_of.pop_front().map(|(_, v)| v).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        new_keys.clear();
+        new_keys.extend(srcs.iter().map(key_of));
+        let same_keys = |b: u64| {
+            out.len() == new_keys.len()
+                && self
+                    .keys_of
+                    .iter()
+                    .any(|(c, keys)| *c == b && *keys == new_keys)
+        };
+        let kept = match built {
+            Some(b) if !out.is_empty() && same_keys(b) => vec![true; out.len()],
+            Some(_) if !out.is_empty() => align(&mut out, &srcs, key_of),
+            _ => {
+                out.clear();
+                Vec::new()
+            }
+        };
+        self.keys_of.push_back((now, new_keys));
+        let keep = |n: usize| match srcs[n] {
+            Source::Slot(i, _) => {
+                kept.get(n) == Some(&true) && built.is_some_and(|b| stable[i as usize] <= b)
+            }
+            Source::Exit(_) => false,
+        };
         let build = |n: usize, src: &Source<'_>| {
-            if let Some(Source::Slot(ahead, _)) = srcs.get(n + PREFETCH_AHEAD) {
+            if let Some(Source::Slot(ahead, _)) = srcs.get(n + PREFETCH_AHEAD)
+                && !keep(n + PREFETCH_AHEAD)
+            {
                 prefetch(&raw[*ahead as usize]);
             }
             let mut t = match *src {
@@ -346,15 +445,33 @@ impl TaskTable {
             t.cgroup = cgroup(t.cgroup_id);
             t
         };
-        out.clear();
-        match (srcs.len() >= PREPARE_FROM).then(pool).flatten() {
-            Some(pool) => pool.install(|| {
+        let update = |n: usize, t: &mut TaskRecord| {
+            if !keep(n) {
+                *t = build(n, &srcs[n]);
+            } else if !cgroups_valid {
+                t.cgroup = cgroup(t.cgroup_id);
+            }
+        };
+        self.kept = if kept.is_empty() {
+            0
+        } else {
+            (0..srcs.len()).filter(|&n| keep(n)).count()
+        };
+        let pool = (srcs.len() >= PREPARE_FROM).then(pool).flatten();
+        match (pool, out.is_empty()) {
+            (Some(pool), true) => pool.install(|| {
                 srcs.par_iter()
                     .enumerate()
                     .map(|(n, src)| build(n, src))
                     .collect_into_vec(&mut out)
             }),
-            None => out.extend(srcs.iter().enumerate().map(|(n, src)| build(n, src))),
+            (None, true) => out.extend(srcs.iter().enumerate().map(|(n, src)| build(n, src))),
+            (Some(pool), false) => pool.install(|| {
+                out.par_iter_mut()
+                    .enumerate()
+                    .for_each(|(n, t)| update(n, t))
+            }),
+            (None, false) => out.iter_mut().enumerate().for_each(|(n, t)| update(n, t)),
         }
         out
     }
@@ -427,6 +544,42 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
 enum Source<'a> {
     Exit(&'a TaskStats),
     Slot(u32, bool),
+}
+
+/// Moves the records of `list` (ascending by key, as a commit left it) to the positions of
+/// their keys among `srcs` (ascending by key): records of keys no longer there are dropped,
+/// positions of new keys hold a placeholder. Whether each position holds its key's earlier
+/// record. A snapshot where no task came or went moves nothing.
+fn align<'a>(
+    list: &mut Vec<TaskRecord>,
+    srcs: &[Source<'a>],
+    key_of: impl Fn(&Source<'a>) -> Key,
+) -> Vec<bool> {
+    // Drop the keys gone (both lists are in key order: one cursor).
+    let mut at = 0;
+    list.retain(|t| {
+        let k = t.key();
+        while srcs.get(at).is_some_and(|s| key_of(s) < k) {
+            at += 1;
+        }
+        srcs.get(at).is_some_and(|s| key_of(s) == k)
+    });
+    // Every record left has a position; from the end, move each to it (a position above the
+    // records not yet placed holds a placeholder or a placed record).
+    let mut left = list.len();
+    list.resize_with(srcs.len(), TaskRecord::default);
+    let mut kept = vec![false; srcs.len()];
+    for n in (0..srcs.len()).rev() {
+        if left == 0 {
+            break;
+        }
+        if list[left - 1].key() == key_of(&srcs[n]) {
+            list.swap(left - 1, n);
+            kept[n] = true;
+            left -= 1;
+        }
+    }
+    kept
 }
 
 /// How many tasks ahead of the one being built [`TaskTable::commit`] asks for: enough entries
@@ -579,6 +732,7 @@ pub(crate) mod tests {
     fn entry(pid: u32, first_ns: u64) -> TaskStats {
         let mut s = TaskStats::new(pid, pid);
         s.first_ns = first_ns;
+        s.cgroup_id = u64::from(pid % 3);
         s.comm[..4].copy_from_slice(b"task");
         s
     }
@@ -603,7 +757,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_table_gives_what_the_earlier_bookkeeping_gave() {
-        let mut unchanged = 0;
+        let (mut unchanged, mut kept_lists, mut kept_records) = (0, 0, 0);
         for seed in 1..=400u64 {
             // What the table was last given whole, per key.
             let mut sent: StdHashMap<Key, TaskStats> = StdHashMap::new();
@@ -611,6 +765,10 @@ pub(crate) mod tests {
             let mut map: BTreeMap<u32, TaskStats> = BTreeMap::new();
             let (mut ex_ref, mut ex_new) = (BTreeMap::new(), BTreeMap::new());
             let (mut reference, mut table) = (Reference::default(), TaskTable::default());
+            let mut warm = TaskTable::default();
+            let lag = 1 + (seed % 2) as usize;
+            let mut recent = std::collections::VecDeque::new();
+            let mut epoch = 0u64;
             let (mut forgotten_ref, mut forgotten_new) = (HashSet::new(), HashSet::new());
             let mut clock = 1u64;
             for step in 0..40 {
@@ -687,6 +845,7 @@ pub(crate) mod tests {
                 // As the task iterator reads: an entry the table holds as it is now comes as
                 // its key (mostly; a full read sends it whole), the rest whole.
                 table.begin_read();
+                warm.begin_read();
                 let mut forgotten_seen = HashSet::new();
                 for s in &read {
                     let k = (s.pid, s.first_ns);
@@ -700,16 +859,49 @@ pub(crate) mod tests {
                             Some(in_flight),
                             "seed {seed} step {step}: unchanged {k:?}"
                         );
+                        assert_eq!(warm.note_unchanged(k), Some(in_flight));
                     } else {
                         table.note(s, in_flight);
+                        warm.note(s, in_flight);
                         sent.insert(k, *s);
                     }
                 }
                 forgotten_new.retain(|k| forgotten_seen.contains(k));
                 let replaced_new = table.replaced(&ex_new);
                 let seen_new = table.seen(created_by, &ex_new);
-                let tasks_new = table.commit(Vec::new(), &ex_new, pid_exists, |_| None);
+                let tasks_new = table.commit(Reuse::default(), &ex_new, pid_exists, |_| None);
                 assert_eq!(tasks_ref, tasks_new, "seed {seed} step {step}: tasks");
+
+                // The twin writes into the list it returned `lag` commits ago (serve hands back
+                // the previous snapshot, top the one before), its cgroup paths changed by a
+                // walk now and then.
+                let walked = rng.chance(10);
+                epoch += u64::from(walked);
+                let path = |id: u64| Some(CgroupPath::from(format!("/{epoch}/{id}")));
+                let spare = if recent.len() >= lag {
+                    recent.pop_front()
+                } else {
+                    None
+                };
+                let spare = spare.map_or_else(Reuse::default, |(list, built, at)| {
+                    kept_lists += 1;
+                    Reuse {
+                        list,
+                        built: Some(built),
+                        cgroups_valid: at == epoch,
+                    }
+                });
+                let tasks_warm = warm.commit(spare, &ex_new, pid_exists, path);
+                let want: Vec<TaskRecord> = tasks_new
+                    .iter()
+                    .map(|t| TaskRecord {
+                        cgroup: path(t.cgroup_id),
+                        ..t.clone()
+                    })
+                    .collect();
+                assert_eq!(want, tasks_warm, "seed {seed} step {step}: kept records");
+                kept_records += warm.kept();
+                recent.push_back((tasks_warm, warm.commits(), epoch));
                 assert_eq!(
                     replaced_ref, replaced_new,
                     "seed {seed} step {step}: replaced"
@@ -743,6 +935,7 @@ pub(crate) mod tests {
                     if a.0 {
                         reference.previous.remove(k);
                         table.remove(k);
+                        warm.remove(k);
                         sent.remove(k);
                         assert_eq!(table.note_unchanged(*k), None, "forgotten {k:?}");
                     }
@@ -755,6 +948,8 @@ pub(crate) mod tests {
         }
         // The histories leave most entries unchanged between two reads.
         assert!(unchanged > 10_000, "{unchanged} entries read as unchanged");
+        assert!(kept_lists > 10_000, "{kept_lists} lists written again");
+        assert!(kept_records > 10_000, "{kept_records} records kept");
     }
 
     #[test]
@@ -786,7 +981,7 @@ pub(crate) mod tests {
             table.note(s, false);
         }
         let path = |id: u64| (id == 2).then(|| CgroupPath::from("/two"));
-        let got = table.commit(Vec::new(), &exited, |_| true, path);
+        let got = table.commit(Reuse::default(), &exited, |_| true, path);
         let mut want = crate::engine::Snapshot::tasks_from(&live, &exited);
         for t in &mut want {
             t.cgroup = path(t.cgroup_id);
@@ -796,11 +991,83 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_large_list_written_again_is_the_list_built_afresh() {
+        // Above PREPARE_FROM (built by the pool): a tenth of the entries change, some tasks go
+        // (forgotten) and come, exit records arrive; the list of the previous commit, written
+        // again, equals a fresh one.
+        let mut rng = Rng(0xfeed);
+        let n = PREPARE_FROM as u32 + 3000;
+        let mut live: BTreeMap<u32, TaskStats> = (1..=n)
+            .map(|pid| (pid, entry(pid, u64::from(pid))))
+            .collect();
+        let (mut fresh, mut warm) = (TaskTable::default(), TaskTable::default());
+        let mut spare = Reuse::default();
+        for step in 0..8u64 {
+            let mut exited = BTreeMap::new();
+            for s in live.values_mut() {
+                if rng.chance(10) {
+                    s.hint_faults.faults += 1 + rng.below(5);
+                }
+                if rng.chance(1) {
+                    // Exits: the entry marked, its exit record (read later: it grew) there for
+                    // this commit only.
+                    s.exited = 1;
+                    let mut e = *s;
+                    e.hint_faults.faults += 1;
+                    exited.insert(key(&e), e);
+                }
+            }
+            fresh.begin_read();
+            warm.begin_read();
+            for s in live.values() {
+                fresh.note(s, false);
+                warm.note(s, false);
+            }
+            let path = |id: u64| Some(CgroupPath::from(format!("/{}/{id}", (step + 1) / 4)));
+            let want = fresh.commit(Reuse::default(), &exited, |_| true, path);
+            let got = warm.commit(spare, &exited, |_| true, path);
+            assert!(got == want, "step {step}: the list written again differs");
+            if step > 0 {
+                assert!(
+                    warm.kept() > n as usize / 2,
+                    "step {step}: kept {}",
+                    warm.kept()
+                );
+            }
+            // Every other step, some tasks go for good, others come (new pids, and a reused
+            // one); in between the list's keys stay as they are.
+            if step % 2 == 1 {
+                spare = Reuse {
+                    list: got,
+                    built: Some(warm.commits()),
+                    cgroups_valid: true,
+                };
+                continue;
+            }
+            for k in want.iter().map(TaskRecord::key).filter(|_| rng.chance(2)) {
+                live.remove(&k.0);
+                fresh.remove(&k);
+                warm.remove(&k);
+            }
+            for pid in (1..40).map(|i| n + u32::try_from(step).unwrap_or(0) * 40 + i) {
+                live.insert(pid, entry(pid, 10 * u64::from(pid)));
+            }
+            let reused = 1 + rng.below(u64::from(n)) as u32;
+            live.insert(reused, entry(reused, u64::MAX - step));
+            spare = Reuse {
+                list: got,
+                built: Some(warm.commits()),
+                cgroups_valid: (step + 2) / 4 == (step + 1) / 4,
+            };
+        }
+    }
+
+    #[test]
     fn a_failed_read_adds_no_task() {
         let mut t = TaskTable::default();
         t.begin_read();
         t.note(&entry(1, 10), false);
-        t.commit(Vec::new(), &BTreeMap::new(), |_| true, |_| None);
+        t.commit(Reuse::default(), &BTreeMap::new(), |_| true, |_| None);
         t.begin_read();
         t.note(&entry(1, 10), false);
         t.note(&entry(2, 11), false);
@@ -809,7 +1076,7 @@ pub(crate) mod tests {
         assert!(t.in_map(&(1, 10)) && !t.in_map(&(2, 11)));
         t.begin_read();
         t.note(&entry(1, 10), false);
-        let tasks = t.commit(Vec::new(), &BTreeMap::new(), |_| true, |_| None);
+        let tasks = t.commit(Reuse::default(), &BTreeMap::new(), |_| true, |_| None);
         assert_eq!(tasks.len(), 1);
     }
 

@@ -378,7 +378,7 @@ pub fn comm_of(comm: &[u8; 16]) -> Comm {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
     pub pid: u32,
     pub tgid: u32,

@@ -75,6 +75,8 @@ pub struct CgroupResolver {
     asked: HashMap<u64, Instant, BuildHasherDefault<KeyHasher>>,
     /// Ids of cgroups removed before they were resolved.
     gone: HashSet<u64, BuildHasherDefault<KeyHasher>>,
+    /// Changes to what [`CgroupResolver::cached`] answers (paths learnt or renamed, ids gone).
+    epoch: u64,
 }
 
 /// How often an unknown id may trigger a walk of the whole hierarchy.
@@ -91,7 +93,14 @@ impl CgroupResolver {
             last_walk: None,
             asked: HashMap::default(),
             gone: HashSet::default(),
+            epoch: 0,
         }
+    }
+
+    /// Changes so far to what [`CgroupResolver::cached`] answers for any id: a path looked up
+    /// at one epoch is still the answer while the epoch is the same.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     pub fn mount(&self) -> Option<&Path> {
@@ -133,13 +142,17 @@ impl CgroupResolver {
         self.last_walk = Some(started);
         self.walk_tree();
         let Self {
-            paths, asked, gone, ..
+            paths,
+            asked,
+            gone,
+            epoch,
+            ..
         } = self;
         asked.retain(|id, at| {
             if paths.contains_key(id) {
                 false
             } else if *at <= started {
-                gone.insert(*id);
+                *epoch += u64::from(gone.insert(*id));
                 false
             } else {
                 true
@@ -158,6 +171,7 @@ impl CgroupResolver {
                 // paths by pointer first.
                 if self.paths.get(&m.ino()).is_none_or(|p| **p != *rel) {
                     self.paths.insert(m.ino(), Arc::from(rel.as_str()));
+                    self.epoch += 1;
                 }
             }
             for e in fs::read_dir(&dir).into_iter().flatten().flatten() {

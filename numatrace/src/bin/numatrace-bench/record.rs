@@ -154,6 +154,10 @@ pub struct ScaleCost {
     pub iter_whole_ms: Option<f64>,
     #[serde(default)]
     pub iter_keys_ms: Option<f64>,
+    /// Records the last snapshot with a tenth changed kept from the list the previous one
+    /// handed back (`Engine::kept_records`), not built again.
+    #[serde(default)]
+    pub kept_records: Option<usize>,
     /// The kernel's part: one batched read of the whole task map (median of 5), nothing done
     /// with the entries.
     pub map_read_ms: Option<f64>,

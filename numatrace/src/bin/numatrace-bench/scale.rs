@@ -109,6 +109,7 @@ fn cost(command: &str, scale: Scale, real: usize) -> ScaleCost {
         task_reader: String::new(),
         iter_whole_ms: None,
         iter_keys_ms: None,
+        kept_records: None,
         map_read_ms: None,
         task_list_mib: ((scale.tasks + real) * size_of::<TaskRecord>()) as f64 / MIB,
         scrape_ms: None,
@@ -210,6 +211,7 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
         timed(Detail::Summary, 1, CHANGED_PERCENT)?;
         let (tenth, _) = timed(Detail::Summary, REPEAT, CHANGED_PERCENT)?;
         c.changed_share_ms = median(&tenth);
+        c.kept_records = Some(engine.kept_records());
         if n < scale.tasks {
             bail!(
                 "the snapshot held {n} tasks, fewer than the {} written",
