@@ -9,6 +9,7 @@
 
 pub mod accum;
 pub mod snapshot;
+pub mod spare;
 pub mod tasks;
 
 use std::{
@@ -37,7 +38,7 @@ use crate::{
         tiering::{self, Tiering},
         vmstat::Vmstat,
     },
-    model::{GapRecord, SkipCounts, TaskRecord, VmaRecord},
+    model::{GapRecord, SkipCounts, VmaRecord},
     plan::Plan,
     sources::{
         batch::Batch,
@@ -117,16 +118,9 @@ pub struct Engine {
     /// Every task of the previous snapshot (to carry forward those that went missing), as the
     /// latest read of the kernel's task map found it.
     table: TaskTable,
-    /// A finished snapshot's task list handed back ([`Engine::recycle`]): the next snapshot's
-    /// records are written into its memory, already mapped (at 100 000 tasks a fresh list is
-    /// ~70 MiB to fault in, and to unmap again when the old one is dropped).
-    spare: Vec<TaskRecord>,
-    /// The commit that built `spare`'s records and the cgroup resolver's epoch then; `None`:
-    /// `spare` is empty (see [`tasks::Reuse`]).
-    spare_built: Option<(u64, u64)>,
-    /// The task lists of the latest snapshots, as handed out: a list handed back that is one
-    /// of them keeps its records for the next snapshot (see [`Engine::recycle`]).
-    issued: Vec<Issued>,
+    /// The task list handed back for the next snapshot, and the lists handed out
+    /// ([`Engine::recycle`]).
+    lists: spare::Lists,
     /// Entries marked exited in the kernel's task map that a frontend forgot
     /// ([`Engine::forget_exited`]): they stay in the map until it evicts them or the pid is
     /// reused, and reads skip them meanwhile (else they would come back as new tasks).
@@ -160,19 +154,6 @@ const SNAPSHOT_ATTEMPTS: u32 = 3;
 /// much. A count, not a time, so that a slow machine (an emulated guest) keeps the repeats of
 /// a small table.
 const RETRY_MAX_TASKS: usize = 8192;
-
-/// A task list handed out by a snapshot (see [`Engine::recycle`]): where its records are, how
-/// many, the commit that built them and the cgroup resolver's epoch then.
-struct Issued {
-    at: usize,
-    len: usize,
-    commit: u64,
-    epoch: u64,
-}
-
-/// How many of the latest task lists handed out [`Engine::recycle`] recognises: `top` hands
-/// back the one before the previous.
-const ISSUED_KEPT: usize = 4;
 
 /// Counters whose change during a read means the read saw the kernel mid-update: every tally,
 /// and created entries (the eviction estimate rests on them).
@@ -281,9 +262,7 @@ impl Engine {
             cgroups: CgroupResolver::new(),
             self_tgid: std::process::id(),
             table: TaskTable::default(),
-            spare: Vec::new(),
-            spare_built: None,
-            issued: Vec::new(),
+            lists: spare::Lists::default(),
             forgotten_marked: Default::default(),
             done_marked: Default::default(),
             marked_gone: 0,
@@ -374,6 +353,8 @@ impl Engine {
             if consistent || attempt >= SNAPSHOT_ATTEMPTS || snap.tasks.len() >= RETRY_MAX_TASKS {
                 return Ok(Snapshot { consistent, ..snap });
             }
+            // Its records hold the next read's (unchanged since: all but what moved).
+            self.recycle(snap);
         }
     }
 
@@ -391,28 +372,21 @@ impl Engine {
         let created_by = monotonic_ns();
         // The snapshot's task list: a recycled one with room, or one faulted in on another
         // thread meanwhile (see `tasks::prepared_records`).
-        let expected = self.table.len() + self.table.len() / 16;
-        let mut spare = std::mem::take(&mut self.spare);
-        let mut spare_built = self.spare_built.take();
-        let fresh = expected >= tasks::PREPARE_FROM && spare.capacity() < tasks::PREPARE_FROM;
-        if !fresh && spare.capacity() < self.table.len() {
-            // A recycled list a little short (tasks came since) grows in place, with room for
-            // more: a large block is remapped, not copied, and only its new end faults in. A
-            // fresh list instead would fault in all of it (a third of a second of `top`'s
-            // frame at 100 000 tasks, each time one more task appeared).
-            spare.reserve_exact(expected);
-        }
-        let (read, records) = std::thread::scope(|s| {
-            let prepared = fresh.then(|| s.spawn(move || tasks::prepared_records(expected)));
+        let next = self.lists.take(self.table.len());
+        let (read, (records, built)) = std::thread::scope(|s| {
+            let (prepared, spare) = match next {
+                spare::Next::Prepare(n) => (
+                    Some(s.spawn(move || tasks::prepared_records(n))),
+                    (Vec::new(), None),
+                ),
+                spare::Next::Spare(list, built) => (None, (list, built)),
+            };
             let read = self.read_tasks(whole);
-            let records = match prepared {
-                Some(p) => {
-                    spare_built = None;
-                    p.join().unwrap_or_default()
-                }
+            let list = match prepared {
+                Some(p) => (p.join().unwrap_or_default(), None),
                 None => spare,
             };
-            (read, records)
+            (read, list)
         });
         let rest = read.and_then(|in_flight| {
             let (migrate_latency, fault_pages) =
@@ -440,6 +414,7 @@ impl Engine {
             Err(e) => {
                 // Nothing of this read is committed; the next reads the map whole.
                 self.table.abort_read();
+                self.lists.put_back(records, built);
                 if let Some(iter) = &mut self.maps.task_iter {
                     iter.invalidate();
                 }
@@ -462,32 +437,19 @@ impl Engine {
                 // read and passed over by the iterator's walk (see `task_iter`). Read whole.
                 drop(sh);
                 self.table.abort_read();
-                self.spare = records;
-                self.spare_built = spare_built;
+                self.lists.put_back(records, built);
                 return Ok(None);
             }
             let cgroups = &self.cgroups;
             let epoch = cgroups.epoch();
-            let reuse = tasks::Reuse {
-                list: records,
-                built: spare_built.map(|(commit, _)| commit),
-                cgroups_valid: spare_built.is_some_and(|(_, e)| e == epoch),
-            };
-            let tasks = self
-                .table
-                .commit(reuse, &acc.exited, procfs::pid_exists, |id| {
-                    cgroups.cached(id).flatten().cloned()
-                });
-            self.issued.retain(|i| i.at != tasks.as_ptr() as usize);
-            if self.issued.len() >= ISSUED_KEPT {
-                self.issued.remove(0);
-            }
-            self.issued.push(Issued {
-                at: tasks.as_ptr() as usize,
-                len: tasks.len(),
-                commit: self.table.commits(),
-                epoch,
-            });
+            let tasks = self.table.commit(
+                spare::reuse(records, built, epoch),
+                &acc.exited,
+                procfs::pid_exists,
+                |id| cgroups.cached(id).flatten().cloned(),
+            );
+            let commit = self.table.commits();
+            self.lists.issue(&tasks, spare::Built { commit, epoch });
             let vmas = rows.map(|rows| merge_vmas(rows, acc));
             let (events, undecodable) = (acc.events.clone(), acc.undecodable);
             (tasks, events, undecodable, vmas, evicted, marked_gone)
@@ -729,42 +691,14 @@ impl Engine {
     }
 
     /// Hands back a snapshot the caller is done with: its task list's memory holds the next
-    /// snapshot's records (see `spare`). None much larger than the table is kept (so that a
-    /// spare does not outlive a burst of tasks); any large snapshot will do.
+    /// snapshot's records (see [`spare::Lists::recycle`]); any large snapshot will do.
     ///
     /// One of the latest snapshots this engine returned, its task list as returned (records
     /// read, not changed), also keeps its records: the next snapshot rewrites only those of
     /// tasks that changed since (see [`tasks::Reuse`]). A list changed in place must not be
     /// handed back.
     pub fn recycle(&mut self, snap: Snapshot) {
-        let mut tasks = snap.tasks;
-        let cap = tasks.capacity();
-        if cap > 2 * self.table.len().max(tasks::PREPARE_FROM) {
-            return;
-        }
-        let at = tasks.as_ptr() as usize;
-        let built = self
-            .issued
-            .iter()
-            .position(|i| i.at == at && i.len == tasks.len())
-            .map(|n| self.issued.remove(n))
-            .map(|i| (i.commit, i.epoch));
-        if built.is_none() && cap < tasks::PREPARE_FROM {
-            return;
-        }
-        let better = match (built, self.spare_built) {
-            (Some((new, _)), Some((old, _))) => new > old,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => cap > self.spare.capacity(),
-        };
-        if better {
-            if built.is_none() {
-                tasks.clear();
-            }
-            self.spare = tasks;
-            self.spare_built = built;
-        }
+        self.lists.recycle(snap.tasks, self.table.len());
     }
 
     /// Keeps every decoded ring record from now on, up to `cap` not yet taken (see

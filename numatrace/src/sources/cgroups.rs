@@ -268,4 +268,33 @@ mod tests {
         assert!(r.last_walk.is_none(), "a gone id walks no more");
         assert!(walked.is_some());
     }
+
+    #[test]
+    fn the_epoch_moves_exactly_when_an_answer_changes() {
+        // A directory tree stands in for the hierarchy: the walk reads only directories.
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir_all(root.path().join("a/b")).unwrap();
+        let ino = |rel: &str| fs::metadata(root.path().join(rel)).unwrap().ino();
+        let mut r = CgroupResolver::new();
+        r.mount = Some(root.path().to_path_buf());
+        let e0 = r.epoch();
+        r.walk();
+        assert!(r.epoch() > e0, "paths learnt");
+        assert_eq!(r.cached(ino("a/b")).flatten().map(|p| &**p), Some("/a/b"));
+        let learnt = r.epoch();
+        r.walk();
+        assert_eq!(r.epoch(), learnt, "nothing changed: the answers stand");
+        fs::rename(root.path().join("a"), root.path().join("c")).unwrap();
+        r.walk();
+        assert!(r.epoch() > learnt, "a renamed cgroup");
+        assert_eq!(r.cached(ino("c/b")).flatten().map(|p| &**p), Some("/c/b"));
+        let renamed = r.epoch();
+        // An id asked for and not found: gone, a changed answer (unknown → none).
+        r.last_walk = Some(Instant::now());
+        assert_eq!(r.path(u64::MAX - 1), None);
+        assert_eq!(r.epoch(), renamed, "asked, not walked yet");
+        r.walk();
+        assert!(r.epoch() > renamed, "an id settled as gone");
+        assert_eq!(r.cached(u64::MAX - 1), Some(None));
+    }
 }
