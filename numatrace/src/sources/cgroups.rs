@@ -290,7 +290,8 @@ mod tests {
         assert_eq!(r.cached(ino("c/b")).flatten().map(|p| &**p), Some("/c/b"));
         let renamed = r.epoch();
         // An id asked for and not found: gone, a changed answer (unknown → none).
-        r.last_walk = Some(Instant::now());
+        // Walked "just now" (an hour ahead: however slow this machine, no walk yet).
+        r.last_walk = Some(Instant::now() + Duration::from_secs(3600));
         assert_eq!(r.path(u64::MAX - 1), None);
         assert_eq!(r.epoch(), renamed, "asked, not walked yet");
         r.walk();
