@@ -558,13 +558,7 @@ fn align<'a>(
 ) -> Vec<bool> {
     // Drop the keys gone (both lists are in key order: one cursor).
     let mut at = 0;
-    list.retain(|t| {
-        let k = t.key();
-        while srcs.get(at).is_some_and(|s| key_of(s) < k) {
-            at += 1;
-        }
-        srcs.get(at).is_some_and(|s| key_of(s) == k)
-    });
+    list.retain(|t| seek(srcs, &mut at, t.key(), &key_of).is_some());
     // Every record left has a position; from the end, move each to it (a position above the
     // records not yet placed holds a placeholder or a placed record).
     let mut left = list.len();
