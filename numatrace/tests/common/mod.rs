@@ -304,23 +304,62 @@ pub fn stat_window_pid(
         std::process::id(),
         SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let mut stat = Command::new(numatrace_bin())
-        .args(global)
-        .args(["stat", "--json", "--output"])
-        .arg(&report)
-        .args(stat_args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until_counting(&mut stat);
-    during(stat.id());
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(stat.id() as i32, libc::SIGINT) };
-    assert!(stat.wait().unwrap().success(), "numatrace stat failed");
+    let mut stat = Interrupted(Some(
+        Command::new(numatrace_bin())
+            .args(global)
+            .args(["stat", "--json", "--output"])
+            .arg(&report)
+            .args(stat_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_until_counting(stat.child());
+    during(stat.child().id());
+    let done = stat.interrupt();
+    assert!(done.is_some_and(|s| s.success()), "numatrace stat failed");
     let v = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
     let _ = fs::remove_file(&report);
     v
+}
+
+/// A numatrace child that is interrupted (SIGINT, as a user's Ctrl-C) and waited for however
+/// the test ends: one that panics midway leaves nothing attached in the kernel nor a
+/// process running after it.
+pub struct Interrupted(pub Option<std::process::Child>);
+
+/// How long an interrupted numatrace has to detach and exit before it is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(120);
+
+impl Interrupted {
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("not interrupted yet")
+    }
+
+    /// SIGINT, then the exit status (`None`: it had to be killed, or could not be waited for).
+    pub fn interrupt(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.0.take()?;
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        let start = Instant::now();
+        while start.elapsed() < INTERRUPT_GRACE {
+            match c.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => break,
+            }
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+}
+
+impl Drop for Interrupted {
+    fn drop(&mut self) {
+        self.interrupt();
+    }
 }
 
 /// The number of NUMA nodes sysfs lists.

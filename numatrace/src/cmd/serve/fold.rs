@@ -619,6 +619,17 @@ mod tests {
         let keys: Vec<u32> = p.by_key.iter().map(|e| e.0.0).collect();
         assert_eq!(keys, [3, 5, 9], "in key order");
         assert_eq!(p.added.capacity(), 0);
+        // Two new tasks among three known: their room is kept, however few the known ones.
+        p.begin();
+        p.take_in((4, 0), &counts(1));
+        p.take_in((6, 0), &counts(1));
+        p.finish();
+        let keys: Vec<u32> = p.by_key.iter().map(|e| e.0.0).collect();
+        assert_eq!(keys, [3, 4, 5, 6, 9]);
+        assert!(
+            p.added.capacity() >= 2,
+            "a few new tasks' room serves the next scrape"
+        );
         // A burst of new tasks: merged in order, its room not kept.
         p.begin();
         for k in 10..10 + 2 * ADDED_KEPT as u32 {
@@ -630,7 +641,7 @@ mod tests {
             "the increment"
         );
         p.finish();
-        assert_eq!(p.by_key.len(), 3 + 2 * ADDED_KEPT);
+        assert_eq!(p.by_key.len(), 5 + 2 * ADDED_KEPT);
         assert!(p.by_key.windows(2).all(|w| w[0].0 < w[1].0));
         assert_eq!(p.added.capacity(), 0, "a burst's room is let go");
         // A few new tasks: their room serves the next scrape.
