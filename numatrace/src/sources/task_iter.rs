@@ -77,6 +77,10 @@ pub enum IterError {
     },
     #[error("the task iterator sent a malformed record (tag {tag:#x} at byte {at})")]
     Malformed { tag: u32, at: usize },
+    /// The walk that only reads the kernel's clock sent entries: the program is not the one
+    /// this reader was built with.
+    #[error("the task iterator's clock walk sent {0} records (it sends none)")]
+    ClockWalkSentRecords(usize),
 }
 
 /// `union bpf_attr`'s `link_create` with `iter_info` (the map to walk).
@@ -275,7 +279,7 @@ impl TaskIter {
             return Err(IterError::Malformed { tag: 0, at: have });
         }
         if mode == TASK_ITER_CLOCK && records > 0 {
-            return Err(IterError::Malformed { tag: 0, at: 0 });
+            return Err(IterError::ClockWalkSentRecords(records));
         }
         let started = self.control.get(&0, 0)?.started as u32;
         let now = Instant::now();
