@@ -12,7 +12,7 @@ use std::{
     io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use common::{Sysctl, workload_bin};
@@ -323,12 +323,30 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
         // Once the workload has checked that its 64 MiB are on node 0 (a reclaim before that
         // would demote pages under its check): proactive reclaim of half of it, which (no
         // swap here) can only demote.
-        let mut out = BufReader::new(w.stdout.take().unwrap()).lines();
-        let placed = out.by_ref().map_while(Result::ok).any(|l| {
-            println!("{l}");
-            l.contains("after first touch")
+        // Its lines are echoed and handed over by a thread of their own, so that a workload
+        // that stalls fails the test in time instead of hanging the kernel line's run.
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = w.stdout.take().unwrap();
+        let echo = std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+                println!("{l}");
+                let _ = tx.send(l);
+            }
         });
-        assert!(placed, "the workload never placed its 64 MiB on node 0");
+        let deadline = Instant::now() + WORKLOAD_STEP;
+        let placed = std::iter::from_fn(|| {
+            lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .ok()
+        })
+        .any(|l| l.contains("after first touch"));
+        if !placed {
+            common::wait_or_kill(&mut w, Duration::ZERO);
+        }
+        assert!(
+            placed,
+            "the workload did not place its 64 MiB on node 0 within {WORKLOAD_STEP:?}"
+        );
         let current = cg.dir.join("memory.current");
         let filled = fs::read_to_string(&current)
             .ok()
@@ -339,8 +357,12 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
             Ok(()) => "all 32M".into(),
             Err(e) => format!("not all 32M ({e})"),
         };
-        out.map_while(Result::ok).for_each(|l| println!("{l}"));
-        assert!(w.wait().unwrap().success());
+        let status = common::wait_or_kill(&mut w, WORKLOAD_STEP);
+        let _ = echo.join();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the workload failed or did not exit within {WORKLOAD_STEP:?}: {status:?}"
+        );
     });
     let t = &v["tiering"];
     let d = &t["demotions"];
@@ -374,6 +396,10 @@ fn demotions_equal_the_kernels_pgdemote_counters() {
         None => println!("note: memory.stat has no pgdemote_* before 6.12"),
     }
 }
+
+/// How long the demotion test's workload may take to place its memory, and then to exit (it
+/// holds it 6 s): far beyond what it needs under emulation.
+const WORKLOAD_STEP: Duration = Duration::from_secs(120);
 
 /// The kernel's demotion counters, one per reclaimer (in /proc/vmstat and, from 6.12, in
 /// memory.stat).

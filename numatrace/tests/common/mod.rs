@@ -342,18 +342,27 @@ impl Interrupted {
         let mut c = self.0.take()?;
         // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        let start = Instant::now();
-        while start.elapsed() < INTERRUPT_GRACE {
-            match c.try_wait() {
-                Ok(Some(status)) => return Some(status),
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(_) => break,
-            }
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        None
+        wait_or_kill(&mut c, INTERRUPT_GRACE)
     }
+}
+
+/// `child`'s exit status once it exits within `timeout`; else (or if it cannot be waited for)
+/// it is killed and reaped, and `None`.
+pub fn wait_or_kill(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 impl Drop for Interrupted {
