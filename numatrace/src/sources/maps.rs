@@ -51,9 +51,9 @@ pub struct Maps {
 }
 
 /// Task entries per batched call: ~1.4 MiB of buffer (an entry is ~720 bytes), and 50 calls
-/// for 100 000 tasks. Measured at 100 000 entries (2-CPU host): the kernel's read alone 27 ms
-/// against 32 with chunks of 256; the whole snapshot moved within its noise (±3 ms), larger
-/// chunks gained nothing more. Overlapping the calls with the caller's taking of the previous
+/// for 100 000 tasks. Measured at 100 000 entries (2-CPU host): the kernel's read alone 27–32 ms
+/// (32 with chunks of 256, in another run); the whole snapshot within its noise (±3 ms in
+/// side-by-side runs), larger chunks alike. Overlapping the calls with the caller's taking of the previous
 /// chunk (a second buffer filled on a thread of its own) made the read itself ~5 ms shorter
 /// but the snapshot 6–15 ms longer: not done.
 pub const TASK_CHUNK: usize = 2048;

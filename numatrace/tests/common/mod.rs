@@ -352,17 +352,19 @@ pub fn wait_or_kill(
     child: &mut std::process::Child,
     timeout: Duration,
 ) -> Option<std::process::ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(_) => break,
+    let mut status = None;
+    wait_until(timeout, || match child.try_wait() {
+        Ok(s) => {
+            status = s;
+            s.is_some()
         }
+        Err(_) => true,
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+    status
 }
 
 impl Drop for Interrupted {
