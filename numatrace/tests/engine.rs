@@ -2,8 +2,9 @@
 //! nothing — their deltas never go negative and add up to the delta of the whole window — and
 //! the per-task tallies agree with the kernel side's own per-CPU counters. Where the task
 //! iterator loads (the guests; the host's kernel refuses it) every snapshot but the first reads
-//! only the entries touched since the one before it whole, the last one too: the per-task sums
-//! then rest on it alone.
+//! only the entries touched since the one before it whole; the guests then switch to the
+//! batched reader (the host's), which takes the entries stamped before its previous read as they
+//! were, the last snapshot too: the per-task sums then rest on both.
 
 mod common;
 
@@ -125,14 +126,44 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
                 engine.kept_records()
             );
         }
-        engine.read_whole_next();
-        let whole = engine.snapshot(Detail::Summary).unwrap();
-        assert_eq!(engine.unchanged_entries(), None, "a whole read");
-        let (a, b) = (of(&unchanged), of(&whole));
-        assert!(
-            a == b,
-            "a task read as unchanged differs from the whole read:\n{a:?}\n{b:?}"
-        );
+        // The stopped workload as `read` has it equals a whole read now.
+        let as_whole = |engine: &mut Engine, read: &Snapshot, by: &str| {
+            engine.read_whole_next();
+            let whole = engine.snapshot(Detail::Summary).unwrap();
+            assert_eq!(engine.unchanged_entries(), None, "a whole read");
+            let (a, b) = (of(read), of(&whole));
+            assert!(
+                a == b,
+                "a task {by} took as unchanged differs from the whole read:\n{a:?}\n{b:?}"
+            );
+        };
+        let by = format!("the {} read", engine.task_reader());
+        as_whole(&mut engine, &unchanged, &by);
+        if guest {
+            // The same with the batched reader (where the kernel refuses the iterator, as the
+            // host's does): entries stamped before its previous read are taken as they were.
+            assert!(
+                numatrace::sources::stamps::jiffies_now().is_some(),
+                "the guests' kernels give jiffies in /proc/timer_list"
+            );
+            engine.read_batched();
+            // The stopped workload's stamps older than the first margin at HZ >= 100 (2.5 s).
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            // The first batched read is whole: it starts the reader's clock.
+            engine.snapshot(Detail::Summary).unwrap();
+            assert_eq!(engine.unchanged_entries(), None, "the first batched read");
+            let batched = engine.snapshot(Detail::Summary).unwrap();
+            println!(
+                "batched: {:?} entries taken as unchanged",
+                engine.unchanged_entries()
+            );
+            assert!(
+                engine.unchanged_entries().is_some_and(|n| n > 0),
+                "the batched read took no entry as unchanged ({:?})",
+                engine.unchanged_entries()
+            );
+            as_whole(&mut engine, &batched, "the batched read");
+        }
         drop(stopped);
         // Its exit settles before the quiet last snapshot.
         tokio::time::sleep(Duration::from_millis(300)).await;

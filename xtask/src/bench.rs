@@ -868,6 +868,10 @@ fn scale_table(s: &mut String, rs: &[Record]) {
                 .kept_records
                 .map(|n| format!(", {n} records kept"))
                 .unwrap_or_default();
+            let kept = match r.unchanged_entries {
+                Some(n) => format!(", {n} entries unchanged{kept}"),
+                None => kept,
+            };
             format!(
                 "{} / {} / {} ({}); {} [{reader}{kept}]{iter}",
                 fmt_opt(r.first_snapshot_ms, 0),
@@ -945,7 +949,7 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                         "through the iterator (a tenth of the entries whole, the others as \
                          their key)"
                     } else {
-                        "in batches, every entry whole"
+                        "in batches, every entry copied"
                     },
                     if r.task_reader == "iterator" {
                         format!(
@@ -961,9 +965,13 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                         format!(
                             "This kernel refuses the task iterator (a tracing program: 5.9+ with \
                              BTF), so the kernel's part costs the same whatever changed ({} ms \
-                             for the batched read); {} records were kept from the list the \
-                             previous snapshot handed back, the others built again.",
+                             for the batched read); {} of the entries copied were taken as \
+                             unchanged by their stamps (not compared with the engine's table), \
+                             and {} records were kept from the list the previous snapshot handed \
+                             back, the others built again.",
                             fmt_opt(r.map_read_ms, 1),
+                            r.unchanged_entries
+                                .map_or("none".to_owned(), |n| n.to_string()),
                             r.kept_records.map_or("none".to_owned(), |n| n.to_string())
                         )
                     }
@@ -1211,6 +1219,7 @@ mod tests {
             iter_whole_ms: None,
             iter_keys_ms: None,
             kept_records: None,
+            unchanged_entries: None,
             map_read_ms: None,
             task_list_mib: 68.7,
             scrape_ms: None,

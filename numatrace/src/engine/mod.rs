@@ -45,6 +45,7 @@ use crate::{
         cgroups::CgroupResolver,
         maps::{self, Maps, TASK_CHUNK},
         procfs, progstats, ringbuf,
+        stamps::{self, Stamps},
         task_iter::{self, TaskIter, TaskRec},
     },
 };
@@ -142,6 +143,12 @@ pub struct Engine {
     whole_next: bool,
     /// Keys of the latest task read through the iterator (`None`: read whole).
     read_keys: Option<u64>,
+    /// Entries the latest task read took as unchanged since the one before (the iterator's
+    /// keys, or the batched read's entries stamped before its margin); `None`: read whole.
+    unchanged: Option<u64>,
+    /// The stamps' clock of batched reads (see [`stamps`]): entries no program took since the
+    /// previous read are taken as they were, not compared with the table's.
+    batch_stamps: Stamps,
     /// Entries evicted, as the latest snapshot estimated: an incremental read that finds more
     /// missing is done again whole.
     evicted: u64,
@@ -273,6 +280,8 @@ impl Engine {
             tiering: Tiering::default(),
             whole_next: false,
             read_keys: None,
+            unchanged: None,
+            batch_stamps: Stamps::default(),
             evicted: 0,
         })
         .map(|mut e| {
@@ -321,7 +330,8 @@ impl Engine {
     }
 
     /// How snapshots read the task map: `iterator` (whole only the entries that changed, see
-    /// [`task_iter`]) or `batched` (every entry, every time).
+    /// [`task_iter`]) or `batched` (every entry copied; those no program took since the previous
+    /// read, by their stamps, taken as they were).
     pub fn task_reader(&self) -> &'static str {
         if self.maps.task_iter.is_some() {
             "iterator"
@@ -418,6 +428,7 @@ impl Engine {
                 if let Some(iter) = &mut self.maps.task_iter {
                     iter.invalidate();
                 }
+                self.batch_stamps.invalidate();
                 return Err(e);
             }
         };
@@ -519,6 +530,7 @@ impl Engine {
     /// unchanged since the previous read (see [`task_iter`]).
     fn read_tasks(&mut self, whole: bool) -> Result<u64> {
         self.read_keys = None;
+        self.unchanged = None;
         if !whole
             && self
                 .maps
@@ -529,6 +541,7 @@ impl Engine {
             match self.read_changed() {
                 Ok(Some(keys)) => {
                     self.read_keys = Some(keys);
+                    self.unchanged = Some(keys);
                     return Ok(self.table.in_flight());
                 }
                 // An unchanged entry the table does not hold (a read it dropped): read whole.
@@ -549,12 +562,26 @@ impl Engine {
             tracing::warn!("{e}: reading the task map in batches from now on");
             self.maps.task_iter = None;
         }
-        self.read_whole().context("reading the task map")?;
+        // Without the iterator, the kernel's clock from procfs: entries stamped before the
+        // previous read's start (less the margin) are taken as they were.
+        let batched = self.maps.task_iter.is_none();
+        let since = (batched && !whole && self.batch_stamps.changed_only())
+            .then(|| self.batch_stamps.since())
+            .flatten();
+        self.batch_stamps.invalidate();
+        let started = batched.then(stamps::jiffies_now).flatten();
+        let untouched = self.read_whole(since).context("reading the task map")?;
+        if let Some(started) = started {
+            self.batch_stamps.completed(started, since.is_none());
+        }
+        self.unchanged = since.map(|_| untouched);
         Ok(self.table.in_flight())
     }
 
     /// The whole map, in batches where the kernel can (each bucket under its lock: exact).
-    fn read_whole(&mut self) -> Result<(), aya::maps::MapError> {
+    /// `since`: an entry stamped before it, and as the table holds it, is taken as it was
+    /// (not compared). How many were.
+    fn read_whole(&mut self, since: Option<u32>) -> Result<u64, aya::maps::MapError> {
         let Self {
             maps,
             table,
@@ -562,18 +589,20 @@ impl Engine {
             ..
         } = self;
         let mut forgotten_seen = HashSet::new();
+        let mut untouched = 0;
         table.begin_read();
         maps.tasks(|e| {
             let k = (e.stats.pid, e.stats.first_ns);
             if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
                 forgotten_seen.insert(k);
             } else {
-                table.note(&e.stats, maps::fault_in_flight(e));
+                let old = since.is_some_and(|s| !stamps::stamped_since(e.stats.touched, s));
+                untouched += u64::from(table.note(&e.stats, maps::fault_in_flight(e), old));
             }
         })?;
         // Gone from the map: it cannot come back as a new task.
         forgotten_marked.retain(|k| forgotten_seen.contains(k));
-        Ok(())
+        Ok(untouched)
     }
 
     /// A read through the iterator: whole only the entries touched since the previous read.
@@ -604,7 +633,9 @@ impl Engine {
                 return;
             }
             match rec {
-                TaskRec::Entry(e) => table.note(&e.stats, maps::fault_in_flight(e)),
+                TaskRec::Entry(e) => {
+                    table.note(&e.stats, maps::fault_in_flight(e), false);
+                }
                 TaskRec::Unchanged(..) => {
                     keys += 1;
                     unknown |= table.note_unchanged(k).is_none();
@@ -629,7 +660,7 @@ impl Engine {
             if let Some(e) = lookup(k.0)?
                 && !forgotten_marked.contains(&(e.stats.pid, e.stats.first_ns))
             {
-                table.note(&e.stats, maps::fault_in_flight(&e));
+                table.note(&e.stats, maps::fault_in_flight(&e), false);
             }
         }
         let unmet: Vec<Key> = forgotten_marked
@@ -648,9 +679,16 @@ impl Engine {
     }
 
     /// How many task entries the latest snapshot's read took as unchanged since the one before
-    /// (the iterator's keys); `None`: it read every entry whole.
+    /// (the iterator's keys, or the batched read's entries stamped before its margin); `None`:
+    /// it read every entry whole.
     pub fn unchanged_entries(&self) -> Option<u64> {
-        self.read_keys
+        self.unchanged
+    }
+
+    /// Reads the task map in batches from now on, the iterator dropped (its program detached):
+    /// for tests and benchmarks that compare the two readers on one kernel.
+    pub fn read_batched(&mut self) {
+        self.maps.task_iter = None;
     }
 
     /// How many task records the latest snapshot kept from a list handed back to

@@ -7,5 +7,6 @@ pub mod maps;
 pub mod procfs;
 pub mod progstats;
 pub mod ringbuf;
+pub mod stamps;
 pub mod task_iter;
 pub mod task_numa;

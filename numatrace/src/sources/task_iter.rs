@@ -3,20 +3,14 @@
 //! one as its key, so that a read of 100 000 mostly idle tasks copies a few entries and 16 bytes
 //! for each of the others instead of 70 MiB.
 //!
-//! Programs stamp an entry (`touched`, low bits of jiffies) when they take it, before they
-//! count in it. A read sends in full what was stamped at or after the previous read's start
-//! less a margin (a quarter of a second at least, [`MARGIN_JIFFIES`] jiffies at least): a count
-//! landing after the previous read copied its entry was stamped before that read began at the
-//! earliest, and is read now, as long as a program writes its counts within the margin of its
-//! stamp (microseconds; a program preempted longer than that between its stamp and its count,
-//! possible on a preemptible kernel, has the count read at the task's next event or the next
-//! whole read).
+//! Programs stamp an entry when they take it, before they count in it; a read sends in full
+//! what was stamped at or after the previous read's start less a margin ([`super::stamps`]).
 //!
 //! The kernel walks the map's buckets under RCU alone, resuming each read(2) at a position in
 //! a bucket: an entry deleted or reused meanwhile can make the walk miss or repeat another one
 //! (a batched lookup copies each bucket under its lock). So the caller checks what a read did
 //! not meet, and reads the map whole in batches where it must be exact: the first read, every
-//! [`FULL_EVERY`], after a read that did not complete, and for a report's final counts. Before
+//! [`super::stamps::FULL_EVERY`], after a read that did not complete, and for a report's final counts. Before
 //! such a read, [`TaskIter::start_whole`] takes the jiffies the next changed-only read starts
 //! from.
 
@@ -24,7 +18,6 @@ use std::{
     fs::File,
     io::{self, Read as _},
     os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
-    time::{Duration, Instant},
 };
 
 use aya::{
@@ -37,22 +30,12 @@ use numatrace_common::{
     TASK_ITER_KEY, TASK_ITER_VALUE, TaskEntry, TaskIterControl, TaskIterHead, TaskIterKey,
 };
 
+use super::stamps::Stamps;
+
 /// `enum bpf_cmd` and `enum bpf_attach_type` (include/uapi/linux/bpf.h).
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_ITER_CREATE: libc::c_long = 33;
 const BPF_TRACE_ITER: u32 = 28;
-
-/// Jiffies before the previous read's start from which a stamp is sent in full (see the
-/// module's comment), at least: 256 ms at HZ=250, 640 ms at 100.
-pub const MARGIN_JIFFIES: u32 = 64;
-/// The margin in time, at least: once the kernel's HZ is known (from the walks' start jiffies a
-/// second apart or more), the margin is this many seconds of jiffies where that is more than
-/// [`MARGIN_JIFFIES`] (250 at HZ=1000); until then [`FIRST_MARGIN_JIFFIES`].
-const MARGIN_SECS: f64 = 0.25;
-/// The margin before HZ is known: a quarter of a second at HZ=1000, more at lower HZ.
-const FIRST_MARGIN_JIFFIES: u32 = 250;
-/// The longest run of reads that send only what changed.
-pub const FULL_EVERY: Duration = Duration::from_secs(60);
 
 /// One record of a read.
 #[derive(Clone, Copy, Debug)]
@@ -131,14 +114,9 @@ pub struct TaskIter {
     control: Array<MapData, TaskIterControl>,
     /// Read buffer, kept between reads; u64s so that each record starts 8-byte aligned.
     buf: Vec<u64>,
-    /// `since` of the next read; `None`: the next read must be whole.
-    since: Option<u32>,
-    /// When the latest [`TaskIter::read_all`] or [`TaskIter::start_whole`] completed.
-    last_whole: Option<Instant>,
-    /// The first completed walk's start jiffies and when it completed: the kernel's HZ, later.
-    origin: Option<(u32, Instant)>,
-    /// Jiffies of margin (see [`MARGIN_SECS`]).
-    margin: u32,
+    /// `since` of the next read, and when the latest [`TaskIter::read_all`] or
+    /// [`TaskIter::start_whole`] completed.
+    stamps: Stamps,
 }
 
 impl TaskIter {
@@ -170,48 +148,40 @@ impl TaskIter {
             link,
             control,
             buf: vec![0; 64 * 1024 / 8],
-            since: None,
-            last_whole: None,
-            origin: None,
-            margin: FIRST_MARGIN_JIFFIES,
+            stamps: Stamps::default(),
         })
     }
 
     /// The low bits of jiffies from which the next read sends an entry whole (the previous
-    /// read's start less [`MARGIN_JIFFIES`]); `None`: the next read must be whole.
+    /// read's start less the margin); `None`: the next read must be whole.
     pub fn since(&self) -> Option<u32> {
-        self.since
+        self.stamps.since()
     }
 
     /// Jiffies before the previous read's start from which the next read sends a stamp whole.
     pub fn margin(&self) -> u32 {
-        self.margin
+        self.stamps.margin()
     }
 
-    /// Whether the next read may send only what changed: a whole read has come before it,
-    /// less than [`FULL_EVERY`] ago, and every read since has completed.
+    /// Whether the next read may send only what changed (see [`Stamps::changed_only`]).
     pub fn changed_only(&self) -> bool {
-        self.since.is_some() && self.last_whole.is_some_and(|t| t.elapsed() < FULL_EVERY)
+        self.stamps.changed_only()
     }
 
     /// The next read must be whole (a read whose records were not all taken in).
     pub fn invalidate(&mut self) {
-        self.since = None;
+        self.stamps.invalidate();
     }
 
     /// Before the caller reads the map whole another way (batched): a walk that sends nothing
     /// and takes its start, from which the next changed-only read sends entries whole.
     pub fn start_whole(&mut self) -> Result<(), IterError> {
-        self.run(TASK_ITER_CLOCK, |_| {})?;
-        self.last_whole = Some(Instant::now());
-        Ok(())
+        self.run(TASK_ITER_CLOCK, true, |_| {})
     }
 
     /// Every entry whole.
     pub fn read_all(&mut self, each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
-        self.run(TASK_ITER_ALL, each)?;
-        self.last_whole = Some(Instant::now());
-        Ok(())
+        self.run(TASK_ITER_ALL, true, each)
     }
 
     /// Whole the entries stamped since the previous read began (less the margin), every other
@@ -219,27 +189,33 @@ impl TaskIter {
     /// [`TaskIter::invalidate`]; such a walk does not count as a whole read). The walk may miss
     /// an entry, or meet one twice (see the module's comment).
     pub fn read_changed(&mut self, each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
-        let mode = if self.since.is_some() {
+        let mode = if self.stamps.since().is_some() {
             TASK_ITER_CHANGED
         } else {
             TASK_ITER_ALL
         };
-        self.run(mode, each)
+        self.run(mode, false, each)
     }
 
-    fn run(&mut self, mode: u32, mut each: impl FnMut(TaskRec<'_>)) -> Result<(), IterError> {
+    /// One walk; `whole`: it counts as a whole read once completed.
+    fn run(
+        &mut self,
+        mode: u32,
+        whole: bool,
+        mut each: impl FnMut(TaskRec<'_>),
+    ) -> Result<(), IterError> {
         let mut records = 0usize;
         let mut each = |r: TaskRec<'_>| {
             records += 1;
             each(r)
         };
         let control = TaskIterControl {
-            since: self.since.unwrap_or(0),
+            since: self.stamps.since().unwrap_or(0),
             mode,
             started: 0,
         };
         // Until this read has completed, the next is whole.
-        self.since = None;
+        self.stamps.invalidate();
         self.control.set(0, &control, 0)?;
         let attr = IterCreateAttr {
             link_fd: self.link.as_raw_fd() as u32,
@@ -282,18 +258,7 @@ impl TaskIter {
             return Err(IterError::ClockWalkSentRecords(records));
         }
         let started = self.control.get(&0, 0)?.started as u32;
-        let now = Instant::now();
-        match self.origin {
-            None => self.origin = Some((started, now)),
-            Some((j0, t0)) => {
-                let secs = now.duration_since(t0).as_secs_f64();
-                if secs >= 1.0 {
-                    let hz = f64::from(started.wrapping_sub(j0)) / secs;
-                    self.margin = MARGIN_JIFFIES.max((hz * MARGIN_SECS).ceil() as u32);
-                }
-            }
-        }
-        self.since = Some(started.wrapping_sub(self.margin));
+        self.stamps.completed(started, whole);
         Ok(())
     }
 }

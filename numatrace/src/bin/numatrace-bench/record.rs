@@ -158,6 +158,11 @@ pub struct ScaleCost {
     /// handed back (`Engine::kept_records`), not built again.
     #[serde(default)]
     pub kept_records: Option<usize>,
+    /// Entries the last snapshot with a tenth changed took as unchanged since the previous one
+    /// (`Engine::unchanged_entries`: the iterator's keys, or the batched read's entries stamped
+    /// before its margin); `None`: it compared every entry.
+    #[serde(default)]
+    pub unchanged_entries: Option<u64>,
     /// The kernel's part: one batched read of the whole task map (median of 5), nothing done
     /// with the entries.
     pub map_read_ms: Option<f64>,

@@ -110,6 +110,7 @@ fn cost(command: &str, scale: Scale, real: usize) -> ScaleCost {
         iter_whole_ms: None,
         iter_keys_ms: None,
         kept_records: None,
+        unchanged_entries: None,
         map_read_ms: None,
         task_list_mib: ((scale.tasks + real) * size_of::<TaskRecord>()) as f64 / MIB,
         scrape_ms: None,
@@ -212,6 +213,7 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
         let (tenth, _) = timed(Detail::Summary, REPEAT, CHANGED_PERCENT)?;
         c.changed_share_ms = median(&tenth);
         c.kept_records = Some(engine.kept_records());
+        c.unchanged_entries = engine.unchanged_entries();
         if n < scale.tasks {
             bail!(
                 "the snapshot held {n} tasks, fewer than the {} written",

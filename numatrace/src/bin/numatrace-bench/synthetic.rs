@@ -107,11 +107,16 @@ impl Synthetic {
     /// Writes `percent` of the entries as at `generation` (the same ones each time: the busy
     /// tasks), the others left as they were (idle since).
     pub fn write_share(&mut self, generation: u64, percent: usize) -> Result<()> {
-        // The start of the owner's latest read: a stamp at it is at or after the next read's
-        // first stamp sent whole, as a program's stamp after that read began would be.
-        let touched = match &self.iter {
-            Some(a) => a.get(&0, 0).context(MAP_TASK_ITER)?.started as u32,
-            None => 0,
+        // The kernel's jiffies now, as a program stamps an entry it takes: at or after the
+        // start of the owner's latest read, so the next read takes the entry as changed.
+        // Without procfs's clock, the start of the owner's latest iterator read (the batched
+        // read then takes nothing as unchanged).
+        let touched = match numatrace::sources::stamps::jiffies_now() {
+            Some(j) => j,
+            None => match &self.iter {
+                Some(a) => a.get(&0, 0).context(MAP_TASK_ITER)?.started as u32,
+                None => 0,
+            },
         };
         for i in (0..self.tasks).filter(|i| i % 100 < percent) {
             let mut e = self.entry(i, generation);
