@@ -45,7 +45,7 @@ use crate::{
         cgroups::CgroupResolver,
         maps::{self, Maps, TASK_CHUNK},
         procfs, progstats, ringbuf,
-        stamps::{self, Stamps},
+        stamps::{self, Jiffies, Stamps},
         task_iter::{self, TaskIter, TaskRec},
     },
 };
@@ -149,6 +149,8 @@ pub struct Engine {
     /// The stamps' clock of batched reads (see [`stamps`]): entries no program took since the
     /// previous read are taken as they were, not compared with the table's.
     batch_stamps: Stamps,
+    /// The kernel's jiffies for batched reads, probed at the first (`Some(None)`: none here).
+    jiffies: Option<Option<Jiffies>>,
     /// Entries evicted, as the latest snapshot estimated: an incremental read that finds more
     /// missing is done again whole.
     evicted: u64,
@@ -282,6 +284,7 @@ impl Engine {
             read_keys: None,
             unchanged: None,
             batch_stamps: Stamps::default(),
+            jiffies: None,
             evicted: 0,
         })
         .map(|mut e| {
@@ -562,20 +565,40 @@ impl Engine {
             tracing::warn!("{e}: reading the task map in batches from now on");
             self.maps.task_iter = None;
         }
-        // Without the iterator, the kernel's clock from procfs: entries stamped before the
-        // previous read's start (less the margin) are taken as they were.
+        // Without the iterator, the kernel's jiffies from times(2): entries stamped before the
+        // previous read's start (less the margin) are taken as they were. The batched walk
+        // meets every entry present throughout (each bucket under its lock, or the key-by-key
+        // walk, which restarts rather than skips).
         let batched = self.maps.task_iter.is_none();
         let since = (batched && !whole && self.batch_stamps.changed_only())
             .then(|| self.batch_stamps.since())
             .flatten();
         self.batch_stamps.invalidate();
-        let started = batched.then(stamps::jiffies_now).flatten();
+        let started = if batched {
+            self.jiffies().and_then(|j| j.now())
+        } else {
+            None
+        };
         let untouched = self.read_whole(since).context("reading the task map")?;
         if let Some(started) = started {
             self.batch_stamps.completed(started, since.is_none());
         }
         self.unchanged = since.map(|_| untouched);
         Ok(self.table.in_flight())
+    }
+
+    /// The kernel's jiffies for batched reads, probed once.
+    fn jiffies(&mut self) -> Option<Jiffies> {
+        *self.jiffies.get_or_insert_with(|| {
+            let j = Jiffies::probe();
+            match j {
+                Some(j) => tracing::debug!("kernel HZ {}: batched reads skip untouched entries", j.hz()),
+                None => tracing::info!(
+                    "the kernel's HZ is not readable (/proc/timer_list): every batched read compares every task entry"
+                ),
+            }
+            j
+        })
     }
 
     /// The whole map, in batches where the kernel can (each bucket under its lock: exact).
@@ -596,7 +619,7 @@ impl Engine {
             if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
                 forgotten_seen.insert(k);
             } else {
-                let old = since.is_some_and(|s| !stamps::stamped_since(e.stats.touched, s));
+                let old = stamps::untouched(e.stats.touched, since);
                 untouched += u64::from(table.note(&e.stats, maps::fault_in_flight(e), old));
             }
         })?;

@@ -1,8 +1,8 @@
 //! Which task entries a read may take as unchanged since the previous one, by the stamp every
 //! program leaves in an entry it takes (`touched`: the low 32 bits of jiffies, written before
 //! it counts anything there). Shared by the two ways of reading the task map: the iterator,
-//! whose walk reads the kernel's jiffies itself, and the batched read, which reads them from
-//! /proc/timer_list just before it starts.
+//! whose walk reads the kernel's jiffies itself, and the batched read, which takes them from
+//! times(2) just before it starts ([`Jiffies`]).
 //!
 //! A count landing after a read copied its entry was stamped before that read began at the
 //! earliest, less the time a program takes between its stamp and its count (microseconds;
@@ -70,7 +70,14 @@ impl Stamps {
     /// Whether the next read may take entries as unchanged: a whole read has come before it,
     /// less than [`FULL_EVERY`] ago, and every read since has completed.
     pub fn changed_only(&self) -> bool {
-        self.since.is_some() && self.last_whole.is_some_and(|t| t.elapsed() < FULL_EVERY)
+        self.changed_only_at(Instant::now())
+    }
+
+    fn changed_only_at(&self, now: Instant) -> bool {
+        self.since.is_some()
+            && self
+                .last_whole
+                .is_some_and(|t| now.saturating_duration_since(t) < FULL_EVERY)
     }
 
     /// The next read must be whole: call as a read starts (until it completes, the next is
@@ -111,17 +118,100 @@ pub fn stamped_since(touched: u32, since: u32) -> bool {
     touched.wrapping_sub(since) as i32 >= 0
 }
 
-/// The kernel's jiffies now, low 32 bits (what programs stamp), from /proc/timer_list: its
-/// first CPU's `jiffies:` line, a few KiB in. `None` where the file is missing or unreadable
-/// (not root, a kernel without tick-oneshot): the batched read then takes nothing as
-/// unchanged.
-pub fn jiffies_now() -> Option<u32> {
+/// Whether a read whose clock gave `since` (`None`: a whole read) may take an entry stamped
+/// `touched` as unchanged since the previous read: stamped before it.
+pub fn untouched(touched: u32, since: Option<u32>) -> bool {
+    since.is_some_and(|s| !stamped_since(touched, s))
+}
+
+/// The kernel's jiffies as userspace reads them at the cost of one system call: times(2)
+/// returns them converted to USER_HZ clock ticks (`jiffies_64_to_clock_t`), which this turns
+/// back into jiffies, rounding down (a start taken early makes more entries count as changed:
+/// never wrong). The conversion needs the kernel's HZ, learnt once from /proc/timer_list (its
+/// first CPU's `jiffies:` line beside a times(2) reading). That file is read only here: the
+/// kernel prints it walking each CPU's timers with interrupts off, which a per-snapshot read
+/// would repeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Jiffies {
+    hz: u64,
+    user_hz: u64,
+}
+
+impl Jiffies {
+    /// `None` where /proc/timer_list is missing or unreadable (not root, a kernel without
+    /// tick-oneshot) or gives a HZ the clock ticks do not agree with: the batched read then
+    /// takes nothing as unchanged.
+    pub fn probe() -> Option<Self> {
+        // SAFETY: sysconf only reads a constant.
+        let user_hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+        let before = clock_ticks()?;
+        let j = timer_list_jiffies()?;
+        Self::from_reading(j, before, clock_ticks()?, user_hz)
+    }
+
+    /// HZ from jiffies `j` read between clock ticks `before` and `after`; checked: the ticks
+    /// before, turned back, are at most `j` and close below it.
+    fn from_reading(j: u64, before: u64, after: u64, user_hz: u64) -> Option<Self> {
+        if user_hz == 0 || after == 0 || after < before {
+            return None;
+        }
+        let hz = (j as f64 * user_hz as f64 / after as f64).round() as u64;
+        if !(10..=10_000).contains(&hz) {
+            return None;
+        }
+        let c = Self { hz, user_hz };
+        let slack = hz.div_ceil(user_hz) + 1;
+        (c.of_ticks(before) <= j && j <= c.of_ticks(after) + slack).then_some(c)
+    }
+
+    /// The kernel's HZ.
+    pub fn hz(&self) -> u64 {
+        self.hz
+    }
+
+    /// Jiffies now, low 32 bits (what programs stamp), at most HZ / USER_HZ + 1 behind.
+    pub fn now(&self) -> Option<u32> {
+        Some(self.of_ticks(clock_ticks()?) as u32)
+    }
+
+    /// The least jiffies value the kernel turns into `ticks` (the inverse of its
+    /// `jiffies_64_to_clock_t`: jiffies × TICK_NSEC / (NSEC_PER_SEC / USER_HZ), rounded down).
+    fn of_ticks(&self, ticks: u64) -> u64 {
+        let tick_nsec = (NSEC_PER_SEC + self.hz / 2) / self.hz;
+        let per_tick = NSEC_PER_SEC / self.user_hz;
+        (u128::from(ticks) * u128::from(per_tick)).div_ceil(u128::from(tick_nsec)) as u64
+    }
+}
+
+const NSEC_PER_SEC: u64 = 1_000_000_000;
+
+/// times(2): the kernel's jiffies in USER_HZ clock ticks.
+fn clock_ticks() -> Option<u64> {
+    let mut t = libc::tms {
+        tms_utime: 0,
+        tms_stime: 0,
+        tms_cutime: 0,
+        tms_cstime: 0,
+    };
+    // SAFETY: times writes the struct it is given.
+    let r = unsafe { libc::times(&mut t) };
+    // (clock_t)-1 is its error (EFAULT, not with this buffer).
+    u64::try_from(r).ok()
+}
+
+/// The kernel's jiffies from /proc/timer_list: its first CPU's `jiffies:` line.
+fn timer_list_jiffies() -> Option<u64> {
     let mut f = File::open("/proc/timer_list").ok()?;
     let mut text = Vec::with_capacity(READ_STEP);
     while text.len() < READ_MAX {
         let at = text.len();
         text.resize(at + READ_STEP, 0);
-        let n = f.read(&mut text[at..]).ok()?;
+        let n = loop {
+            match f.read(&mut text[at..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.ok()?,
+            }
+        };
         text.truncate(at + n);
         if let Some(j) = parse_jiffies(&text) {
             return Some(j);
@@ -134,12 +224,13 @@ pub fn jiffies_now() -> Option<u32> {
 }
 
 /// /proc/timer_list is read this much at a time, and no further than [`READ_MAX`] (the line
-/// is in the first CPU's part: the file can be megabytes on a large machine).
-const READ_STEP: usize = 8 * 1024;
-const READ_MAX: usize = 64 * 1024;
+/// is in the first CPU's part, after its timers: the file can be megabytes on a large
+/// machine).
+const READ_STEP: usize = 16 * 1024;
+const READ_MAX: usize = 1024 * 1024;
 
-/// The low 32 bits of the first complete `jiffies: N` line of `text`.
-fn parse_jiffies(text: &[u8]) -> Option<u32> {
+/// The first complete `jiffies: N` line of `text`.
+fn parse_jiffies(text: &[u8]) -> Option<u64> {
     const KEY: &[u8] = b"\njiffies: ";
     let at = text.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
     let rest = &text[at..];
@@ -148,8 +239,7 @@ fn parse_jiffies(text: &[u8]) -> Option<u32> {
     if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let v: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    Some(v as u32)
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -160,7 +250,7 @@ mod tests {
     fn jiffies_come_from_the_first_complete_line() {
         let text = b"Timer List Version: v0.10\n\ncpu: 0\n .last_jiffies   : 4310285607\n\
                      jiffies: 4310285607\n\ncpu: 1\njiffies: 4310285608\n";
-        assert_eq!(parse_jiffies(text), Some(4_310_285_607u64 as u32));
+        assert_eq!(parse_jiffies(text), Some(4_310_285_607));
         // Cut before the line's end: not yet.
         assert_eq!(parse_jiffies(b"cpu: 0\njiffies: 43102"), None);
         // Not numbers, or too long for a u64: none.
@@ -212,15 +302,56 @@ mod tests {
         assert_eq!(low.since(), None);
     }
 
+    /// The kernel's conversion to clock ticks (`jiffies_64_to_clock_t`), as it computes it.
+    fn kernel_ticks(j: u64, hz: u64, user_hz: u64) -> u64 {
+        let tick_nsec = (NSEC_PER_SEC + hz / 2) / hz;
+        let per_tick = NSEC_PER_SEC / user_hz;
+        if tick_nsec.is_multiple_of(per_tick) {
+            if hz < user_hz {
+                j * user_hz / hz
+            } else {
+                j / (hz / user_hz)
+            }
+        } else {
+            (u128::from(j) * u128::from(tick_nsec) / u128::from(per_tick)) as u64
+        }
+    }
+
+    /// Turned back from clock ticks, jiffies are never ahead of the kernel's and at most
+    /// HZ / USER_HZ + 1 behind, for the usual HZ, near boot (jiffies start 300 s before the
+    /// 32-bit wrap) and years on; HZ is learnt back from one reading.
+    #[test]
+    fn jiffies_come_back_from_clock_ticks_rounded_down() {
+        let mut rng = crate::engine::tasks::tests::Rng(7);
+        for hz in [100u64, 250, 300, 1000] {
+            let c = Jiffies { hz, user_hz: 100 };
+            let start = (1u64 << 32) - 300 * hz;
+            for n in 0..20_000u64 {
+                let j = start + n + rng.below(u64::from(u32::MAX) * 50);
+                let ticks = kernel_ticks(j, hz, 100);
+                let est = c.of_ticks(ticks);
+                assert!(est <= j, "HZ {hz}: {est} ahead of {j}");
+                assert!(j - est <= hz / 100 + 1, "HZ {hz}: {est} too far behind {j}");
+            }
+            let j = start + 123_456_789;
+            let t = kernel_ticks(j, hz, 100);
+            assert_eq!(Jiffies::from_reading(j, t, t + 1, 100), Some(c));
+        }
+        // Ticks that do not agree with the jiffies read: no clock.
+        assert_eq!(Jiffies::from_reading(5_000_000_000, 10, 11, 100), None);
+        assert_eq!(Jiffies::from_reading(5_000_000_000, 0, 0, 100), None);
+        assert_eq!(Jiffies::from_reading(5_000_000_000, 20, 10, 100), None);
+    }
+
     /// No whole read yet, or the latest longer ago than FULL_EVERY: whole.
     #[test]
     fn a_whole_read_is_due_every_full_every() {
+        let t0 = Instant::now();
         let mut s = Stamps::default();
-        s.completed_at(10, false, Instant::now());
-        assert!(!s.changed_only(), "no whole read yet");
-        s.last_whole = Instant::now().checked_sub(FULL_EVERY + Duration::from_secs(1));
-        assert!(!s.changed_only());
-        s.completed(20, true);
-        assert!(s.changed_only());
+        s.completed_at(10, false, t0);
+        assert!(!s.changed_only_at(t0), "no whole read yet");
+        s.completed_at(20, true, t0);
+        assert!(s.changed_only_at(t0 + FULL_EVERY - Duration::from_secs(1)));
+        assert!(!s.changed_only_at(t0 + FULL_EVERY + Duration::from_secs(1)));
     }
 }

@@ -10,9 +10,9 @@
 //! a bucket: an entry deleted or reused meanwhile can make the walk miss or repeat another one
 //! (a batched lookup copies each bucket under its lock). So the caller checks what a read did
 //! not meet, and reads the map whole in batches where it must be exact: the first read, every
-//! [`super::stamps::FULL_EVERY`], after a read that did not complete, and for a report's final counts. Before
-//! such a read, [`TaskIter::start_whole`] takes the jiffies the next changed-only read starts
-//! from.
+//! [`super::stamps::FULL_EVERY`], after a read that did not complete, and for a report's final
+//! counts. Before such a read, [`TaskIter::start_whole`] takes the jiffies the next
+//! changed-only read starts from.
 
 use std::{
     fs::File,

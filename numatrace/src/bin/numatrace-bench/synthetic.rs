@@ -6,6 +6,7 @@ use std::fs;
 
 use anyhow::{Context as _, Result, bail};
 use aya::maps::{Array, HashMap, Map, MapData, MapInfo};
+use numatrace::sources::stamps::Jiffies;
 use numatrace_common::{MAP_TASK_ITER, MAP_TASK_STATS, TaskEntry, TaskIterControl, TaskStats};
 
 /// The first pid written (the kernel's limit is 2^22 = 4 194 304).
@@ -72,6 +73,8 @@ pub struct Synthetic {
     /// The owner's task iterator, if it has one: an entry written is stamped as a program
     /// stamps the entries it takes, so that the next read sends it whole.
     iter: Option<Array<MapData, TaskIterControl>>,
+    /// The kernel's jiffies, to stamp what is written as a program would.
+    jiffies: Option<Jiffies>,
     cgroups: Vec<u64>,
     tasks: usize,
     first_ns: u64,
@@ -83,6 +86,7 @@ impl Synthetic {
         Ok(Self {
             map: task_map_of(owner)?,
             iter: iter_control_of(owner)?,
+            jiffies: Jiffies::probe(),
             cgroups: cgroups.to_vec(),
             tasks,
             first_ns: 1,
@@ -109,9 +113,9 @@ impl Synthetic {
     pub fn write_share(&mut self, generation: u64, percent: usize) -> Result<()> {
         // The kernel's jiffies now, as a program stamps an entry it takes: at or after the
         // start of the owner's latest read, so the next read takes the entry as changed.
-        // Without procfs's clock, the start of the owner's latest iterator read (the batched
-        // read then takes nothing as unchanged).
-        let touched = match numatrace::sources::stamps::jiffies_now() {
+        // Without that clock, the start of the owner's latest iterator read (the batched read
+        // then takes nothing as unchanged).
+        let touched = match self.jiffies.and_then(|j| j.now()) {
             Some(j) => j,
             None => match &self.iter {
                 Some(a) => a.get(&0, 0).context(MAP_TASK_ITER)?.started as u32,
