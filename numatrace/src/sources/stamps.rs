@@ -322,12 +322,17 @@ mod tests {
     /// 32-bit wrap) and years on; HZ is learnt back from one reading.
     #[test]
     fn jiffies_come_back_from_clock_ticks_rounded_down() {
-        let mut rng = crate::engine::tasks::tests::Rng(7);
+        // Spread over years: a multiplicative step through the range (no test helper of a
+        // higher layer).
+        let mut spread = 7u64;
         for hz in [100u64, 250, 300, 1000] {
             let c = Jiffies { hz, user_hz: 100 };
             let start = (1u64 << 32) - 300 * hz;
             for n in 0..20_000u64 {
-                let j = start + n + rng.below(u64::from(u32::MAX) * 50);
+                spread = spread
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                let j = start + n + (spread >> 20) % (u64::from(u32::MAX) * 50);
                 let ticks = kernel_ticks(j, hz, 100);
                 let est = c.of_ticks(ticks);
                 assert!(est <= j, "HZ {hz}: {est} ahead of {j}");
