@@ -86,13 +86,20 @@ pub struct TaskIterControl {
     pub started: u64,
 }
 
+/// Whether an entry stamped `touched` changed since a read whose clock gave `since`: a wrapping
+/// compare of the low 32 bits of jiffies (an entry untouched for over 2^31 jiffies may read as
+/// changed: read whole, which costs a copy and is never wrong). The one rule of both readers of
+/// the task map: the iterator's ([`TaskIterControl::sends`]) and the batched read's.
+#[inline(always)]
+pub fn stamped_since(touched: u32, since: u32) -> bool {
+    touched.wrapping_sub(since) as i32 >= 0
+}
+
 impl TaskIterControl {
-    /// Whether an entry stamped `touched` goes out in full: a wrapping compare of the low 32
-    /// bits of jiffies (an entry untouched for over 2^31 jiffies may read as touched: sent in
-    /// full, which costs a copy and is never wrong).
+    /// Whether an entry stamped `touched` goes out in full (see [`stamped_since`]).
     #[inline(always)]
     pub fn sends(&self, touched: u32) -> bool {
-        self.mode == TASK_ITER_ALL || touched.wrapping_sub(self.since) as i32 >= 0
+        self.mode == TASK_ITER_ALL || stamped_since(touched, self.since)
     }
 }
 

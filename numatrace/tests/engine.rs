@@ -24,6 +24,10 @@ fn options() -> LoadOptions {
     LoadOptions::default()
 }
 
+/// How long the 6 s workload may run before the test gives up on it (an emulated guest runs
+/// it slower, never this much).
+const WORKLOAD_DEADLINE: Duration = Duration::from_secs(120);
+
 /// The workload: migrating where there are two nodes, else threads the scanner visits.
 fn workload() -> Command {
     let mut c = Command::new(workload_bin());
@@ -70,7 +74,13 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
         }
         let mut snaps = vec![engine.snapshot(Detail::Full).unwrap()];
         let mut child = workload().spawn().unwrap();
+        let started = std::time::Instant::now();
         while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > WORKLOAD_DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the 6 s workload still ran after {WORKLOAD_DEADLINE:?}: killed");
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
             snaps.push(engine.snapshot(Detail::Summary).unwrap());
         }

@@ -587,18 +587,24 @@ impl Engine {
         Ok(self.table.in_flight())
     }
 
-    /// The kernel's jiffies for batched reads, probed once.
+    /// The kernel's jiffies for batched reads, probed once; the HZ it knows sets the batched
+    /// stamps' margin.
     fn jiffies(&mut self) -> Option<Jiffies> {
-        *self.jiffies.get_or_insert_with(|| {
-            let j = Jiffies::probe();
-            match j {
-                Some(j) => tracing::debug!("kernel HZ {}: batched reads skip untouched entries", j.hz()),
-                None => tracing::info!(
-                    "the kernel's HZ is not readable (/proc/timer_list): every batched read compares every task entry"
-                ),
+        if let Some(j) = self.jiffies {
+            return j;
+        }
+        let j = Jiffies::probe();
+        match j {
+            Some(j) => {
+                tracing::debug!("kernel HZ {}: batched reads skip untouched entries", j.hz());
+                self.batch_stamps.set_hz(j.hz());
             }
-            j
-        })
+            None => tracing::info!(
+                "the kernel's HZ is not readable (/proc/timer_list): every batched read compares every task entry"
+            ),
+        }
+        self.jiffies = Some(j);
+        j
     }
 
     /// The whole map, in batches where the kernel can (each bucket under its lock: exact).

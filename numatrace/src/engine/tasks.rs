@@ -91,10 +91,17 @@ pub struct TaskTable {
     commits: u64,
     /// Records the latest commit kept from its list.
     kept: usize,
-    /// The keys of the latest commits' lists, in order, by commit: a list handed back whose
-    /// keys are the new list's (no task came or went) needs no record moved nor read to
-    /// align it (a read of each record's key costs a cache miss: ~10 ms at 100 000 tasks).
-    keys_of: VecDeque<(u64, Vec<Key>)>,
+    /// The key list of the latest commits, by commit, as a generation that changes whenever a
+    /// commit's list of keys may differ from the one before: a list handed back whose keys are
+    /// the new list's (no task came or went) needs no record moved nor read to align it (a read
+    /// of each record's key costs a cache miss: ~10 ms at 100 000 tasks), and no key compared.
+    keys_of: VecDeque<(u64, u64)>,
+    /// The generation of the latest commit's key list (see `keys_of`).
+    key_gen: u64,
+    /// A slot was taken or freed since the latest commit: its key list may differ.
+    keys_changed: bool,
+    /// The keys of the latest commit's exit records that no slot held (their own list entries).
+    lone_exits: Vec<Key>,
 }
 
 /// How many of the latest commits' key lists [`TaskTable`] keeps: `top` hands back the list
@@ -291,6 +298,7 @@ impl TaskTable {
         self.index.insert(k, i as u32);
         self.added.push(i as u32);
         self.dirty = true;
+        self.keys_changed = true;
         i
     }
 
@@ -366,6 +374,7 @@ impl TaskTable {
         // the records (most of the work) are not.
         let mut srcs: Vec<Source<'_>> = Vec::with_capacity(order.len() + exited.len());
         let mut ex = exited.iter().peekable();
+        let mut lone_exits = Vec::new();
         let mut pos = 0;
         loop {
             let slot = order.get(pos).map(|&i| i as usize);
@@ -379,6 +388,9 @@ impl TaskTable {
                 && let Some((_, s)) = ex.next()
             {
                 srcs.push(Source::Exit(s));
+                if next.is_gt() {
+                    lone_exits.push(key(s));
+                }
                 if next.is_eq() {
                     let i = slot.unwrap_or_default();
                     self.flags[i].exited = true;
@@ -407,11 +419,13 @@ impl TaskTable {
             pos += 1;
         }
         self.order = order;
-        let (raw, keys, stable) = (&self.raw, &self.keys, &self.stable_since);
-        let key_of = |src: &Source<'_>| match *src {
-            Source::Exit(s) => key(s),
-            Source::Slot(i, _) => keys[i as usize],
-        };
+        // The list's keys are the occupied slots' and the lone exit records': unchanged unless
+        // a slot was taken or freed, or the lone exits differ.
+        if std::mem::take(&mut self.keys_changed) || lone_exits != self.lone_exits {
+            self.key_gen += 1;
+        }
+        self.lone_exits = lone_exits;
+        let (raw, stable) = (&self.raw, &self.stable_since);
         // Which records the list keeps: the sources' keys it holds, moved into place.
         let Reuse {
             list: mut out,
@@ -420,27 +434,29 @@ impl TaskTable {
         } = out;
         let same_keys = |b: u64| {
             out.len() == srcs.len()
-                && self.keys_of.iter().any(|(c, keys)| {
-                    *c == b
-                        && keys.len() == srcs.len()
-                        && keys.iter().zip(&srcs).all(|(k, s)| *k == key_of(s))
-                })
+                && self
+                    .keys_of
+                    .iter()
+                    .any(|&(c, g)| c == b && g == self.key_gen)
         };
         let kept = match built {
             Some(b) if !out.is_empty() && same_keys(b) => vec![true; out.len()],
-            Some(_) if !out.is_empty() => align(&mut out, &srcs, key_of),
+            Some(_) if !out.is_empty() => {
+                let keys = &self.keys;
+                align(&mut out, &srcs, |src: &Source<'_>| match *src {
+                    Source::Exit(s) => key(s),
+                    Source::Slot(i, _) => keys[i as usize],
+                })
+            }
             _ => {
                 out.clear();
                 Vec::new()
             }
         };
-        let mut new_keys = match self.keys_of.len() {
-            KEY_LISTS_KEPT.. => self.keys_of.pop_front().map(|(_, v)| v).unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        new_keys.clear();
-        new_keys.extend(srcs.iter().map(key_of));
-        self.keys_of.push_back((now, new_keys));
+        if self.keys_of.len() >= KEY_LISTS_KEPT {
+            self.keys_of.pop_front();
+        }
+        self.keys_of.push_back((now, self.key_gen));
         let keep = |n: usize| match srcs[n] {
             Source::Slot(i, _) => {
                 kept.get(n) == Some(&true) && built.is_some_and(|b| stable[i as usize] <= b)
@@ -519,6 +535,7 @@ impl TaskTable {
             };
             self.free.push(i);
             self.dirty = true;
+            self.keys_changed = true;
         }
     }
 
@@ -1011,6 +1028,38 @@ pub(crate) mod tests {
         assert!(kept_lists > 10_000, "{kept_lists} lists written again");
         assert!(kept_records > 10_000, "{kept_records} records kept");
         assert!(aborted > 1000, "{aborted} reads aborted");
+    }
+
+    /// A list handed back whose length matches but whose exit records without a map entry
+    /// are others (one forgotten, one arrived; no slot taken or freed) has other keys: its
+    /// records are aligned, not kept in place.
+    #[test]
+    fn other_lone_exit_records_are_other_keys() {
+        let mut table = TaskTable::default();
+        let live = entry(5, 50);
+        let commit = |table: &mut TaskTable, out: Reuse, exited: &BTreeMap<Key, TaskStats>| {
+            table.begin_read();
+            table.note(&live, false, false);
+            table.commit(out, exited, |_| true, |_| None)
+        };
+        let lone = |pid: u32| BTreeMap::from([((pid, 1), entry(pid, 1))]);
+        let first = commit(&mut table, Reuse::default(), &lone(3));
+        assert_eq!(
+            first.iter().map(TaskRecord::key).collect::<Vec<_>>(),
+            [(3, 1), (5, 50)]
+        );
+        let built = table.commits();
+        let second = commit(
+            &mut table,
+            Reuse {
+                list: first,
+                built: Some(built),
+                cgroups_valid: true,
+            },
+            &lone(9),
+        );
+        let want = crate::engine::Snapshot::tasks_from(&[live], &lone(9));
+        assert_eq!(second, want);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! an entry stamped before the previous read's start less the margin; every [`FULL_EVERY`],
 //! after a read that did not complete, and for a report's final counts the map is read whole.
 
+use numatrace_common::stamped_since;
 use std::{
     fs::File,
     io::Read as _,
@@ -21,9 +22,10 @@ use std::{
 /// Jiffies before the previous read's start from which a stamp counts as a change, at least:
 /// 256 ms at HZ=250, 640 ms at 100.
 pub const MARGIN_JIFFIES: u32 = 64;
-/// The margin in time, at least: once the kernel's HZ is known (from reads' start jiffies a
-/// second apart or more), the margin is this many seconds of jiffies where that is more than
-/// [`MARGIN_JIFFIES`] (250 at HZ=1000); until then [`FIRST_MARGIN_JIFFIES`].
+/// The margin in time, at least: once the kernel's HZ is known (from [`Jiffies`], or from
+/// reads' start jiffies a second apart or more), the margin is this many seconds of jiffies
+/// where that is more than [`MARGIN_JIFFIES`] (250 at HZ=1000); until then
+/// [`FIRST_MARGIN_JIFFIES`].
 const MARGIN_SECS: f64 = 0.25;
 /// The margin before HZ is known: a quarter of a second at HZ=1000, more at lower HZ.
 const FIRST_MARGIN_JIFFIES: u32 = 250;
@@ -41,6 +43,8 @@ pub struct Stamps {
     origin: Option<(u32, Instant)>,
     /// Jiffies of margin (see [`MARGIN_SECS`]).
     margin: u32,
+    /// HZ was given ([`Stamps::set_hz`]): not learnt from reads.
+    hz_given: bool,
 }
 
 impl Default for Stamps {
@@ -50,8 +54,14 @@ impl Default for Stamps {
             last_whole: None,
             origin: None,
             margin: FIRST_MARGIN_JIFFIES,
+            hz_given: false,
         }
     }
+}
+
+/// The margin at `hz` (see [`MARGIN_SECS`]).
+fn margin_at(hz: f64) -> u32 {
+    MARGIN_JIFFIES.max((hz * MARGIN_SECS).ceil() as u32)
 }
 
 impl Stamps {
@@ -80,6 +90,13 @@ impl Stamps {
                 .is_some_and(|t| now.saturating_duration_since(t) < FULL_EVERY)
     }
 
+    /// The kernel's HZ, known exactly (the batched read's [`Jiffies`]): the margin follows it
+    /// from the next read on, instead of from reads a second apart.
+    pub fn set_hz(&mut self, hz: u64) {
+        self.margin = margin_at(hz as f64);
+        self.hz_given = true;
+    }
+
     /// The next read must be whole: call as a read starts (until it completes, the next is
     /// whole) and where its entries were not all taken in.
     pub fn invalidate(&mut self) {
@@ -97,25 +114,17 @@ impl Stamps {
             self.last_whole = Some(now);
         }
         match self.origin {
+            _ if self.hz_given => {}
             None => self.origin = Some((started, now)),
             Some((j0, t0)) => {
                 let secs = now.duration_since(t0).as_secs_f64();
                 if secs >= 1.0 {
-                    let hz = f64::from(started.wrapping_sub(j0)) / secs;
-                    self.margin = MARGIN_JIFFIES.max((hz * MARGIN_SECS).ceil() as u32);
+                    self.margin = margin_at(f64::from(started.wrapping_sub(j0)) / secs);
                 }
             }
         }
         self.since = Some(started.wrapping_sub(self.margin));
     }
-}
-
-/// Whether an entry stamped `touched` changed since a read whose clock gave `since`: a
-/// wrapping compare of 32 bits of jiffies (an entry untouched for over 2^31 jiffies may read
-/// as changed: read whole, which costs a copy and is never wrong). The kernel side's iterator
-/// decides the same way (`TaskIterControl::sends`).
-pub fn stamped_since(touched: u32, since: u32) -> bool {
-    touched.wrapping_sub(since) as i32 >= 0
 }
 
 /// Whether a read whose clock gave `since` (`None`: a whole read) may take an entry stamped
@@ -300,6 +309,25 @@ mod tests {
         low.invalidate();
         assert!(!low.changed_only());
         assert_eq!(low.since(), None);
+    }
+
+    /// A HZ given (the batched read's clock knows it) sets the margin from the first read on,
+    /// and reads at another pace do not change it.
+    #[test]
+    fn a_given_hz_sets_the_margin_from_the_first_read() {
+        let t0 = Instant::now();
+        let mut s = Stamps::default();
+        s.set_hz(1000);
+        s.completed_at(10_000, true, t0);
+        assert_eq!(s.since(), Some(10_000 - 250));
+        // Start jiffies that would give HZ=100 if learnt: the given HZ stands.
+        s.completed_at(10_200, false, t0 + Duration::from_secs(2));
+        assert_eq!((s.margin(), s.since()), (250, Some(10_200 - 250)));
+        let mut low = Stamps::default();
+        low.set_hz(250);
+        assert_eq!(low.margin(), MARGIN_JIFFIES);
+        low.completed_at(5, true, t0);
+        assert_eq!(low.since(), Some(5u32.wrapping_sub(MARGIN_JIFFIES)));
     }
 
     /// The kernel's conversion to clock ticks (`jiffies_64_to_clock_t`), as it computes it.
