@@ -51,6 +51,23 @@ macro_rules! counter_struct {
         pub struct $name { $( $(#[$fm])* pub $f: $t ),* }
 
         impl $name {
+            /// 64-bit words a value packs into (see [`PackedCounts`]).
+            pub const WORDS: usize = 0 $( + counter_struct!(@n $kind $t) )*;
+
+            /// Each field as 64-bit words, in declaration order (an `Option<f64>` as whether
+            /// it is set, then its bits): the value again through [`Self::from_words`].
+            /// Inlined whole, so that each word's position is a constant.
+            #[inline(always)]
+            pub fn put_words(&self, out: &mut impl FnMut(u64)) {
+                $( counter_struct!(@put $kind self.$f, out); )*
+            }
+
+            /// The value whose [`Self::put_words`] gave the words `next` returns in turn.
+            #[inline(always)]
+            pub fn from_words(next: &mut impl FnMut() -> u64) -> Self {
+                Self { $( $f: counter_struct!(@get $kind $t, next) ),* }
+            }
+
             /// Adds `o` into `self` (ratios are left to `finished()`).
             pub fn add(&mut self, o: &Self) {
                 $( counter_struct!(@add $kind self.$f, o.$f); )*
@@ -68,6 +85,18 @@ macro_rules! counter_struct {
             }
         }
     };
+    (@n nested $t:ty) => { <$t>::WORDS };
+    (@n level $t:ty) => { 2 };
+    (@n ratio $t:ty) => { 2 };
+    (@n $other:ident $t:ty) => { 1 };
+    (@put nested $a:expr, $out:expr) => { $a.put_words($out) };
+    (@put level $a:expr, $out:expr) => { put_option($a, $out) };
+    (@put ratio $a:expr, $out:expr) => { put_option($a, $out) };
+    (@put $other:ident $a:expr, $out:expr) => { $out($a) };
+    (@get nested $t:ty, $next:expr) => { <$t>::from_words($next) };
+    (@get level $t:ty, $next:expr) => { get_option($next) };
+    (@get ratio $t:ty, $next:expr) => { get_option($next) };
+    (@get $other:ident $t:ty, $next:expr) => { $next() };
     // Saturating: counters from a capture can be anything, and a total pinned at u64::MAX
     // says "at least this" where a wrapped one would be small and wrong.
     (@add sum $a:expr, $b:expr) => { $a = $a.saturating_add($b) };
@@ -110,7 +139,33 @@ pub fn skip_reason_name(slot: usize) -> &'static str {
     SKIP_REASON_NAMES.get(slot).copied().unwrap_or("other")
 }
 
+/// An `Option<f64>` as two words (see `put_words`): set or not, then its bits.
+#[inline(always)]
+fn put_option(v: Option<f64>, out: &mut impl FnMut(u64)) {
+    out(u64::from(v.is_some()));
+    out(v.map_or(0, f64::to_bits));
+}
+
+#[inline(always)]
+fn get_option(next: &mut impl FnMut() -> u64) -> Option<f64> {
+    let set = next() != 0;
+    let bits = next();
+    set.then(|| f64::from_bits(bits))
+}
+
 impl SkipCounts {
+    pub const WORDS: usize = SKIP_REASON_SLOTS;
+
+    #[inline(always)]
+    pub fn put_words(&self, out: &mut impl FnMut(u64)) {
+        self.0.iter().for_each(|&w| out(w));
+    }
+
+    #[inline(always)]
+    pub fn from_words(next: &mut impl FnMut() -> u64) -> Self {
+        Self(std::array::from_fn(|_| next()))
+    }
+
     pub fn from_slots(slots: &[u64]) -> Self {
         let mut s = Self::default();
         for (i, n) in slots.iter().enumerate() {
@@ -357,6 +412,77 @@ impl Counts {
         c.scan.share_between_calls = None;
         c.scan.sampled_share = None;
         c == Self::default()
+    }
+}
+
+/// [`Counts`] as their non-zero words alone (see [`Counts::put_words`]): a bitmap of which
+/// words are not zero, and those words in order. A task's counts are mostly zeros (a busy
+/// task has a dozen counters or so of ~90 words), so a frontend that keeps each task's counts
+/// from one read to the next (`serve`'s previous counts) holds about a hundred bytes a task
+/// instead of 656. Bit-exact: an `Option<f64>` compares by its bits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PackedCounts {
+    nonzero: [u64; PACKED_MASK_WORDS],
+    words: Box<[u64]>,
+}
+
+const PACKED_MASK_WORDS: usize = Counts::WORDS.div_ceil(64);
+
+impl PackedCounts {
+    pub fn pack(c: &Counts) -> Self {
+        let (nonzero, words, n) = Self::scratch(c);
+        Self {
+            nonzero,
+            words: words[..n].into(),
+        }
+    }
+
+    /// `c`'s bitmap and non-zero words, on the stack: (bitmap, words, how many).
+    fn scratch(c: &Counts) -> ([u64; PACKED_MASK_WORDS], [u64; Counts::WORDS], usize) {
+        let mut nonzero = [0; PACKED_MASK_WORDS];
+        let mut words = [0; Counts::WORDS];
+        let (mut i, mut n) = (0, 0);
+        c.put_words(&mut |w| {
+            if w != 0 {
+                nonzero[i / 64] |= 1 << (i % 64);
+                words[n] = w;
+                n += 1;
+            }
+            i += 1;
+        });
+        (nonzero, words, n)
+    }
+
+    pub fn unpack(&self) -> Counts {
+        let (mut i, mut at) = (0, 0);
+        Counts::from_words(&mut || {
+            let w = if self.nonzero[i / 64] & (1 << (i % 64)) != 0 {
+                at += 1;
+                self.words[at - 1]
+            } else {
+                0
+            };
+            i += 1;
+            w
+        })
+    }
+
+    /// Makes `self` the packing of `now`: what it held before (`None`: it held `now`
+    /// already). Its allocation is kept where as many words are not zero as before (counts
+    /// grow, and mostly the same ones).
+    pub fn update(&mut self, now: &Counts) -> Option<Counts> {
+        let (nonzero, words, n) = Self::scratch(now);
+        if nonzero == self.nonzero && *self.words == words[..n] {
+            return None;
+        }
+        let earlier = self.unpack();
+        self.nonzero = nonzero;
+        if self.words.len() == n {
+            self.words.copy_from_slice(&words[..n]);
+        } else {
+            self.words = words[..n].into();
+        }
+        Some(earlier)
     }
 }
 
@@ -618,6 +744,77 @@ impl RegionCount {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Counts from words: each word zero, small, huge, or (an `Option<f64>`'s set word) 0/1.
+    fn counts_of(words: &[u64]) -> Counts {
+        let mut it = words.iter().copied();
+        Counts::from_words(&mut || it.next().unwrap_or(0))
+    }
+
+    proptest! {
+        /// Packed counts unpack to the counts packed, match them, and match no other counts
+        /// that differ in one word; `put_words` gives `WORDS` words, which read back.
+        #[test]
+        fn packed_counts_round_trip_and_tell_one_word_apart(
+            words in proptest::collection::vec(
+                prop_oneof![Just(0u64), Just(1u64), 0..1000u64, any::<u64>()],
+                Counts::WORDS,
+            ),
+            flip in 0..Counts::WORDS,
+            to in any::<u64>(),
+        ) {
+            let c = counts_of(&words);
+            let mut again = Vec::new();
+            c.put_words(&mut |w| again.push(w));
+            prop_assert_eq!(again.len(), Counts::WORDS);
+            prop_assert!(counts_of(&again).put_words_eq(&again));
+            let p = PackedCounts::pack(&c);
+            prop_assert_eq!(p.unpack().put_words_eq(&again), true);
+            prop_assert_eq!(PackedCounts::pack(&p.unpack()), p.clone());
+            let mut same = p.clone();
+            prop_assert_eq!(same.update(&c), None);
+            prop_assert_eq!(&same, &p);
+            let mut other = again.clone();
+            other[flip] = to;
+            let d = counts_of(&other);
+            let mut d_words = Vec::new();
+            d.put_words(&mut |w| d_words.push(w));
+            // (A set word other than 0/1 reads back as 1: the same counts.)
+            prop_assert_eq!(PackedCounts::pack(&d) == p, d_words == again);
+            // Updated to `d`: what it held before, unless that was `d` already; then `d`.
+            let mut upd = p.clone();
+            let before = upd.update(&d);
+            prop_assert_eq!(before.is_none(), d_words == again);
+            if let Some(b) = before {
+                prop_assert!(b.put_words_eq(&again));
+            }
+            prop_assert_eq!(upd, PackedCounts::pack(&d));
+        }
+    }
+
+    impl Counts {
+        fn put_words_eq(&self, words: &[u64]) -> bool {
+            let mut mine = Vec::new();
+            self.put_words(&mut |w| mine.push(w));
+            mine == words
+        }
+    }
+
+    #[test]
+    fn packed_counts_hold_only_what_is_not_zero() {
+        let mut s = TaskStats::new(1, 1);
+        s.hint_faults.faults = 7;
+        s.hint_faults.local = 5;
+        s.skip_vma[2] = 1;
+        let c = Counts::from_stats(&s);
+        let p = PackedCounts::pack(&c);
+        // faults, local, remote (derived), the skip slot and its total.
+        assert_eq!(p.words.len(), 5, "{p:?}");
+        assert_eq!(p.unpack(), c);
+        assert!(PackedCounts::pack(&Counts::default()).words.is_empty());
+        assert_eq!(PackedCounts::default().unpack(), Counts::default());
+    }
 
     fn stats(pid: u32, tgid: u32, first_ns: u64) -> TaskStats {
         let mut s = TaskStats::new(pid, tgid);
