@@ -98,8 +98,6 @@ pub struct TaskTable {
     keys_of: VecDeque<(u64, u64)>,
     /// The generation of the latest commit's key list (see `keys_of`).
     key_gen: u64,
-    /// A slot was taken or freed since the latest commit: its key list may differ.
-    keys_changed: bool,
     /// The keys of the latest commit's exit records that no slot held (their own list entries).
     lone_exits: Vec<Key>,
 }
@@ -298,7 +296,6 @@ impl TaskTable {
         self.index.insert(k, i as u32);
         self.added.push(i as u32);
         self.dirty = true;
-        self.keys_changed = true;
         i
     }
 
@@ -368,6 +365,9 @@ impl TaskTable {
         }
         self.added.clear();
         self.read_slots.truncate(self.read_pos);
+        // A slot was taken or freed since the latest commit (the order is stale): the list's
+        // keys may differ.
+        let slots_changed = self.dirty;
         self.sort();
         let order = std::mem::take(&mut self.order);
         // What each record is made from, in key order: the bookkeeping is sequential (cheap),
@@ -421,7 +421,7 @@ impl TaskTable {
         self.order = order;
         // The list's keys are the occupied slots' and the lone exit records': unchanged unless
         // a slot was taken or freed, or the lone exits differ.
-        if std::mem::take(&mut self.keys_changed) || lone_exits != self.lone_exits {
+        if slots_changed || lone_exits != self.lone_exits {
             self.key_gen += 1;
         }
         self.lone_exits = lone_exits;
@@ -535,7 +535,6 @@ impl TaskTable {
             };
             self.free.push(i);
             self.dirty = true;
-            self.keys_changed = true;
         }
     }
 
