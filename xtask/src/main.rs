@@ -2,6 +2,7 @@
 //! first (idempotently), so a fresh machine needs nothing but this repository and rustup.
 
 mod bench;
+mod build_cache;
 mod cmd;
 mod deb;
 mod musl;
@@ -86,6 +87,7 @@ fn run(cli: Cli) -> Result<()> {
             cmd::run_numatrace(&o.args)
         }
         Step::Test(o) => {
+            build_cache::link(&tools.pins.stable)?;
             test::run(&tools, !o.no_lint)?;
             if o.no_vm {
                 eprintln!("xtask: --no-vm: QEMU guests skipped");
