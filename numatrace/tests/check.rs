@@ -7,7 +7,7 @@ mod common;
 use common::{Sysctl, numatrace};
 
 /// What a check test starts from: the check's JSON results — one per run: the guests run each
-/// check `NUMATRACE_CHECK_REPEAT` times (vm-test: 2 on the amd64 6.12 and 7.x lines) and the runs' verdicts
+/// check `NUMATRACE_CHECK_REPEAT` times (vm-test: 2 on the amd64 6.12 line) and the runs' verdicts
 /// must agree — and `probes --json`, with NUMA balancing on (restored when the returned guard
 /// drops). `None`: skipped (said why).
 struct Run {
