@@ -8,6 +8,7 @@
 //! record, which is later and only larger. `/proc/vmstat` is read before and after the maps.
 
 pub mod accum;
+mod packed_stats;
 pub mod snapshot;
 pub mod spare;
 pub mod tasks;

@@ -4,9 +4,10 @@
 //! records of the ring buffer; a task missing from the map keeps what it had (carried
 //! forward).
 //!
-//! At 100 000 tasks a snapshot is ~70 MiB of records: the table keeps the raw entries (no heap
-//! per task), an index by key and the key order (re-sorted only when tasks come or go), so that
-//! building the list is the only per-task work left, and that is done on every core.
+//! At 100 000 tasks a snapshot is ~70 MiB of records: the table keeps the raw entries packed to
+//! their words that are not zero (see [`PackedStats`]: ~72 MB whole), an index by key and the
+//! key order (re-sorted only when tasks come or go), so that building the list is the only
+//! per-task work left, and that is done on every core.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet, VecDeque},
@@ -18,6 +19,7 @@ use std::{
 use numatrace_common::TaskStats;
 use rayon::prelude::*;
 
+use super::packed_stats::PackedStats;
 use crate::model::{CgroupPath, TaskRecord};
 
 /// A task across snapshots: (pid, creation time of its entry); a pid reused later is another.
@@ -70,7 +72,10 @@ struct Flags {
 #[derive(Default)]
 pub struct TaskTable {
     keys: Vec<Key>,
-    raw: Vec<TaskStats>,
+    raw: Vec<PackedStats>,
+    /// Each slot's entry's stamp (`TaskStats::touched`), beside the packed entries: what
+    /// decides whether an entry is compared at all.
+    touched: Vec<u32>,
     flags: Vec<Flags>,
     index: Index,
     free: Vec<u32>,
@@ -203,17 +208,26 @@ impl TaskTable {
         // The stamp of an entry a few ahead, where the previous read found it: the walk meets
         // the entries in the same order each time, and the table's are out of cache.
         if let Some(&ahead) = self.read_slots.get(self.read_pos + PREFETCH_AHEAD)
-            && let Some(r) = self.raw.get(ahead as usize)
+            && let Some(t) = self.touched.get(ahead as usize)
         {
-            prefetch_line((&raw const r.touched).cast());
+            prefetch_line((t as *const u32).cast());
+            prefetch(&self.raw[ahead as usize]);
+        }
+        // Nearer, the words of an entry whose place (asked for above) has come in by now.
+        if let Some(&near) = self.read_slots.get(self.read_pos + PREFETCH_AHEAD / 2)
+            && let Some(r) = self.raw.get(near as usize)
+        {
+            prefetch_words(r);
         }
         let mut taken = false;
         let i = match self.find(key(s)) {
             Some(i) => {
-                taken = untouched && self.raw[i].touched == s.touched;
-                if !taken && self.raw[i] != *s {
-                    self.raw[i] = *s;
-                    self.flags[i].record_dirty = true;
+                taken = untouched && self.touched[i] == s.touched;
+                if !taken {
+                    if self.raw[i].update(s) {
+                        self.flags[i].record_dirty = true;
+                    }
+                    self.touched[i] = s.touched;
                 }
                 self.flags[i].reading = true;
                 self.flags[i].read_exited = s.exited != 0;
@@ -282,12 +296,14 @@ impl TaskTable {
         let i = match self.free.pop() {
             Some(i) => {
                 let i = i as usize;
-                (self.keys[i], self.raw[i], self.flags[i]) = (k, *s, flags);
+                (self.keys[i], self.touched[i], self.flags[i]) = (k, s.touched, flags);
+                self.raw[i].update(s);
                 i
             }
             None => {
                 self.keys.push(k);
-                self.raw.push(*s);
+                self.raw.push(PackedStats::pack(s));
+                self.touched.push(s.touched);
                 self.flags.push(flags);
                 self.stable_since.push(u64::MAX);
                 self.keys.len() - 1
@@ -469,9 +485,16 @@ impl TaskTable {
             {
                 prefetch(&raw[*ahead as usize]);
             }
+            if let Some(Source::Slot(near, _)) = srcs.get(n + PREFETCH_AHEAD / 2)
+                && !keep(n + PREFETCH_AHEAD / 2)
+            {
+                prefetch_words(&raw[*near as usize]);
+            }
             let mut t = match *src {
                 Source::Exit(s) => TaskRecord::from_stats(s, true),
-                Source::Slot(i, exited) => TaskRecord::from_stats(&raw[i as usize], exited),
+                Source::Slot(i, exited) => {
+                    TaskRecord::from_stats(&raw[i as usize].unpack(), exited)
+                }
             };
             t.cgroup = cgroup(t.cgroup_id);
             t
@@ -533,6 +556,8 @@ impl TaskTable {
                 free: true,
                 ..Flags::default()
             };
+            // Its words go (a burst of exits is not held until the slots are taken again).
+            self.raw[i as usize] = PackedStats::default();
             self.free.push(i);
             self.dirty = true;
         }
@@ -618,6 +643,15 @@ const PREFETCH_AHEAD: usize = 8;
 fn prefetch<T>(v: &T) {
     let base = (v as *const T).cast::<u8>();
     for off in (0..size_of::<T>()).step_by(64) {
+        prefetch_line(base.wrapping_add(off));
+    }
+}
+
+/// Prefetch hints for a packed entry's words (their place is read from the entry: ask for the
+/// entry first).
+fn prefetch_words(r: &PackedStats) {
+    let (base, len) = r.words_bytes();
+    for off in (0..len).step_by(64) {
         prefetch_line(base.wrapping_add(off));
     }
 }
