@@ -4,14 +4,18 @@
 //!
 //! In a clone that has not built yet, the target directories those steps write are made links
 //! into the cache: root's in /var/cache (tests run programs from target/release as `nobody`,
-//! who cannot pass through /root), anyone else's in their own cache directory. Cargo names a workspace crate's artifacts by a hash of its path relative to
-//! the workspace, so every clone writes the same files over the last one's (the cache does not
-//! grow from run to run), and it rebuilds them from the clone's sources; a dependency whose
-//! fingerprint still holds is reused. A tree that has built already keeps its own directories.
+//! who cannot pass through /root), anyone else's in their own cache directory. Cargo names a
+//! workspace crate's artifacts by a hash of its path relative to the workspace, so every
+//! clone writes the same files over the last one's, and each `cargo xtask` step first makes
+//! sure the workspace is built from its own tree's sources ([`claim`]); a dependency whose
+//! fingerprint still holds is reused. A tree that has built already keeps its own
+//! directories. The workspace's files do not grow from run to run; each dependency version a
+//! lock file names and each nightly's eBPF builds do, until the stable pin changes (the other
+//! pins' caches are removed then) or `/var/cache/numatrace/builds` is removed by hand.
 
 use std::{
     fs,
-    os::unix::fs::PermissionsExt as _,
+    os::unix::{ffi::OsStrExt as _, fs::PermissionsExt as _},
     path::{Path, PathBuf},
 };
 
@@ -30,9 +34,23 @@ const KEPT: &[&str] = &[
     "aarch64-unknown-linux-musl",
 ];
 
-/// Links the target directories of [`KEPT`] that do not exist yet into the cache for the
-/// `stable` toolchain; the caches of other toolchains are removed (a pin's bump would otherwise
-/// leave gigabytes behind).
+/// The workspace's packages: what the cache holds of them is the last clone's to build them.
+const WORKSPACE: &[&str] = &[
+    "numatrace",
+    "numatrace-common",
+    "numatrace-lab",
+    "numatrace-ebpf",
+    "numatrace-fuzz",
+    "xtask",
+];
+
+/// The file in a toolchain's cache naming the tree whose workspace crates it holds.
+const OWNER: &str = "built-by";
+
+/// Links the target directories of [`KEPT`] that do not exist yet (or whose link leads
+/// nowhere, or to another toolchain's cache) into the cache for the `stable` toolchain; the
+/// caches of other toolchains are removed (a pin's bump would otherwise leave gigabytes
+/// behind). Then [`claim`].
 pub fn link(stable: &str) -> Result<()> {
     let root = builds_dir();
     let kept = root.join(stable);
@@ -40,16 +58,31 @@ pub fn link(stable: &str) -> Result<()> {
     let mut linked = Vec::new();
     for d in KEPT {
         let link = target.join(d);
-        // A directory of the tree's own, or a link made by an earlier run.
-        if link.symlink_metadata().is_ok() {
-            continue;
-        }
         let dir = kept.join(d);
+        match link.symlink_metadata() {
+            // A link made by an earlier run, still leading to this toolchain's cache.
+            Ok(m) if m.file_type().is_symlink() => {
+                if fs::read_link(&link).is_ok_and(|to| to == dir) && dir.is_dir() {
+                    continue;
+                }
+                fs::remove_file(&link)
+                    .with_context(|| format!("removing the stale link {}", link.display()))?;
+            }
+            // A directory of the tree's own.
+            Ok(_) => continue,
+            Err(_) => {}
+        }
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        // Passable by `nobody` whatever the umask (what a test runs from here as nobody).
-        let top = root.parent().unwrap_or(&root);
+        // Passable by `nobody` whatever the umask (tests run programs from here as nobody when
+        // run as root); only the cache's own directories are touched.
+        let top = if crate::process::is_root() {
+            root.parent().unwrap_or(&root)
+        } else {
+            &root
+        };
         for p in dir.ancestors().take_while(|p| p.starts_with(top)) {
-            fs::set_permissions(p, fs::Permissions::from_mode(0o755))?;
+            fs::set_permissions(p, fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} passable", p.display()))?;
         }
         fs::create_dir_all(&target)?;
         std::os::unix::fs::symlink(&dir, &link)
@@ -65,7 +98,84 @@ pub fn link(stable: &str) -> Result<()> {
         );
         remove_others(&root, stable)?;
     }
-    Ok(())
+    claim(stable)
+}
+
+/// Where this tree's target directories are links into the cache, makes sure that the
+/// workspace's crates there are rebuilt from this tree's sources when another tree built them
+/// last. Cargo names those files alike in every clone and judges them by the sources'
+/// times: a clone whose files are older than another's build (two clones made before either
+/// built, a copy that kept its times) would otherwise take that build as its own. Their
+/// fingerprints are removed, which cargo takes as "never built". One `cargo xtask` at a time
+/// per cache: two trees building into it at once would still overwrite each other's files.
+pub fn claim(stable: &str) -> Result<()> {
+    let kept = builds_dir().join(stable);
+    let target = workspace_root().join("target");
+    let linked = KEPT
+        .iter()
+        .any(|d| fs::read_link(target.join(d)).is_ok_and(|to| to.starts_with(&kept)));
+    if !linked {
+        return Ok(());
+    }
+    claim_dir(&kept)
+}
+
+/// The same for a target directory kept outside any tree (the fuzz build's): the workspace's
+/// crates in `dir` are rebuilt when another tree built them last.
+pub fn claim_dir(dir: &Path) -> Result<()> {
+    let owner = dir.join(OWNER);
+    let me = workspace_root();
+    if fs::read(&owner).is_ok_and(|b| b == me.as_os_str().as_bytes()) || !dir.is_dir() {
+        return Ok(());
+    }
+    let removed = forget_workspace(dir)?;
+    eprintln!(
+        "xtask: {} holds another tree's build of the workspace: {removed} of its fingerprints \
+         removed, so it is built again from {}",
+        dir.display(),
+        me.display()
+    );
+    fs::write(&owner, me.as_os_str().as_bytes())
+        .with_context(|| format!("writing {}", owner.display()))
+}
+
+/// Removes, under `dir` (every target directory, nested ones included: build.rs builds the
+/// eBPF crate in its own), the fingerprints of the workspace's packages; how many.
+fn forget_workspace(dir: &Path) -> Result<usize> {
+    let mut removed = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries {
+            let e = e?;
+            // Not through links: only what the cache itself holds.
+            if !e.file_type()?.is_dir() {
+                continue;
+            }
+            let path = e.path();
+            if e.file_name() == ".fingerprint" {
+                for f in fs::read_dir(&path)? {
+                    let f = f?;
+                    if is_workspace_unit(&f.file_name().to_string_lossy()) {
+                        fs::remove_dir_all(f.path())?;
+                        removed += 1;
+                    }
+                }
+            } else {
+                stack.push(path);
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether a fingerprint directory's name (`PACKAGE-HASH`) is a workspace package's.
+fn is_workspace_unit(name: &str) -> bool {
+    name.rsplit_once('-').is_some_and(|(pkg, hash)| {
+        WORKSPACE.contains(&pkg) && hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit())
+    })
 }
 
 /// Where the builds of each toolchain are kept.
@@ -90,4 +200,52 @@ fn remove_others(root: &Path, stable: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_workspace_packages_fingerprints_are_named() {
+        assert!(is_workspace_unit("numatrace-6d1e8bdf77c11942"));
+        assert!(is_workspace_unit("numatrace-common-206003c521b341a0"));
+        assert!(is_workspace_unit("numatrace-ebpf-0123456789abcdef"));
+        assert!(!is_workspace_unit("numatrace-ebpf"));
+        assert!(!is_workspace_unit("aya-0123456789abcdef"));
+        assert!(!is_workspace_unit("numatrace-common-0123"));
+        assert!(!is_workspace_unit("numatrace-xyz-0123456789abcdef"));
+    }
+
+    /// Another tree's build: the workspace's fingerprints go, nested target directories
+    /// included, the dependencies' stay; then the tree owns it and nothing more goes.
+    #[test]
+    fn another_trees_build_loses_the_workspaces_fingerprints_once() {
+        let dir = std::env::temp_dir().join(format!("xtask-claim-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let fp = |p: &str| dir.join(p);
+        for d in [
+            "release/.fingerprint/numatrace-6d1e8bdf77c11942",
+            "release/.fingerprint/aya-0123456789abcdef",
+            "release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/numatrace-ebpf-0123456789abcdef",
+            "release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/aya-ebpf-0123456789abcdef",
+        ] {
+            fs::create_dir_all(fp(d)).unwrap();
+        }
+        fs::write(dir.join(OWNER), "/elsewhere").unwrap();
+        claim_dir(&dir).unwrap();
+        assert!(!fp("release/.fingerprint/numatrace-6d1e8bdf77c11942").exists());
+        assert!(!fp("release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/numatrace-ebpf-0123456789abcdef").exists());
+        assert!(fp("release/.fingerprint/aya-0123456789abcdef").exists());
+        assert!(fp("release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/aya-ebpf-0123456789abcdef").exists());
+        assert_eq!(
+            fs::read(dir.join(OWNER)).unwrap(),
+            workspace_root().as_os_str().as_bytes()
+        );
+        // Built again by this tree: its own now, kept.
+        fs::create_dir_all(fp("release/.fingerprint/numatrace-6d1e8bdf77c11942")).unwrap();
+        claim_dir(&dir).unwrap();
+        assert!(fp("release/.fingerprint/numatrace-6d1e8bdf77c11942").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

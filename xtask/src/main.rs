@@ -71,6 +71,8 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     let tools = setup::ensure()?;
+    // A tree whose target directories are the cache's builds from its own sources.
+    build_cache::claim(&tools.pins.stable)?;
     match cli.step {
         Step::Setup => {
             println!("ready: {tools}");

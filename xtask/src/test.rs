@@ -351,6 +351,7 @@ fn fuzz(tools: &Tools) -> Result<()> {
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), PathBuf::from)
         .join("fuzz");
+    crate::build_cache::claim_dir(&build_dir)?;
     eprintln!("xtask: cargo fuzz build");
     check(
         cargo_fuzz(tools, &bin)

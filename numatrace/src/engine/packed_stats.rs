@@ -11,12 +11,21 @@ const WORDS: usize = size_of::<TaskStats>() / 8;
 const MASK: usize = WORDS.div_ceil(64);
 
 const _: () = assert!(size_of::<TaskStats>().is_multiple_of(8) && align_of::<TaskStats>() == 8);
+// No implicit padding: the fields' own sizes add up to the whole (4+4+16+4+4, the skip
+// reasons, then only u64s, then two u32 nodes; as numatrace-common's layout test has it).
+const _: () = assert!(
+    size_of::<TaskStats>()
+        == 32
+            + 8 * numatrace_common::SKIP_REASON_SLOTS
+            + (numatrace_common::TASK_STATS_U64S + 1) * 8
+            + 8
+);
 
 /// `s` as its words.
 fn words(s: &TaskStats) -> &[u64; WORDS] {
-    // SAFETY: TaskStats is #[repr(C)] plain integers, aligned to 8 (asserted above), its size a
-    // multiple of 8 and without implicit padding (numatrace-common's
-    // `layouts_have_no_implicit_padding`): every byte is initialised, and any bits are a u64.
+    // SAFETY: TaskStats is #[repr(C)] plain integers, aligned to 8, its size a multiple of 8
+    // and without implicit padding (all asserted above): every byte is initialised, and any
+    // bits are a u64.
     unsafe { &*(s as *const TaskStats).cast::<[u64; WORDS]>() }
 }
 

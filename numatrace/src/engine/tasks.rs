@@ -558,6 +558,7 @@ impl TaskTable {
             };
             // Its words go (a burst of exits is not held until the slots are taken again).
             self.raw[i as usize] = PackedStats::default();
+            self.touched[i as usize] = 0;
             self.free.push(i);
             self.dirty = true;
         }
