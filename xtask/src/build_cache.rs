@@ -50,7 +50,7 @@ const OWNER: &str = "built-by";
 /// Links the target directories of [`KEPT`] that do not exist yet (or whose link leads
 /// nowhere, or to another toolchain's cache) into the cache for the `stable` toolchain; the
 /// caches of other toolchains are removed (a pin's bump would otherwise leave gigabytes
-/// behind). Then [`claim`].
+/// behind). [`claim`] comes after it.
 pub fn link(stable: &str) -> Result<()> {
     let root = builds_dir();
     let kept = root.join(stable);
@@ -98,7 +98,7 @@ pub fn link(stable: &str) -> Result<()> {
         );
         remove_others(&root, stable)?;
     }
-    claim(stable)
+    Ok(())
 }
 
 /// Where this tree's target directories are links into the cache, makes sure that the

@@ -71,7 +71,11 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     let tools = setup::ensure()?;
-    // A tree whose target directories are the cache's builds from its own sources.
+    // A clean clone's test run keeps its compiled dependencies in the cache; any step in a
+    // tree whose target directories are the cache's builds them from its own sources.
+    if matches!(cli.step, Step::Test(_)) {
+        build_cache::link(&tools.pins.stable)?;
+    }
     build_cache::claim(&tools.pins.stable)?;
     match cli.step {
         Step::Setup => {
@@ -89,7 +93,6 @@ fn run(cli: Cli) -> Result<()> {
             cmd::run_numatrace(&o.args)
         }
         Step::Test(o) => {
-            build_cache::link(&tools.pins.stable)?;
             test::run(&tools, !o.no_lint)?;
             if o.no_vm {
                 eprintln!("xtask: --no-vm: QEMU guests skipped");
