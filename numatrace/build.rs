@@ -16,6 +16,12 @@ use anyhow::{Context as _, anyhow, bail};
 use cargo_metadata::{Artifact, CompilerMessage, Message};
 
 fn main() -> anyhow::Result<()> {
+    println!("cargo::rustc-check-cfg=cfg(fuzzing)");
+    // cargo fuzz's build (`--cfg fuzzing`) reads captures and never loads a program: the eBPF
+    // object, a nightly build of its own, is left out there (src/bpf/mod.rs).
+    if env::var_os("CARGO_CFG_FUZZING").is_some() {
+        return Ok(());
+    }
     let metadata = cargo_metadata::MetadataCommand::new()
         .no_deps()
         .exec()

@@ -163,6 +163,9 @@ fn forget_workspace(dir: &Path) -> Result<usize> {
                         removed += 1;
                     }
                 }
+            } else if e.file_name() == "fingerprint" && is_workspace_unit_dir(&d) {
+                fs::remove_dir_all(&path)?;
+                removed += 1;
             } else {
                 stack.push(path);
             }
@@ -173,9 +176,27 @@ fn forget_workspace(dir: &Path) -> Result<usize> {
 
 /// Whether a fingerprint directory's name (`PACKAGE-HASH`) is a workspace package's.
 fn is_workspace_unit(name: &str) -> bool {
-    name.rsplit_once('-').is_some_and(|(pkg, hash)| {
-        WORKSPACE.contains(&pkg) && hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit())
-    })
+    name.rsplit_once('-')
+        .is_some_and(|(pkg, hash)| WORKSPACE.contains(&pkg) && is_unit_hash(hash))
+}
+
+/// Whether `dir` is a workspace package's unit in the layout the nightly's cargo writes
+/// (`build/PACKAGE/HASH/fingerprint`: the fuzz build, the eBPF builds), not `.fingerprint/`.
+fn is_workspace_unit_dir(dir: &Path) -> bool {
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let pkg = dir.parent();
+    name(dir).is_some_and(|h| is_unit_hash(&h))
+        && pkg
+            .and_then(name)
+            .is_some_and(|p| WORKSPACE.contains(&p.as_str()))
+        && pkg
+            .and_then(Path::parent)
+            .and_then(name)
+            .is_some_and(|b| b == "build")
+}
+
+fn is_unit_hash(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Where the builds of each toolchain are kept.
@@ -229,6 +250,12 @@ mod tests {
             "release/.fingerprint/aya-0123456789abcdef",
             "release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/numatrace-ebpf-0123456789abcdef",
             "release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/aya-ebpf-0123456789abcdef",
+            // The nightly's layout (the eBPF build, the fuzz build).
+            "release/build/numatrace-0123456789abcdef/out/ebpf-target/release/build/numatrace-ebpf/0123456789abcdef/fingerprint",
+            "release/build/numatrace-0123456789abcdef/out/ebpf-target/release/build/aya-ebpf/0123456789abcdef/fingerprint",
+            "x86_64-unknown-linux-gnu/release/build/numatrace/5a246bbf71e0d566/fingerprint",
+            "x86_64-unknown-linux-gnu/release/build/numatrace/5a246bbf71e0d566/out",
+            "x86_64-unknown-linux-gnu/release/build/ring/0bf32b85076224dd/fingerprint",
         ] {
             fs::create_dir_all(fp(d)).unwrap();
         }
@@ -238,6 +265,18 @@ mod tests {
         assert!(!fp("release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/numatrace-ebpf-0123456789abcdef").exists());
         assert!(fp("release/.fingerprint/aya-0123456789abcdef").exists());
         assert!(fp("release/build/numatrace-0123456789abcdef/out/ebpf-target/release/.fingerprint/aya-ebpf-0123456789abcdef").exists());
+        assert!(!fp("release/build/numatrace-0123456789abcdef/out/ebpf-target/release/build/numatrace-ebpf/0123456789abcdef/fingerprint").exists());
+        assert!(
+            !fp("x86_64-unknown-linux-gnu/release/build/numatrace/5a246bbf71e0d566/fingerprint")
+                .exists()
+        );
+        assert!(fp("release/build/numatrace-0123456789abcdef/out/ebpf-target/release/build/aya-ebpf/0123456789abcdef/fingerprint").exists());
+        assert!(
+            fp("x86_64-unknown-linux-gnu/release/build/numatrace/5a246bbf71e0d566/out").exists()
+        );
+        assert!(
+            fp("x86_64-unknown-linux-gnu/release/build/ring/0bf32b85076224dd/fingerprint").exists()
+        );
         assert_eq!(
             fs::read(dir.join(OWNER)).unwrap(),
             workspace_root().as_os_str().as_bytes()

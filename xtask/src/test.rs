@@ -128,6 +128,22 @@ fn host_tests(tools: &Tools) -> Result<()> {
     )
 }
 
+/// The host crates' release binaries as the host tests build them, uplifted into target/release
+/// (nothing to compile right after those tests).
+pub fn build_tested(tools: &Tools) -> Result<()> {
+    check(
+        tools
+            .cargo(&tools.pins.stable)
+            .args(["test", "--release", "--no-run", "--quiet"])
+            .args(HOST_PACKAGES),
+    )?;
+    eprintln!(
+        "xtask: built {} (the tests' build)",
+        workspace_root().join("target/release/numatrace").display()
+    );
+    Ok(())
+}
+
 /// The host crates, as lint and the host tests name them; the guests run the executables
 /// `cargo test --release` builds for exactly these (vm::build): another set could unify
 /// features differently and compile everything again.
@@ -158,7 +174,12 @@ pub fn package(tools: &Tools) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: package: cargo xtask deb");
-    let deb = crate::deb::build(tools, numatrace_lab::arch::Arch::host())?;
+    let deb = crate::deb::build_from(
+        tools,
+        numatrace_lab::arch::Arch::host(),
+        None,
+        crate::deb::HostBuild::Tested,
+    )?;
     if let Some(version) = installed_version(crate::deb::PACKAGE) {
         eprintln!(
             "SKIPPED package install test: a {} package ({version}) is already installed on \

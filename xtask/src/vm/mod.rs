@@ -180,7 +180,7 @@ pub fn run(tools: &Tools, sel: &Selection) -> Result<()> {
             .parent()
             .context("the binaries' directory")?
             .to_path_buf();
-        let deb = crate::deb::build_from(tools, arch, Some(&dir))?;
+        let deb = crate::deb::build_from(tools, arch, Some(&dir), crate::deb::HostBuild::Tested)?;
         built.bins = crate::deb::unpacked_binaries(&deb, arch)?;
         workspace_root().join("target/release/numatrace")
     } else {
