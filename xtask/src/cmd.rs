@@ -49,6 +49,36 @@ pub fn build(tools: &Tools) -> Result<()> {
     Ok(())
 }
 
+/// The host crates' release binaries as the host tests build them, uplifted into target/release
+/// (nothing to compile right after those tests).
+pub fn build_tested(tools: &Tools) -> Result<()> {
+    check(
+        tools
+            .cargo(&tools.pins.stable)
+            .args(["test", "--release", "--no-run", "--quiet"])
+            .args(HOST_PACKAGES),
+    )?;
+    eprintln!(
+        "xtask: built {} (the tests' build)",
+        workspace_root().join("target/release/numatrace").display()
+    );
+    Ok(())
+}
+
+/// The host crates, as lint and the host tests name them; the guests run the executables
+/// `cargo test --release` builds for exactly these (vm::build): another set could unify
+/// features differently and compile everything again.
+pub const HOST_PACKAGES: &[&str] = &[
+    "--package",
+    "numatrace",
+    "--package",
+    "numatrace-common",
+    "--package",
+    "numatrace-lab",
+    "--package",
+    "xtask",
+];
+
 /// Runs the built binary; only this command runs as root, never the build.
 pub fn run_numatrace(args: &[String]) -> Result<()> {
     let bin = workspace_root().join("target/release/numatrace");

@@ -85,7 +85,7 @@ pub fn build_from(
 ) -> Result<PathBuf> {
     match host {
         HostBuild::Release => crate::cmd::build(tools)?,
-        HostBuild::Tested => crate::test::build_tested(tools)?,
+        HostBuild::Tested => crate::cmd::build_tested(tools)?,
     }
     let cross = arch != Arch::host();
     let bins_from = match prebuilt {

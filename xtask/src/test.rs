@@ -56,7 +56,7 @@ fn lint(tools: &Tools) -> Result<()> {
         tools
             .cargo(stable)
             .args(["clippy", "--release", "--all-targets"])
-            .args(HOST_PACKAGES)
+            .args(crate::cmd::HOST_PACKAGES)
             .args(["--", "-D", "warnings"]),
     )?;
     // Once per architecture whose registers the programs read (one source, two objects); each
@@ -123,40 +123,10 @@ fn host_tests(tools: &Tools) -> Result<()> {
         tools
             .cargo(stable)
             .args(["test", "--release"])
-            .args(HOST_PACKAGES)
+            .args(crate::cmd::HOST_PACKAGES)
             .args(["--", "--test-threads=1"]),
     )
 }
-
-/// The host crates' release binaries as the host tests build them, uplifted into target/release
-/// (nothing to compile right after those tests).
-pub fn build_tested(tools: &Tools) -> Result<()> {
-    check(
-        tools
-            .cargo(&tools.pins.stable)
-            .args(["test", "--release", "--no-run", "--quiet"])
-            .args(HOST_PACKAGES),
-    )?;
-    eprintln!(
-        "xtask: built {} (the tests' build)",
-        workspace_root().join("target/release/numatrace").display()
-    );
-    Ok(())
-}
-
-/// The host crates, as lint and the host tests name them; the guests run the executables
-/// `cargo test --release` builds for exactly these (vm::build): another set could unify
-/// features differently and compile everything again.
-pub const HOST_PACKAGES: &[&str] = &[
-    "--package",
-    "numatrace",
-    "--package",
-    "numatrace-common",
-    "--package",
-    "numatrace-lab",
-    "--package",
-    "xtask",
-];
 
 /// The "package" step (also `cargo xtask package-test`): builds the Debian package (lintian
 /// included), then installs it on this machine, uses what it installed and purges it. On the

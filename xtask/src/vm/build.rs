@@ -46,7 +46,7 @@ pub fn build_guest_binaries(
             tools
                 .cargo(&tools.pins.stable)
                 .args(["test", "--release"])
-                .args(crate::test::HOST_PACKAGES)
+                .args(crate::cmd::HOST_PACKAGES)
                 .args(["--no-run", "--message-format=json"]),
         )?
     } else {
