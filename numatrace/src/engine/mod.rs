@@ -150,6 +150,8 @@ pub struct Engine {
     /// The stamps' clock of batched reads (see [`stamps`]): entries no program took since the
     /// previous read are taken as they were, not compared with the table's.
     batch_stamps: Stamps,
+    /// The iterator's failed reads in a row, and whether to keep it after one.
+    iter_retry: task_iter::IterRetry,
     /// The kernel's jiffies for batched reads, probed at the first (`Some(None)`: none here).
     jiffies: Option<Option<Jiffies>>,
     /// Entries evicted, as the latest snapshot estimated: an incremental read that finds more
@@ -285,6 +287,7 @@ impl Engine {
             read_keys: None,
             unchanged: None,
             batch_stamps: Stamps::default(),
+            iter_retry: task_iter::IterRetry::default(),
             jiffies: None,
             evicted: 0,
         })
@@ -544,27 +547,26 @@ impl Engine {
         {
             match self.read_changed() {
                 Ok(Some(keys)) => {
+                    self.iter_retry.succeeded();
                     self.read_keys = Some(keys);
                     self.unchanged = Some(keys);
                     return Ok(self.table.in_flight());
                 }
                 // An unchanged entry the table does not hold (a read it dropped): read whole.
                 Ok(None) => {}
-                Err(TaskReadError::Iterator(e)) => {
-                    tracing::warn!("{e}: reading the task map in batches from now on");
-                    self.maps.task_iter = None;
-                }
+                Err(TaskReadError::Iterator(e)) => self.iterator_failed(&e),
                 Err(TaskReadError::Map(e)) => {
                     return Err(e).context("reading the task map");
                 }
             }
             self.table.abort_read();
         }
-        if let Some(iter) = &mut self.maps.task_iter
-            && let Err(e) = iter.start_whole()
-        {
-            tracing::warn!("{e}: reading the task map in batches from now on");
-            self.maps.task_iter = None;
+        if let Some(iter) = &mut self.maps.task_iter {
+            // Its success is not the iterator's recovery: only a changed-only read is (a
+            // failure that comes back at every such read drops it after ITER_TRIES).
+            if let Err(e) = iter.start_whole() {
+                self.iterator_failed(&e);
+            }
         }
         // Without the iterator, the kernel's jiffies from times(2): entries stamped before the
         // previous read's start (less the margin) are taken as they were. The batched walk
@@ -586,6 +588,22 @@ impl Engine {
         }
         self.unchanged = since.map(|_| untouched);
         Ok(self.table.in_flight())
+    }
+
+    /// After the iterator failed a read (this one is batched, whole): kept for the next read
+    /// while its failures may pass ([`task_iter::IterRetry`]), else dropped.
+    fn iterator_failed(&mut self, e: &task_iter::IterError) {
+        match self.iter_retry.failed(e) {
+            task_iter::AfterFailure::TryAgain(n) => tracing::warn!(
+                "{e}: this read of the task map is batched; the iterator is tried again at the \
+                 next ({n} failed in a row, {} dropped it)",
+                task_iter::ITER_TRIES
+            ),
+            task_iter::AfterFailure::Drop => {
+                tracing::warn!("{e}: reading the task map in batches from now on");
+                self.maps.task_iter = None;
+            }
+        }
     }
 
     /// The kernel's jiffies for batched reads, probed once; the HZ it knows sets the batched

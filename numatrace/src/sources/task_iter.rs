@@ -66,6 +66,50 @@ pub enum IterError {
     ClockWalkSentRecords(usize),
 }
 
+impl IterError {
+    /// Whether the next read may well succeed: a system call or the control map failing
+    /// (memory short, a read(2) the kernel gave up on: `EAGAIN` after a million entries sent
+    /// nothing), not a program that sends what this reader does not expect.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Syscall { .. } | Self::Map(_))
+    }
+}
+
+/// How many failed reads in a row the iterator is given before it is dropped for good.
+pub const ITER_TRIES: u32 = 3;
+
+/// Whether to keep the iterator after its walks fail: a transient failure is tried again at
+/// the next read, up to [`ITER_TRIES`] in a row (until a changed-only read succeeds); any other
+/// is final. Meanwhile the map is read in batches, which is exact, only slower.
+#[derive(Debug, Default)]
+pub struct IterRetry {
+    failed_in_a_row: u32,
+}
+
+/// What to do with the iterator after a failed read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Keep it: read in batches this time, through it next time (the failures in a row).
+    TryAgain(u32),
+    /// Drop it (its program detached): batched reads from now on.
+    Drop,
+}
+
+impl IterRetry {
+    pub fn succeeded(&mut self) {
+        self.failed_in_a_row = 0;
+    }
+
+    pub fn failed(&mut self, e: &IterError) -> AfterFailure {
+        self.failed_in_a_row += 1;
+        if e.is_transient() && self.failed_in_a_row < ITER_TRIES {
+            AfterFailure::TryAgain(self.failed_in_a_row)
+        } else {
+            AfterFailure::Drop
+        }
+    }
+}
+
 /// `union bpf_attr`'s `link_create` with `iter_info` (the map to walk).
 #[repr(C)]
 #[derive(Default)]
@@ -314,6 +358,38 @@ mod tests {
         // SAFETY: a plain-data value read as its bytes.
         let b = unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) };
         out.extend_from_slice(b);
+    }
+
+    fn syscall_error() -> IterError {
+        IterError::Syscall {
+            call: "read (task iterator)",
+            source: io::Error::from_raw_os_error(libc::EAGAIN),
+        }
+    }
+
+    /// A transient failure is tried again, up to ITER_TRIES in a row; a success starts the
+    /// count again; a malformed record drops the iterator at once.
+    #[test]
+    fn transient_failures_are_tried_again_a_few_times_in_a_row() {
+        let mut r = IterRetry::default();
+        assert_eq!(r.failed(&syscall_error()), AfterFailure::TryAgain(1));
+        assert_eq!(r.failed(&syscall_error()), AfterFailure::TryAgain(2));
+        r.succeeded();
+        for n in 1..ITER_TRIES {
+            assert_eq!(r.failed(&syscall_error()), AfterFailure::TryAgain(n));
+        }
+        assert_eq!(r.failed(&syscall_error()), AfterFailure::Drop);
+
+        let mut r = IterRetry::default();
+        assert_eq!(
+            r.failed(&IterError::Malformed { tag: 7, at: 0 }),
+            AfterFailure::Drop
+        );
+        let mut r = IterRetry::default();
+        assert_eq!(
+            r.failed(&IterError::ClockWalkSentRecords(2)),
+            AfterFailure::Drop
+        );
     }
 
     /// Records cut anywhere between reads come out whole, once each, in order; an unknown tag
