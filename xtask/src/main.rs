@@ -71,9 +71,10 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     let tools = setup::ensure()?;
-    // A clean clone's test run keeps its compiled dependencies in the cache; any step in a
-    // tree whose target directories are the cache's builds them from its own sources.
-    if matches!(cli.step, Step::Test(_)) {
+    // A clean clone's test or bench run keeps its compiled dependencies in the cache (the
+    // bench's static build is the arm64 test's twin for amd64); any step in a tree whose
+    // target directories are the cache's builds them from its own sources.
+    if matches!(cli.step, Step::Test(_) | Step::Bench(_)) {
         build_cache::link(&tools.pins.stable)?;
     }
     build_cache::claim(&tools.pins.stable)?;
