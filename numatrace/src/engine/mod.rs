@@ -152,8 +152,8 @@ pub struct Engine {
     batch_stamps: Stamps,
     /// The iterator's failed reads in a row, and whether to keep it after one.
     iter_retry: task_iter::IterRetry,
-    /// The kernel's jiffies for batched reads, probed at the first (`Some(None)`: none here).
-    jiffies: Option<Option<Jiffies>>,
+    /// The kernel's jiffies for batched reads, probed at the first.
+    jiffies: JiffiesProbe,
     /// Entries evicted, as the latest snapshot estimated: an incremental read that finds more
     /// missing is done again whole.
     evicted: u64,
@@ -172,6 +172,18 @@ const RETRY_MAX_TASKS: usize = 8192;
 fn watched(c: Counter) -> bool {
     c.is_tally() || c == Counter::TasksCreated
 }
+
+/// Where the kernel's HZ probe is ([`Jiffies::probe`]).
+enum JiffiesProbe {
+    Unstarted,
+    /// On its thread still (it took longer than [`JIFFIES_PROBE_WAIT`]).
+    Running(std::sync::mpsc::Receiver<Option<Jiffies>>),
+    Done(Option<Jiffies>),
+}
+
+/// How long the first batched read waits for the HZ probe, which is quick (a few hundred
+/// bytes of /proc) where nothing is wrong.
+const JIFFIES_PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Why a read of the task map through the iterator failed.
 #[derive(Debug, thiserror::Error)]
@@ -288,7 +300,7 @@ impl Engine {
             unchanged: None,
             batch_stamps: Stamps::default(),
             iter_retry: task_iter::IterRetry::default(),
-            jiffies: None,
+            jiffies: JiffiesProbe::Unstarted,
             evicted: 0,
         })
         .map(|mut e| {
@@ -609,20 +621,44 @@ impl Engine {
     /// The kernel's jiffies for batched reads, probed once; the HZ it knows sets the batched
     /// stamps' margin.
     fn jiffies(&mut self) -> Option<Jiffies> {
-        if let Some(j) = self.jiffies {
-            return j;
-        }
-        let j = Jiffies::probe();
+        let got = match &self.jiffies {
+            JiffiesProbe::Done(j) => return *j,
+            JiffiesProbe::Unstarted => {
+                // On a thread of its own: where only /proc/timer_list tells HZ, the kernel can
+                // take seconds to print it (see `Jiffies`); reads are whole meanwhile.
+                let (tx, rx) = std::sync::mpsc::channel();
+                let spawned = std::thread::Builder::new()
+                    .name("numatrace-hz".into())
+                    .spawn(move || tx.send(Jiffies::probe()));
+                if spawned.is_err() {
+                    Ok(None)
+                } else {
+                    rx.recv_timeout(JIFFIES_PROBE_WAIT).map_err(|_| rx)
+                }
+            }
+            JiffiesProbe::Running(rx) => match rx.try_recv() {
+                Ok(j) => Ok(j),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => Ok(None),
+                Err(std::sync::mpsc::TryRecvError::Empty) => return None,
+            },
+        };
+        let j = match got {
+            Ok(j) => j,
+            Err(rx) => {
+                self.jiffies = JiffiesProbe::Running(rx);
+                return None;
+            }
+        };
         match j {
             Some(j) => {
                 tracing::debug!("kernel HZ {}: batched reads skip untouched entries", j.hz());
                 self.batch_stamps.set_hz(j.hz());
             }
             None => tracing::info!(
-                "the kernel's HZ is not readable (/proc/timer_list): every batched read compares every task entry"
+                "the kernel's HZ is not readable (/proc/schedstat, or /proc/timer_list on a machine with few threads): every batched read compares every task entry"
             ),
         }
-        self.jiffies = Some(j);
+        self.jiffies = JiffiesProbe::Done(j);
         j
     }
 

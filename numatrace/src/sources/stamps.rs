@@ -136,10 +136,13 @@ pub fn untouched(touched: u32, since: Option<u32>) -> bool {
 /// The kernel's jiffies as userspace reads them at the cost of one system call: times(2)
 /// returns them converted to USER_HZ clock ticks (`jiffies_64_to_clock_t`), which this turns
 /// back into jiffies, rounding down (a start taken early makes more entries count as changed:
-/// never wrong). The conversion needs the kernel's HZ, learnt once from /proc/timer_list (its
-/// first CPU's `jiffies:` line beside a times(2) reading). That file is read only here: the
-/// kernel prints it walking each CPU's timers with interrupts off, which a per-snapshot read
-/// would repeat.
+/// never wrong). The conversion needs the kernel's HZ, learnt once from a jiffies reading
+/// beside a times(2) one: /proc/schedstat's `timestamp` line (CONFIG_SCHEDSTATS, as Debian's
+/// and Ubuntu's kernels), else /proc/timer_list's first CPU's `jiffies:` line. The kernel
+/// prints the latter after that CPU's armed hrtimers, walking to the n-th one again for each
+/// (quadratic: 5.5 s of kernel time with 10 000 sleeping threads on the test host), so it is
+/// read only on a machine with few threads ([`TIMER_LIST_MAX_THREADS`]), once, and the engine
+/// probes on a thread of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Jiffies {
     hz: u64,
@@ -154,7 +157,17 @@ impl Jiffies {
         // SAFETY: sysconf only reads a constant.
         let user_hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
         let before = clock_ticks()?;
-        let j = timer_list_jiffies()?;
+        let j = schedstat_jiffies().or_else(|| {
+            let threads = threads()?;
+            if threads > TIMER_LIST_MAX_THREADS {
+                tracing::debug!(
+                    "not reading /proc/timer_list with {threads} threads on the machine (its \
+                     output costs the kernel time quadratic in the armed timers)"
+                );
+                return None;
+            }
+            timer_list_jiffies()
+        })?;
         Self::from_reading(j, before, clock_ticks()?, user_hz)
     }
 
@@ -208,6 +221,39 @@ fn clock_ticks() -> Option<u64> {
     u64::try_from(r).ok()
 }
 
+/// Above this many threads on the machine (each may have an hrtimer armed), /proc/timer_list
+/// is not read: at 2 048 armed timers its first CPU's part costs the kernel ~0.2 s.
+pub const TIMER_LIST_MAX_THREADS: u64 = 2048;
+
+/// The kernel's jiffies from /proc/schedstat: its `timestamp` line, printed before any CPU's.
+fn schedstat_jiffies() -> Option<u64> {
+    let mut f = File::open("/proc/schedstat").ok()?;
+    let mut text = vec![0; 4096];
+    let n = loop {
+        match f.read(&mut text) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r.ok()?,
+        }
+    };
+    parse_line(&text[..n], b"\ntimestamp ")
+}
+
+/// How many threads the machine has: /proc/loadavg's `running/total` field.
+fn threads() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    parse_threads(&text)
+}
+
+fn parse_threads(loadavg: &str) -> Option<u64> {
+    loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .1
+        .parse()
+        .ok()
+}
+
 /// The kernel's jiffies from /proc/timer_list: its first CPU's `jiffies:` line.
 fn timer_list_jiffies() -> Option<u64> {
     let mut f = File::open("/proc/timer_list").ok()?;
@@ -240,8 +286,13 @@ const READ_MAX: usize = 1024 * 1024;
 
 /// The first complete `jiffies: N` line of `text`.
 fn parse_jiffies(text: &[u8]) -> Option<u64> {
-    const KEY: &[u8] = b"\njiffies: ";
-    let at = text.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    parse_line(text, b"\njiffies: ")
+}
+
+/// The number of the first complete line of `text` that starts with `key` (`key` begins with
+/// the newline before it).
+fn parse_line(text: &[u8], key: &[u8]) -> Option<u64> {
+    let at = text.windows(key.len()).position(|w| w == key)? + key.len();
     let rest = &text[at..];
     let end = rest.iter().position(|&b| b == b'\n')?;
     let digits = &rest[..end];
@@ -272,6 +323,44 @@ mod tests {
         assert_eq!(parse_jiffies(b"x\njiffies: -5\n"), None);
         // A field that ends in the same word is not the line.
         assert_eq!(parse_jiffies(b"x\n .last_jiffies: 5\n"), None);
+    }
+
+    #[test]
+    fn schedstat_timestamp_and_thread_count_parse() {
+        let text = b"version 17\ntimestamp 4310285607\ncpu0 0 0 0 0 0 0 1 2 3\n";
+        assert_eq!(parse_line(text, b"\ntimestamp "), Some(4_310_285_607));
+        assert_eq!(
+            parse_line(b"version 17\ntimestamp 43", b"\ntimestamp "),
+            None
+        );
+        assert_eq!(
+            parse_threads("0.00 0.01 0.05 3/10120 13581\n"),
+            Some(10_120)
+        );
+        assert_eq!(parse_threads("0.00 0.01 0.05\n"), None);
+        assert_eq!(parse_threads("0.00 0.01 0.05 3-10120 1\n"), None);
+    }
+
+    /// Where the kernel has either file (root), the probe gives a HZ the kernel can have, and
+    /// jiffies now within a tick of its reading.
+    #[test]
+    fn the_probe_agrees_with_the_kernel_where_it_reads() {
+        let Some(j) = Jiffies::probe() else {
+            eprintln!(
+                "SKIPPED: neither /proc/schedstat nor a short /proc/timer_list is readable here"
+            );
+            return;
+        };
+        assert!([100, 250, 300, 1000].contains(&j.hz()), "HZ {}", j.hz());
+        let direct = schedstat_jiffies().or_else(timer_list_jiffies).unwrap();
+        let now = j.now().unwrap();
+        // times(2) turned back lags the kernel's jiffies by up to HZ / USER_HZ + 1, and a few
+        // may pass between the two readings.
+        let apart = now.wrapping_sub(direct as u32) as i32;
+        assert!(
+            apart.unsigned_abs() <= (j.hz() / 100 + 3) as u32,
+            "jiffies {direct}, from times(2) {now}"
+        );
     }
 
     #[test]
