@@ -550,6 +550,9 @@ impl Engine {
     fn read_tasks(&mut self, whole: bool) -> Result<u64> {
         self.read_keys = None;
         self.unchanged = None;
+        // The iterator failed in this read already: the next read tries it (one failure counted
+        // per read).
+        let mut failed = false;
         if !whole
             && self
                 .maps
@@ -566,16 +569,22 @@ impl Engine {
                 }
                 // An unchanged entry the table does not hold (a read it dropped): read whole.
                 Ok(None) => {}
-                Err(TaskReadError::Iterator(e)) => self.iterator_failed(&e),
+                Err(TaskReadError::Iterator(e)) => {
+                    self.iterator_failed(&e);
+                    failed = true;
+                }
                 Err(TaskReadError::Map(e)) => {
                     return Err(e).context("reading the task map");
                 }
             }
             self.table.abort_read();
         }
-        if let Some(iter) = &mut self.maps.task_iter {
+        if let Some(iter) = &mut self.maps.task_iter
+            && !failed
+        {
             // Its success is not the iterator's recovery: only a changed-only read is (a
-            // failure that comes back at every such read drops it after ITER_TRIES).
+            // failure that comes back at every such read drops it after ITER_TRIES). After a
+            // failed walk its stamps are cleared already, so the next read is whole.
             if let Err(e) = iter.start_whole() {
                 self.iterator_failed(&e);
             }
@@ -630,7 +639,8 @@ impl Engine {
                 let spawned = std::thread::Builder::new()
                     .name("numatrace-hz".into())
                     .spawn(move || tx.send(Jiffies::probe()));
-                if spawned.is_err() {
+                if let Err(e) = spawned {
+                    tracing::warn!("starting the kernel's HZ probe: {e}");
                     Ok(None)
                 } else {
                     rx.recv_timeout(JIFFIES_PROBE_WAIT).map_err(|_| rx)

@@ -67,11 +67,16 @@ pub enum IterError {
 }
 
 impl IterError {
-    /// Whether the next read may well succeed: a system call or the control map failing
-    /// (memory short, a read(2) the kernel gave up on: `EAGAIN` after a million entries sent
-    /// nothing), not a program that sends what this reader does not expect.
+    /// Whether the next read may well succeed: a system call or the control map failing (memory
+    /// short), not a program that sends what this reader does not expect, nor `EAGAIN`: the
+    /// kernel's answer to a read(2) that walked a million entries sending nothing, which a
+    /// map that large gives every clock walk.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Syscall { .. } | Self::Map(_))
+        match self {
+            Self::Syscall { source, .. } => source.raw_os_error() != Some(libc::EAGAIN),
+            Self::Map(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -363,7 +368,7 @@ mod tests {
     fn syscall_error() -> IterError {
         IterError::Syscall {
             call: "read (task iterator)",
-            source: io::Error::from_raw_os_error(libc::EAGAIN),
+            source: io::Error::from_raw_os_error(libc::ENOMEM),
         }
     }
 
@@ -390,6 +395,13 @@ mod tests {
             r.failed(&IterError::ClockWalkSentRecords(2)),
             AfterFailure::Drop
         );
+        // A million entries walked with nothing sent: the map's size, not a passing state.
+        let mut r = IterRetry::default();
+        let eagain = IterError::Syscall {
+            call: "read (task iterator)",
+            source: io::Error::from_raw_os_error(libc::EAGAIN),
+        };
+        assert_eq!(r.failed(&eagain), AfterFailure::Drop);
     }
 
     /// Records cut anywhere between reads come out whole, once each, in order; an unknown tag
