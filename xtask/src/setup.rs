@@ -94,8 +94,36 @@ impl Tools {
         ] {
             c.env_remove(k);
         }
+        scrub_outer_package(&mut c);
         c
     }
+}
+
+/// Removes from `c`'s environment what the outer `cargo run` says of xtask itself
+/// (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, ...): a build script that names one of them in
+/// rerun-if-env-changed (ring names six) is compared against the cargo process's own, so it
+/// would run again, and its crate and every crate above it compile again, in each clone, whose
+/// path the value carries (CI's clean clones compiled ring, rustls and rcgen three times
+/// each). Cargo gives every build script its own values.
+fn scrub_outer_package(c: &mut Command) {
+    for (k, _) in env::vars_os() {
+        if k.to_str().is_some_and(is_outer_package_var) {
+            c.env_remove(k);
+        }
+    }
+}
+
+fn is_outer_package_var(k: &str) -> bool {
+    k.starts_with("CARGO_PKG_")
+        || matches!(
+            k,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
 }
 
 fn toolchain_ready(name: &str, components: &[&str]) -> bool {
@@ -305,4 +333,33 @@ pub fn ensure() -> Result<Tools> {
         pins,
         bpf_linker_bin,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `cargo test` sets the package's variables at run time, as `cargo run` does for xtask:
+    /// the children's cargo sees none of them, and keeps the rest (CARGO_HOME, PATH).
+    #[test]
+    fn children_do_not_inherit_the_outer_packages_variables() {
+        assert!(
+            env::var_os("CARGO_MANIFEST_DIR").is_some() && env::var_os("CARGO_PKG_NAME").is_some()
+        );
+        let mut c = Command::new("true");
+        scrub_outer_package(&mut c);
+        let removed: Vec<String> = c
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        for k in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION"] {
+            assert!(removed.iter().any(|r| r == k), "{k} kept: {removed:?}");
+        }
+        assert!(
+            removed.iter().all(|r| is_outer_package_var(r)),
+            "{removed:?}"
+        );
+        assert!(!is_outer_package_var("CARGO_HOME") && !is_outer_package_var("CARGO_TARGET_DIR"));
+    }
 }
