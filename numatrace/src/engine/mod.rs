@@ -173,12 +173,33 @@ fn watched(c: Counter) -> bool {
     c.is_tally() || c == Counter::TasksCreated
 }
 
-/// Where the kernel's HZ probe is ([`Jiffies::probe`]).
+/// Where the kernel's HZ probe is ([`Jiffies::probe`]): on a thread of its own, started with
+/// the engine and not during a read (where only /proc/timer_list tells HZ, the kernel can take
+/// seconds to print it; and a thread started and ended inside a read would move the kernel
+/// side's own counters between their two readings, making the read inconsistent).
 enum JiffiesProbe {
-    Unstarted,
-    /// On its thread still (it took longer than [`JIFFIES_PROBE_WAIT`]).
-    Running(std::sync::mpsc::Receiver<Option<Jiffies>>),
+    /// On its thread; `waited`: a batched read has waited for it once.
+    Running {
+        rx: std::sync::mpsc::Receiver<Option<Jiffies>>,
+        waited: bool,
+    },
     Done(Option<Jiffies>),
+}
+
+impl JiffiesProbe {
+    fn start() -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        match std::thread::Builder::new()
+            .name("numatrace-hz".into())
+            .spawn(move || tx.send(Jiffies::probe()))
+        {
+            Ok(_) => Self::Running { rx, waited: false },
+            Err(e) => {
+                tracing::warn!("starting the kernel's HZ probe: {e}");
+                Self::Done(None)
+            }
+        }
+    }
 }
 
 /// How long the first batched read waits for the HZ probe, which is quick (a few hundred
@@ -300,7 +321,7 @@ impl Engine {
             unchanged: None,
             batch_stamps: Stamps::default(),
             iter_retry: task_iter::IterRetry::default(),
-            jiffies: JiffiesProbe::Unstarted,
+            jiffies: JiffiesProbe::start(),
             evicted: 0,
         })
         .map(|mut e| {
@@ -630,33 +651,25 @@ impl Engine {
     /// The kernel's jiffies for batched reads, probed once; the HZ it knows sets the batched
     /// stamps' margin.
     fn jiffies(&mut self) -> Option<Jiffies> {
-        let got = match &self.jiffies {
+        let j = match &mut self.jiffies {
             JiffiesProbe::Done(j) => return *j,
-            JiffiesProbe::Unstarted => {
-                // On a thread of its own: where only /proc/timer_list tells HZ, the kernel can
-                // take seconds to print it (see `Jiffies`); reads are whole meanwhile.
-                let (tx, rx) = std::sync::mpsc::channel();
-                let spawned = std::thread::Builder::new()
-                    .name("numatrace-hz".into())
-                    .spawn(move || tx.send(Jiffies::probe()));
-                if let Err(e) = spawned {
-                    tracing::warn!("starting the kernel's HZ probe: {e}");
-                    Ok(None)
+            JiffiesProbe::Running { rx, waited } => {
+                // The first batched read waits for it a while; the others only look.
+                let got = if *waited {
+                    rx.try_recv()
+                        .map_err(|e| matches!(e, std::sync::mpsc::TryRecvError::Empty))
                 } else {
-                    rx.recv_timeout(JIFFIES_PROBE_WAIT).map_err(|_| rx)
+                    *waited = true;
+                    rx.recv_timeout(JIFFIES_PROBE_WAIT)
+                        .map_err(|e| matches!(e, std::sync::mpsc::RecvTimeoutError::Timeout))
+                };
+                match got {
+                    Ok(j) => j,
+                    // Still probing: this read takes nothing as unchanged.
+                    Err(true) => return None,
+                    // The thread ended without an answer.
+                    Err(false) => None,
                 }
-            }
-            JiffiesProbe::Running(rx) => match rx.try_recv() {
-                Ok(j) => Ok(j),
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => Ok(None),
-                Err(std::sync::mpsc::TryRecvError::Empty) => return None,
-            },
-        };
-        let j = match got {
-            Ok(j) => j,
-            Err(rx) => {
-                self.jiffies = JiffiesProbe::Running(rx);
-                return None;
             }
         };
         match j {
