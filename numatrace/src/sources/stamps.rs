@@ -230,13 +230,18 @@ pub const TIMER_LIST_MAX_THREADS: u64 = 2048;
 fn schedstat_jiffies() -> Option<u64> {
     let mut f = File::open("/proc/schedstat").ok()?;
     let mut text = vec![0; 4096];
-    let n = loop {
-        match f.read(&mut text) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            r => break r.ok()?,
-        }
-    };
+    let n = read_some(&mut f, &mut text)?;
     parse_line(&text[..n], b"\ntimestamp ")
+}
+
+/// One read(2) of a /proc file, again where a signal interrupted it.
+fn read_some(f: &mut File, buf: &mut [u8]) -> Option<usize> {
+    loop {
+        match f.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r.ok(),
+        }
+    }
 }
 
 /// How many threads the machine has: /proc/loadavg's `running/total` field.
@@ -262,12 +267,7 @@ fn timer_list_jiffies() -> Option<u64> {
     while text.len() < READ_MAX {
         let at = text.len();
         text.resize(at + READ_STEP, 0);
-        let n = loop {
-            match f.read(&mut text[at..]) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => break r.ok()?,
-            }
-        };
+        let n = read_some(&mut f, &mut text[at..])?;
         text.truncate(at + n);
         if let Some(j) = parse_jiffies(&text) {
             return Some(j);
