@@ -934,12 +934,12 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                     "Snapshot at {n} tasks ({place}): {} ms (target ≤ {SCALE_SNAPSHOT_MS} ms). The kernel's batched \
                      lookup alone hands the {n} entries over in {} ms (BPF_MAP_LOOKUP_BATCH: a \
                      bucket lock and two copies to userspace per entry); the rest takes the \
-                     entries into the engine's table and builds the snapshot's task list ({:.0} \
+                     entries into the engine's table and builds the snapshot's task list ({} \
                      MiB of records, written into the list the previous snapshot handed back), \
                      each task labelled with its cgroup's path.",
                     fmt_opt(r.summary_ms, 1),
                     fmt_opt(r.map_read_ms, 1),
-                    r.task_list_mib
+                    fmt_opt(r.task_list_mib, 0)
                 ),
                 "snapshot, a tenth changed" => format!(
                     "Snapshot at {n} tasks with a tenth of them changed ({place}): {} ms (target \
@@ -985,13 +985,15 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                 ),
                 "RSS" => format!(
                     "{} at {n} tasks ({place}): peak RSS {:.1} MiB (target ≤ {SCALE_RSS_MIB} MiB): one \
-                     snapshot's task list alone is {:.0} MiB ({} bytes per task), and the \
-                     command holds the engine's table of the kernel entries besides its own \
-                     per-task state.",
+                     snapshot's task list is {} MiB ({} bytes per task, its packed counts \
+                     included), and the command holds the engine's table of the kernel entries \
+                     besides its own per-task state.",
                     r.command,
                     r.peak_rss_mib,
-                    r.task_list_mib,
-                    (r.task_list_mib * 1024.0 * 1024.0 / n.max(1) as f64).round()
+                    fmt_opt(r.task_list_mib, 0),
+                    r.task_list_mib.map_or("?".to_owned(), |m| {
+                        format!("{:.0}", m * 1024.0 * 1024.0 / n.max(1) as f64)
+                    })
                 ),
                 _ => format!(
                     "top -b at {n} tasks ({place}): {} frames in {:.0} s, longest gap {} s \
@@ -1221,7 +1223,7 @@ mod tests {
             kept_records: None,
             unchanged_entries: None,
             map_read_ms: None,
-            task_list_mib: 68.7,
+            task_list_mib: Some(68.7),
             scrape_ms: None,
             scrape_max_ms: None,
             peak_rss_mib: 40.0,

@@ -347,7 +347,7 @@ impl Capture {
                     tasks = f.tasks.iter().map(|t| (t.key(), t.clone())).collect();
                     totals = Counts::default();
                     for t in tasks.values().filter(|t| t.tgid != f.self_tgid) {
-                        totals.add(&t.counts);
+                        t.counts.add_to(&mut totals);
                     }
                     first = Some(f);
                 }
@@ -368,8 +368,8 @@ impl Capture {
                         match tasks.get(&t.key()) {
                             // Counters only grow: what the task added since it was last
                             // written (max fields: its latest value).
-                            Some(old) if traced => totals.add(&t.counts.delta(&old.counts)),
-                            None if traced => totals.add(&t.counts),
+                            Some(old) if traced => totals.add(&t.counts().delta(&old.counts())),
+                            None if traced => t.counts.add_to(&mut totals),
                             _ => {}
                         }
                         tasks.insert(t.key(), t);

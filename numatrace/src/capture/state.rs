@@ -72,7 +72,7 @@ pub struct BusyProcess {
 /// How busy a task was with NUMA balancing: what it cost the kernel (PTE updates, hint
 /// faults, pages migrated).
 fn weight(t: &TaskRecord) -> u64 {
-    let c = &t.counts;
+    let c = &t.counts();
     c.scan
         .pte_updates
         .saturating_add(c.hint_faults.faults)
@@ -463,7 +463,7 @@ mod tests {
             preferred_node: None,
             last_node: None,
             first_ns: 0,
-            counts,
+            counts: crate::model::PackedCounts::pack(&counts),
         }
     }
 

@@ -30,7 +30,7 @@ use crate::{
     },
     cli::RecordArgs,
     engine::{Detail, Engine, Snapshot},
-    model::{Counts, Filter, Scope, TaskRecord, Window},
+    model::{Filter, PackedCounts, Scope, TaskRecord, Window},
     session::{CollectOptions, Observer, Signals, collect_with},
     sources::procfs::process_alive,
 };
@@ -279,7 +279,7 @@ struct Recorder {
     progress: Option<ProgressBar>,
     started: Instant,
     /// Each task's counts at the previous sample: a sample carries only the tasks that changed.
-    sampled: HashMap<(u32, u64), Counts>,
+    sampled: HashMap<(u32, u64), PackedCounts>,
     /// The first write that failed (a full disk): from then on everything is counted only.
     write_error: Option<String>,
     /// The busiest tasks' procfs state as last read, and when; a read in progress (off the

@@ -4,7 +4,8 @@
 //! records of the ring buffer; a task missing from the map keeps what it had (carried
 //! forward).
 //!
-//! At 100 000 tasks a snapshot is ~70 MiB of records: the table keeps the raw entries packed to
+//! At 100 000 tasks a snapshot is ~19 MiB of records (their counts packed, see
+//! [`crate::model::PackedCounts`]): the table keeps the raw entries packed to
 //! their words that are not zero (see [`PackedStats`]: ~72 MB whole), an index by key and the
 //! key order (re-sorted only when tasks come or go), so that building the list is the only
 //! per-task work left, and that is done on every core.
@@ -464,8 +465,13 @@ impl TaskTable {
                     Source::Slot(i, _) => keys[i as usize],
                 })
             }
+            // Another list's records (none kept): written over in place all the same, so
+            // that their counts' allocations serve again.
             _ => {
-                out.clear();
+                out.truncate(srcs.len());
+                if !out.is_empty() {
+                    out.resize_with(srcs.len(), TaskRecord::default);
+                }
                 Vec::new()
             }
         };
@@ -479,7 +485,8 @@ impl TaskTable {
             }
             Source::Exit(_) => false,
         };
-        let build = |n: usize, src: &Source<'_>| {
+        // Written in place: a record of the list handed back keeps its counts' allocation.
+        let fill = |n: usize, src: &Source<'_>, t: &mut TaskRecord| {
             if let Some(Source::Slot(ahead, _)) = srcs.get(n + PREFETCH_AHEAD)
                 && !keep(n + PREFETCH_AHEAD)
             {
@@ -490,18 +497,20 @@ impl TaskTable {
             {
                 prefetch_words(&raw[*near as usize]);
             }
-            let mut t = match *src {
-                Source::Exit(s) => TaskRecord::from_stats(s, true),
-                Source::Slot(i, exited) => {
-                    TaskRecord::from_stats(&raw[i as usize].unpack(), exited)
-                }
-            };
+            match *src {
+                Source::Exit(s) => t.refill(s, true),
+                Source::Slot(i, exited) => t.refill(&raw[i as usize].unpack(), exited),
+            }
             t.cgroup = cgroup(t.cgroup_id);
+        };
+        let build = |n: usize, src: &Source<'_>| {
+            let mut t = TaskRecord::default();
+            fill(n, src, &mut t);
             t
         };
         let update = |n: usize, t: &mut TaskRecord| {
             if !keep(n) {
-                *t = build(n, &srcs[n]);
+                fill(n, &srcs[n], t);
             } else if !cgroups_valid {
                 t.cgroup = cgroup(t.cgroup_id);
             }
@@ -679,7 +688,7 @@ fn prefetch_line(line: *const u8) {
 pub const PREPARE_FROM: usize = 8192;
 
 /// An empty list with room for `n` records, its memory already faulted in. A snapshot of
-/// 100 000 tasks is ~70 MiB, mapped afresh each time (the allocator hands blocks that large
+/// 100 000 tasks is ~11 MiB of records, mapped afresh each time (the allocator hands blocks that large
 /// back to the kernel when they are freed); faulting it in takes about as long as filling it,
 /// so the engine has it done on another thread while it reads the kernel's map.
 pub fn prepared_records(n: usize) -> Vec<TaskRecord> {
@@ -1239,7 +1248,10 @@ pub(crate) mod tests {
             t.begin_read();
             let taken: Vec<bool> = entries.iter().map(|(s, u)| t.note(s, false, *u)).collect();
             let tasks = t.commit(Reuse::default(), &BTreeMap::new(), |_| true, |_| None);
-            let faults = tasks.iter().map(|r| r.counts.hint_faults.faults).collect();
+            let faults = tasks
+                .iter()
+                .map(|r| r.counts().hint_faults.faults)
+                .collect();
             (taken, faults)
         };
         let (taken, faults): (Vec<bool>, Vec<u64>) = read(

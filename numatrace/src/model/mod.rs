@@ -403,17 +403,48 @@ impl Counts {
             return false;
         }
         let mut c = self.clone();
-        c.scan.samples = 0;
-        c.scan.task_runtime_ns = 0;
-        c.scan.max_ns = 0;
-        c.scan.scan_seq = 0;
-        c.scan.share = None;
-        c.scan.wall_share = None;
-        c.scan.share_between_calls = None;
-        c.scan.sampled_share = None;
+        c.clear_not_activity();
         c == Self::default()
     }
+
+    /// Clears what [`Counts::is_empty`] does not take as activity.
+    fn clear_not_activity(&mut self) {
+        let sc = &mut self.scan;
+        sc.samples = 0;
+        sc.task_runtime_ns = 0;
+        sc.max_ns = 0;
+        sc.scan_seq = 0;
+        sc.share = None;
+        sc.wall_share = None;
+        sc.share_between_calls = None;
+        sc.sampled_share = None;
+    }
 }
+
+/// Which words of a packing ([`Counts::put_words`]) answer [`PackedCounts::busy`] and
+/// [`PackedCounts::is_empty`], and where two often read counters are: worked out once from
+/// [`Counts`] itself, so they follow its declaration.
+struct WordMap {
+    busy: [u64; PACKED_MASK_WORDS],
+    activity: [u64; PACKED_MASK_WORDS],
+    skipped_vmas_total: usize,
+}
+
+static WORD_MAP: std::sync::LazyLock<WordMap> = std::sync::LazyLock::new(|| {
+    let mask = |c: &Counts| PackedCounts::scratch(c).0;
+    let mut busy = Counts::default();
+    busy.hint_faults.faults = 1;
+    busy.scan.pte_updates = 1;
+    busy.scan.calls = 1;
+    // Every word set, then what is not activity cleared: the words that are.
+    let mut all = Counts::from_words(&mut || 1);
+    all.clear_not_activity();
+    WordMap {
+        busy: mask(&busy),
+        activity: mask(&all),
+        skipped_vmas_total: PackedCounts::word_index(|c| c.skipped_vmas_total = 1),
+    }
+});
 
 /// [`Counts`] as their non-zero words alone (see [`Counts::put_words`]): a bitmap of which
 /// words are not zero, and those words in order. A task's counts are mostly zeros (a busy
@@ -454,6 +485,86 @@ impl PackedCounts {
         (nonzero, words, n)
     }
 
+    /// [`Counts::busy`], from the bitmap alone.
+    pub fn busy(&self) -> bool {
+        intersects(&self.nonzero, &WORD_MAP.busy)
+    }
+
+    /// [`Counts::is_empty`], from the bitmap alone.
+    pub fn is_empty(&self) -> bool {
+        !intersects(&self.nonzero, &WORD_MAP.activity)
+    }
+
+    /// Where the one `u64` counter that `set` sets to 1 is in a packing (see
+    /// [`PackedCounts::word`]); work it out once.
+    pub fn word_index(set: fn(&mut Counts)) -> usize {
+        let mut c = Counts::default();
+        set(&mut c);
+        let m = Self::scratch(&c).0;
+        assert_eq!(
+            m.iter().map(|w| w.count_ones()).sum::<u32>(),
+            1,
+            "one word set"
+        );
+        let i = m.iter().position(|w| *w != 0).unwrap_or_default();
+        i * 64 + m[i].trailing_zeros() as usize
+    }
+
+    /// Word `i` of the packing (0 where it is not held): the counter at `i` without
+    /// unpacking the others.
+    pub fn word(&self, i: usize) -> u64 {
+        let (at, bit) = (i / 64, i % 64);
+        if self.nonzero[at] & (1 << bit) == 0 {
+            return 0;
+        }
+        let below = self.nonzero[..at]
+            .iter()
+            .map(|w| w.count_ones())
+            .sum::<u32>()
+            + (self.nonzero[at] & ((1 << bit) - 1)).count_ones();
+        self.words[below as usize]
+    }
+
+    /// `skipped_vmas_total`, without unpacking (lists are sorted by it).
+    pub fn skipped_vmas_total(&self) -> u64 {
+        self.word(WORD_MAP.skipped_vmas_total)
+    }
+
+    /// Adds these counts into `c` (see [`Counts::add`]).
+    pub fn add_to(&self, c: &mut Counts) {
+        if self.words.is_empty() {
+            return;
+        }
+        c.add(&self.unpack());
+    }
+
+    /// Bytes its words take on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        size_of_val::<[u64]>(&self.words)
+    }
+
+    /// Makes `self` a copy of `other`, keeping its allocation where it is as long.
+    pub fn assign(&mut self, other: &Self) {
+        self.nonzero = other.nonzero;
+        if self.words.len() == other.words.len() {
+            self.words.copy_from_slice(&other.words);
+        } else {
+            self.words = other.words.clone();
+        }
+    }
+
+    /// Makes `self` the packing of `now`, keeping its allocation where as many words are not
+    /// zero as before.
+    pub fn set(&mut self, now: &Counts) {
+        let (nonzero, words, n) = Self::scratch(now);
+        self.nonzero = nonzero;
+        if self.words.len() == n {
+            self.words.copy_from_slice(&words[..n]);
+        } else {
+            self.words = words[..n].into();
+        }
+    }
+
     pub fn unpack(&self) -> Counts {
         let (mut i, mut at) = (0, 0);
         Counts::from_words(&mut || {
@@ -487,6 +598,10 @@ impl PackedCounts {
     }
 }
 
+fn intersects(a: &[u64; PACKED_MASK_WORDS], b: &[u64; PACKED_MASK_WORDS]) -> bool {
+    a.iter().zip(b).any(|(x, y)| x & y != 0)
+}
+
 /// A task's comm as its record holds it: inline up to 24 bytes (a kernel comm is at most 15;
 /// invalid UTF-8 replaced, or a capture's, may be longer and is then on the heap), so that a
 /// snapshot of 100 000 tasks allocates nothing for them.
@@ -505,7 +620,11 @@ pub fn comm_of(comm: &[u8; 16]) -> Comm {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// One task: who it is, and its counts packed ([`PackedCounts`]: a busy task's counters in
+/// ~80 bytes of words where whole counts take 624). At 100 000 tasks a list of records with
+/// whole counts was 68 MiB, packed it is 19 (measured by the benchmark's scale run), and `top`
+/// holds six lists. In JSON its counts are flattened into it, as [`Counts`] write themselves.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TaskRecord {
     pub pid: u32,
     pub tgid: u32,
@@ -514,44 +633,164 @@ pub struct TaskRecord {
     pub exited: bool,
     /// cgroup v2 id (0: never seen running) and its path under the cgroup2 mount (`None`:
     /// the cgroup was removed before numatrace resolved it, or no cgroup2 is mounted).
-    #[serde(default)]
     pub cgroup_id: u64,
-    #[serde(default)]
     pub cgroup: Option<CgroupPath>,
     /// `numa_preferred_nid` at the last scan or hint fault (`None`: no preference or unknown),
     /// and the node of the CPU it last ran a counted event on.
-    #[serde(default)]
     pub preferred_node: Option<u32>,
-    #[serde(default)]
     pub last_node: Option<u32>,
     /// `bpf_ktime_get_ns` when its kernel entry was created: with `pid`, what tells a reused
     /// pid apart.
-    #[serde(default)]
     pub first_ns: u64,
+    /// Its counts: [`PackedCounts::unpack`] gives them whole.
+    pub counts: PackedCounts,
+}
+
+/// [`TaskRecord`] as JSON writes it.
+#[derive(Serialize)]
+struct TaskRecordOut<'a> {
+    pid: u32,
+    tgid: u32,
+    comm: &'a Comm,
+    exited: bool,
+    cgroup_id: u64,
+    cgroup: &'a Option<CgroupPath>,
+    preferred_node: Option<u32>,
+    last_node: Option<u32>,
+    first_ns: u64,
     #[serde(flatten)]
-    pub counts: Counts,
+    counts: Counts,
+}
+
+/// [`TaskRecord`] as JSON reads back (fields added later read as their default from older
+/// captures).
+#[derive(Deserialize)]
+struct TaskRecordIn {
+    pid: u32,
+    tgid: u32,
+    comm: Comm,
+    exited: bool,
+    #[serde(default)]
+    cgroup_id: u64,
+    #[serde(default)]
+    cgroup: Option<CgroupPath>,
+    #[serde(default)]
+    preferred_node: Option<u32>,
+    #[serde(default)]
+    last_node: Option<u32>,
+    #[serde(default)]
+    first_ns: u64,
+    #[serde(flatten)]
+    counts: Counts,
+}
+
+impl Serialize for TaskRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        TaskRecordOut {
+            pid: self.pid,
+            tgid: self.tgid,
+            comm: &self.comm,
+            exited: self.exited,
+            cgroup_id: self.cgroup_id,
+            cgroup: &self.cgroup,
+            preferred_node: self.preferred_node,
+            last_node: self.last_node,
+            first_ns: self.first_ns,
+            counts: self.counts.unpack(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let t = TaskRecordIn::deserialize(d)?;
+        Ok(Self {
+            pid: t.pid,
+            tgid: t.tgid,
+            comm: t.comm,
+            exited: t.exited,
+            cgroup_id: t.cgroup_id,
+            cgroup: t.cgroup,
+            preferred_node: t.preferred_node,
+            last_node: t.last_node,
+            first_ns: t.first_ns,
+            counts: PackedCounts::pack(&t.counts),
+        })
+    }
 }
 
 impl TaskRecord {
     pub fn from_stats(s: &TaskStats, exited: bool) -> Self {
+        let mut t = Self::default();
+        t.refill(s, exited);
+        t
+    }
+
+    /// Makes `self` the record of `s` ([`TaskRecord::from_stats`]), its cgroup path unknown,
+    /// keeping its counts' allocation where as many counters are set as before: a list
+    /// written again at each snapshot then allocates (and frees) nothing for most tasks.
+    pub fn refill(&mut self, s: &TaskStats, exited: bool) {
         let nid = |v: u32| v.checked_sub(1);
-        Self {
-            pid: s.pid,
-            tgid: s.tgid,
-            comm: comm_of(&s.comm),
-            exited,
-            cgroup_id: s.cgroup_id,
-            cgroup: None,
-            preferred_node: nid(s.preferred_nid),
-            last_node: nid(s.last_nid),
-            first_ns: s.first_ns,
-            counts: Counts::from_stats(s),
+        self.pid = s.pid;
+        self.tgid = s.tgid;
+        self.comm = comm_of(&s.comm);
+        self.exited = exited;
+        self.cgroup_id = s.cgroup_id;
+        self.cgroup = None;
+        self.preferred_node = nid(s.preferred_nid);
+        self.last_node = nid(s.last_nid);
+        self.first_ns = s.first_ns;
+        self.counts.set(&Counts::from_stats(s));
+    }
+
+    /// Makes `self` a copy of `t` with counts `c` (`None`: `t`'s), keeping its counts'
+    /// allocation as [`TaskRecord::refill`] does.
+    pub fn assign(&mut self, t: &TaskRecord, c: Option<&Counts>) {
+        self.pid = t.pid;
+        self.tgid = t.tgid;
+        self.comm.clone_from(&t.comm);
+        self.exited = t.exited;
+        self.cgroup_id = t.cgroup_id;
+        self.cgroup.clone_from(&t.cgroup);
+        self.preferred_node = t.preferred_node;
+        self.last_node = t.last_node;
+        self.first_ns = t.first_ns;
+        match c {
+            Some(c) => self.counts.set(c),
+            None => self.counts.assign(&t.counts),
         }
     }
 
     /// Key of a task across snapshots: a pid reused later is another task.
     pub fn key(&self) -> (u32, u64) {
         (self.pid, self.first_ns)
+    }
+
+    /// This task with counts `c` instead.
+    pub fn with_counts(&self, c: &Counts) -> Self {
+        Self {
+            pid: self.pid,
+            tgid: self.tgid,
+            comm: self.comm.clone(),
+            exited: self.exited,
+            cgroup_id: self.cgroup_id,
+            cgroup: self.cgroup.clone(),
+            preferred_node: self.preferred_node,
+            last_node: self.last_node,
+            first_ns: self.first_ns,
+            counts: PackedCounts::pack(c),
+        }
+    }
+
+    /// Its counts, whole.
+    pub fn counts(&self) -> Counts {
+        self.counts.unpack()
+    }
+
+    /// Its counts are now `c`.
+    pub fn set_counts(&mut self, c: &Counts) {
+        self.counts.set(c);
     }
 }
 
@@ -772,6 +1011,21 @@ mod tests {
             prop_assert!(counts_of(&again).put_words_eq(&again));
             let p = PackedCounts::pack(&c);
             prop_assert_eq!(p.unpack().put_words_eq(&again), true);
+            // What is read from the bitmap or one word agrees with the counts whole.
+            prop_assert_eq!(p.busy(), c.busy());
+            prop_assert_eq!(p.is_empty(), c.is_empty());
+            prop_assert_eq!(p.skipped_vmas_total(), c.skipped_vmas_total);
+            let (mut into, mut want) = (counts_of(&words), counts_of(&words));
+            p.add_to(&mut into);
+            want.add(&c);
+            prop_assert_eq!(into.put_words_eq(&{
+                let mut w = Vec::new();
+                want.put_words(&mut |x| w.push(x));
+                w
+            }), true);
+            let mut set = PackedCounts::pack(&counts_of(&words.iter().map(|w| w ^ 1).collect::<Vec<_>>()));
+            set.set(&c);
+            prop_assert_eq!(&set, &p);
             prop_assert_eq!(PackedCounts::pack(&p.unpack()), p.clone());
             let mut same = p.clone();
             prop_assert_eq!(same.update(&c), None);
@@ -814,6 +1068,19 @@ mod tests {
         assert_eq!(p.words.len(), 5, "{p:?}");
         assert_eq!(p.unpack(), c);
         assert!(PackedCounts::pack(&Counts::default()).words.is_empty());
+        // Samples, run time and shares alone are no activity; anything counted is.
+        let mut quiet = Counts::default();
+        quiet.scan.samples = 3;
+        quiet.scan.task_runtime_ns = 9;
+        quiet.scan.share = Some(0.5);
+        let q = PackedCounts::pack(&quiet);
+        assert!(quiet.is_empty() && q.is_empty() && !q.busy());
+        quiet.skipped_vmas_total = 2;
+        let q = PackedCounts::pack(&quiet);
+        assert!(!quiet.is_empty() && !q.is_empty() && !q.busy());
+        assert_eq!(q.skipped_vmas_total(), 2);
+        quiet.scan.calls = 1;
+        assert!(PackedCounts::pack(&quiet).busy());
         assert_eq!(PackedCounts::default().unpack(), Counts::default());
     }
 
@@ -942,6 +1209,23 @@ mod tests {
         assert_eq!(t.last_node, None);
         let back: TaskRecord = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
         assert_eq!(back, t);
+        // Packed in memory, flat in JSON as the whole counts write themselves: a capture
+        // written before the packing reads back, and one written now reads in older builds.
+        let v = serde_json::to_value(&t).unwrap();
+        let whole = serde_json::to_value(t.counts()).unwrap();
+        for (k, want) in whole.as_object().unwrap() {
+            assert_eq!(&v[k], want, "{k}");
+        }
+        assert_eq!(v["hint_faults"]["faults"], 3);
+        assert_eq!(
+            (v["pid"].as_u64(), v["cgroup_id"].as_u64()),
+            (Some(7), Some(42))
+        );
+        let old: TaskRecord = serde_json::from_str(
+            r#"{"pid": 3, "tgid": 3, "comm": "a", "exited": false, "hint_faults": {"faults": 2}}"#,
+        )
+        .unwrap();
+        assert_eq!((old.cgroup_id, old.counts().hint_faults.faults), (0, 2));
         let mut v = VmaRecord::new(0x1000, 0x3000);
         v.skips.0[4] = 2;
         v.scan_times_ns = vec![1, 2];

@@ -64,12 +64,13 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
     let mut over: Vec<_> = r
         .tasks
         .iter()
-        .filter(|x| x.counts.scan.task_runtime_ns >= MIN_TASK_RUNTIME_NS)
-        .filter_map(|x| x.counts.scan.share.map(|s| (s, x)))
-        .filter(|(s, _)| *s > SCAN_SHARE_CAP)
+        .map(|x| (x, x.counts().scan))
+        .filter(|(_, sc)| sc.task_runtime_ns >= MIN_TASK_RUNTIME_NS)
+        .filter_map(|(x, sc)| sc.share.map(|s| (s, x, sc)))
+        .filter(|(s, _, _)| *s > SCAN_SHARE_CAP)
         .collect();
     over.sort_by(|a, b| b.0.total_cmp(&a.0));
-    if let Some((share, worst)) = over.first() {
+    if let Some((share, worst, sc)) = over.first() {
         out.push(finding(
             "scan_share_over_cap",
             format!(
@@ -79,8 +80,8 @@ pub fn findings(r: &StatReport) -> Vec<Finding> {
                 worst.pid,
                 worst.comm,
                 pct(*share),
-                ms(worst.counts.scan.runtime_in_scan_ns),
-                ms(worst.counts.scan.task_runtime_ns)
+                ms(sc.runtime_in_scan_ns),
+                ms(sc.task_runtime_ns)
             ),
             json!({"tasks_over_cap": over.len(), "max_share": share, "task": format!("{} {}", worst.pid, worst.comm)}),
         ));

@@ -166,8 +166,10 @@ pub struct ScaleCost {
     /// The kernel's part: one batched read of the whole task map (median of 5), nothing done
     /// with the entries.
     pub map_read_ms: Option<f64>,
-    /// The size of one snapshot's task list (a record per task).
-    pub task_list_mib: f64,
+    /// The size of one snapshot's task list: its records and the counts they hold on the
+    /// heap, measured on the engine's in-process snapshot (`None`: that did not run).
+    #[serde(default)]
+    pub task_list_mib: Option<f64>,
     /// serve: median scrape (default cardinality limits) and the slowest.
     pub scrape_ms: Option<f64>,
     pub scrape_max_ms: Option<f64>,

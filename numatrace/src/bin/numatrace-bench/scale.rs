@@ -79,12 +79,21 @@ pub fn measure(
         ("serve", &|| serve(bins, scale, &dirs.ids, window)),
         ("top", &|| top(bins, scale, &dirs.ids, window)),
     ];
+    // The engine's task list as measured in this process: the commands' lists hold the same
+    // entries.
+    let mut list_mib = None;
     for (what, run) in runs {
         if scale.engine_only && what != "engine" {
             continue;
         }
         match run() {
-            Ok(c) => emit(crate::Record::Scale(c)),
+            Ok(mut c) => {
+                match list_mib {
+                    None => list_mib = c.task_list_mib,
+                    Some(_) => c.task_list_mib = list_mib,
+                }
+                emit(crate::Record::Scale(c))
+            }
             Err(e) => emit(crate::note(format!(
                 "scale ({} tasks, {} cgroups), {what}: {e:#}",
                 scale.tasks, scale.cgroups
@@ -112,7 +121,7 @@ fn cost(command: &str, scale: Scale, real: usize) -> ScaleCost {
         kept_records: None,
         unchanged_entries: None,
         map_read_ms: None,
-        task_list_mib: ((scale.tasks + real) * size_of::<TaskRecord>()) as f64 / MIB,
+        task_list_mib: None,
         scrape_ms: None,
         scrape_max_ms: None,
         peak_rss_mib: 0.0,
@@ -121,6 +130,15 @@ fn cost(command: &str, scale: Scale, real: usize) -> ScaleCost {
         max_frame_gap_s: None,
         window_s: 0.0,
     }
+}
+
+/// A snapshot's task list in memory: its records, and the counts they pack on the heap.
+fn list_mib(tasks: &[TaskRecord]) -> f64 {
+    let bytes: usize = tasks
+        .iter()
+        .map(|t| size_of::<TaskRecord>() + t.counts.heap_bytes())
+        .sum();
+    bytes as f64 / MIB
 }
 
 fn ms(d: Duration) -> f64 {
@@ -186,6 +204,7 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
         let mut c = cost("engine (in-process)", scale, syn.count());
         c.task_reader = engine.task_reader().to_owned();
         let mut generation = 0;
+        let mut list = None;
         // Each timed snapshot after `percent` of the entries changed (every one but where
         // said); the first also resolves the cgroups.
         let mut timed = |d: Detail, times: usize, percent: usize| -> Result<(Vec<f64>, usize)> {
@@ -199,6 +218,7 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
                 let s = engine.snapshot(d)?;
                 v.push(ms(t.elapsed()));
                 n = s.tasks.len();
+                list = Some(list_mib(&s.tasks));
                 // As the frontends do with a snapshot they are done with.
                 engine.recycle(s);
             }
@@ -234,6 +254,7 @@ fn in_process(scale: Scale, cgroups: &[u64]) -> Result<ScaleCost> {
             c.iter_keys_ms = median(&keys);
         }
         c.peak_rss_mib = procfs::peak_rss_mib(std::process::id())?;
+        c.task_list_mib = list;
         Ok(c)
     })();
     rt.block_on(engine.stop())?;

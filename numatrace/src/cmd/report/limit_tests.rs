@@ -131,7 +131,7 @@ fn totals_kept_task_by_task_match_a_recount_of_a_real_capture() {
             if s.kind == SECTION_SAMPLE {
                 let mut totals = Counts::default();
                 for t in tasks.values().filter(|t| t.tgid != snap.self_tgid) {
-                    totals.add(&t.counts);
+                    t.counts.add_to(&mut totals);
                 }
                 recount.push((snap.mono_ns, totals.finished()));
             }

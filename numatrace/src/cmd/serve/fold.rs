@@ -128,7 +128,7 @@ impl Previous {
     /// Task `key`'s counts are now `now`: its increment since they were last taken in
     /// (`None`: unchanged; all of them for a task not seen before). Distinct keys in any order
     /// work; the snapshot's (ascending) is the fast one.
-    fn take_in(&mut self, key: Key, now: &Counts) -> Option<Counts> {
+    fn take_in(&mut self, key: Key, now: &PackedCounts) -> Option<Counts> {
         let v = &mut self.by_key;
         // Entries before `key` that the snapshot did not list are skipped (kept as they are).
         let e = match seek(v, &mut self.cursor, key, |e| e.0) {
@@ -137,12 +137,17 @@ impl Previous {
             None => match self.added.last_mut() {
                 Some(e) if e.0 == key => &mut e.1,
                 _ => {
-                    self.added.push((key, PackedCounts::pack(now)));
-                    return Some(now.clone());
+                    self.added.push((key, now.clone()));
+                    return Some(now.unpack());
                 }
             },
         };
-        e.update(now).map(|earlier| now.delta(&earlier))
+        if e == now {
+            return None;
+        }
+        let earlier = e.unpack();
+        e.assign(now);
+        Some(now.unpack().delta(&earlier))
     }
 
     /// Merges the tasks first seen into the key order, in place: only the entries above the
@@ -309,8 +314,16 @@ type Rank = (u64, u64, u64);
 /// Ranking of live tasks for the top N: PTE-scan time (or, where only sampled, samples in
 /// task_numa_work), then hint faults, then pid.
 pub(super) fn rank(t: &TaskRecord) -> Rank {
-    let c = &t.counts;
-    (c.scan.time_ns, c.scan.scan_samples, c.hint_faults.faults)
+    // Three words of the packing, not the whole counts (every task, every scrape).
+    static AT: LazyLock<[usize; 3]> = LazyLock::new(|| {
+        [
+            PackedCounts::word_index(|c| c.scan.time_ns = 1),
+            PackedCounts::word_index(|c| c.scan.scan_samples = 1),
+            PackedCounts::word_index(|c| c.hint_faults.faults = 1),
+        ]
+    });
+    let w = |i: usize| t.counts.word(AT[i]);
+    (w(0), w(1), w(2))
 }
 
 impl Fold {
@@ -370,8 +383,10 @@ impl Fold {
             let inc = self.last.take_in(key, &t.counts);
             if t.tgid == snap.self_tgid {
                 // Unchanged counts still carry their levels (maxima) over.
-                self.own
-                    .add(&inc.unwrap_or_else(|| t.counts.delta(&t.counts)));
+                self.own.add(&inc.unwrap_or_else(|| {
+                    let c = t.counts();
+                    c.delta(&c)
+                }));
                 continue;
             }
             // An unchanged task (an exited one, until forgotten) adds nothing, and must not
@@ -402,7 +417,7 @@ impl Fold {
                 series.push(TaskSeries {
                     comm: t.comm.to_string(),
                     pid: t.pid,
-                    counts: t.counts.clone().finished(),
+                    counts: t.counts().finished(),
                 });
             } else if let Some(inc) = &inc {
                 self.other_tasks.add(inc);
@@ -534,7 +549,7 @@ mod tests {
             preferred_node: None,
             last_node: None,
             first_ns,
-            counts,
+            counts: PackedCounts::pack(&counts),
         }
     }
 
@@ -594,11 +609,12 @@ mod tests {
             c.hint_faults.faults = n;
             c
         };
+        let packed = |n: u64| PackedCounts::pack(&counts(n));
         let mut p = Previous::default();
         p.begin();
         for k in [5u32, 3, 9] {
             assert_eq!(
-                p.take_in((k, 0), &counts(1)),
+                p.take_in((k, 0), &packed(1)),
                 Some(counts(1)),
                 "new: all of it"
             );
@@ -615,8 +631,8 @@ mod tests {
         assert_eq!(p.added.capacity(), 0);
         // Two new tasks among three known: their room is kept, however few the known ones.
         p.begin();
-        p.take_in((4, 0), &counts(1));
-        p.take_in((6, 0), &counts(1));
+        p.take_in((4, 0), &packed(1));
+        p.take_in((6, 0), &packed(1));
         p.finish();
         let keys: Vec<u32> = p.by_key.iter().map(|e| e.0.0).collect();
         assert_eq!(keys, [3, 4, 5, 6, 9]);
@@ -627,10 +643,10 @@ mod tests {
         // A burst of new tasks: merged in order, its room not kept.
         p.begin();
         for k in 10..10 + 2 * ADDED_KEPT as u32 {
-            p.take_in((k, 0), &counts(2));
+            p.take_in((k, 0), &packed(2));
         }
         assert_eq!(
-            p.take_in((3, 0), &counts(4)),
+            p.take_in((3, 0), &packed(4)),
             Some(counts(3)),
             "the increment"
         );
@@ -640,7 +656,7 @@ mod tests {
         assert_eq!(p.added.capacity(), 0, "a burst's room is let go");
         // A few new tasks: their room serves the next scrape.
         p.begin();
-        p.take_in((1, 0), &counts(1));
+        p.take_in((1, 0), &packed(1));
         p.finish();
         assert_eq!(p.by_key[0].0, (1, 0));
         assert!(p.added.capacity() > 0);
@@ -668,7 +684,9 @@ mod tests {
         assert_eq!(f.other_tasks.hint_faults.faults, 5);
         // b overtakes a and moves cgroup: nothing decreases anywhere.
         let mut b = task(2, 2, "b", "/z/deep/er", 50);
-        b.counts.scan.pte_updates = 100;
+        let mut c = b.counts();
+        c.scan.pte_updates = 100;
+        b.set_counts(&c);
         f.advance(&snap(vec![task(1, 1, "a", "/x", 12), b]));
         assert_eq!(f.totals.hint_faults.faults, 62);
         // a is still in the top 2N: it keeps its series; b's increments stay in other.

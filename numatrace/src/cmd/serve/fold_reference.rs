@@ -16,7 +16,7 @@ use super::fold::{
 };
 use crate::{
     engine::{Snapshot, tasks::tests::Rng},
-    model::{Counts, TaskRecord},
+    model::{Counts, PackedCounts, TaskRecord},
 };
 
 type Key = (u32, u64);
@@ -74,10 +74,10 @@ impl Reference {
         for t in &snap.tasks {
             let key = t.key();
             let inc = match self.last.get(&key) {
-                Some(prev) => t.counts.delta(prev),
-                None => t.counts.clone(),
+                Some(prev) => t.counts().delta(prev),
+                None => t.counts(),
             };
-            self.last.insert(key, t.counts.clone());
+            self.last.insert(key, t.counts());
             if t.tgid == snap.self_tgid {
                 self.own.add(&inc);
                 continue;
@@ -101,7 +101,7 @@ impl Reference {
                 series.push(TaskSeries {
                     comm: t.comm.to_string(),
                     pid: t.pid,
-                    counts: t.counts.clone().finished(),
+                    counts: t.counts().finished(),
                 });
             } else if !q {
                 self.other_tasks.add(&inc);
@@ -182,12 +182,12 @@ fn check(seed: u64, scrapes: usize) {
                     preferred_node: None,
                     last_node: None,
                     first_ns: clock,
-                    counts: Counts::default(),
+                    counts: PackedCounts::default(),
                 },
             );
         }
         for t in tasks.values_mut().filter(|t| !t.exited) {
-            let c = &mut t.counts;
+            let mut c = t.counts();
             if r.chance(50) {
                 c.hint_faults.faults += r.below(5);
                 c.hint_faults.local += r.below(2);
@@ -217,7 +217,7 @@ fn check(seed: u64, scrapes: usize) {
             } else {
                 100 + r.below(2)
             };
-            *c = std::mem::take(c).finished();
+            t.set_counts(&c.finished());
         }
         let snap = Snapshot {
             self_tgid: SELF_TGID,

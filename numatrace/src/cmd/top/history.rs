@@ -230,13 +230,13 @@ impl Sum {
 /// over the window divides by).
 type Entry = super::packed::Entry<AMOUNTS>;
 
-fn entry(end_ns: u64, t: &TaskRecord, active: bool) -> Entry {
+fn entry(end_ns: u64, t: &Counts, active: bool) -> Entry {
     let amounts = if active {
-        Amounts::of(&t.counts)
+        Amounts::of(t)
     } else {
         let mut c = Counts::default();
-        c.scan.task_runtime_ns = t.counts.scan.task_runtime_ns;
-        c.scan.samples = t.counts.scan.samples;
+        c.scan.task_runtime_ns = t.scan.task_runtime_ns;
+        c.scan.samples = t.scan.samples;
         Amounts::of(&c)
     };
     Entry {
@@ -252,7 +252,7 @@ fn amounts(e: &Entry) -> Amounts {
 }
 
 /// Who a task is, as last seen: a [`TaskRecord`] without its counts (a window's records are
-/// made of it and the amounts; at 100 000 tasks a whole record each was 68 MB of zeros).
+/// made of it and the amounts).
 #[derive(Clone, Debug)]
 struct Seen {
     pid: u32,
@@ -281,19 +281,18 @@ impl Seen {
         }
     }
 
-    fn record(&self, counts: Counts) -> TaskRecord {
-        TaskRecord {
-            pid: self.pid,
-            tgid: self.tgid,
-            comm: self.comm.clone(),
-            exited: self.exited,
-            cgroup_id: self.cgroup_id,
-            cgroup: self.cgroup.clone(),
-            preferred_node: self.preferred_node,
-            last_node: self.last_node,
-            first_ns: self.first_ns,
-            counts,
-        }
+    /// Makes `t` this task's record with `counts` (in place: see [`TaskRecord::refill`]).
+    fn write(&self, t: &mut TaskRecord, counts: &Counts) {
+        t.pid = self.pid;
+        t.tgid = self.tgid;
+        t.comm.clone_from(&self.comm);
+        t.exited = self.exited;
+        t.cgroup_id = self.cgroup_id;
+        t.cgroup.clone_from(&self.cgroup);
+        t.preferred_node = self.preferred_node;
+        t.last_node = self.last_node;
+        t.first_ns = self.first_ns;
+        t.counts.set(counts);
     }
 }
 
@@ -404,8 +403,7 @@ pub struct Recent {
     last: Option<LastActivity>,
     self_tgid: u32,
     /// A window's record list handed back ([`Recent::give_back`]): the next window's records
-    /// are written into its memory, already mapped (a fresh list of 100 000 records is ~70 MiB
-    /// to fault in, every refresh).
+    /// are written over it, its memory already mapped and its records' counts allocated.
     spare: RefCell<Vec<TaskRecord>>,
 }
 
@@ -440,8 +438,9 @@ impl Recent {
         let mut busiest: Option<(&TaskRecord, u64)> = None;
         for t in delta.traced(filter) {
             let active = !t.counts.is_empty();
+            let counts = t.counts();
             if active {
-                let a = amount(&t.counts);
+                let a = amount(&counts);
                 if busiest.is_none_or(|(_, b)| a > b) {
                     busiest = Some((t, a));
                 }
@@ -462,7 +461,7 @@ impl Recent {
             if active {
                 trail.last_active_ns = end;
             }
-            let e = entry(end, t, active);
+            let e = entry(end, &counts, active);
             let at = trail.entries.end();
             let first = at == 0;
             trail.entries.push(&e);
@@ -478,7 +477,7 @@ impl Recent {
                 at_ns: end,
                 pid: t.pid,
                 comm: t.comm.to_string(),
-                what: what(&t.counts),
+                what: what(&t.counts()),
             });
         }
         // Its times are the delta's, whatever the caller filled in.
@@ -559,17 +558,23 @@ impl Recent {
         active.sort_unstable_by_key(|(k, _, _)| **k);
         let last_active_ns = active.iter().map(|(_, _, last)| *last).collect();
         let mut tasks = self.spare.take();
-        tasks.clear();
+        // Its records written over in place: their counts' allocations serve again.
+        tasks.truncate(active.len());
+        let reused = tasks.len();
         let kept = window_s.saturating_mul(1_000_000_000) == self.kept_ns;
-        tasks.extend(active.into_iter().map(|(_, tr, _)| {
+        for (i, (_, tr, _)) in active.into_iter().enumerate() {
             let sum = if kept {
                 tr.sum
             } else {
                 // Another window than the one kept: summed afresh.
                 tr.sum_within(|end| self.within(end, window_s)).1
             };
-            tr.seen.record(sum.amounts().counts().finished())
-        }));
+            if i >= reused {
+                tasks.push(TaskRecord::default());
+            }
+            tr.seen
+                .write(&mut tasks[i], &sum.amounts().counts().finished());
+        }
         let mut flows: Vec<NodeFlow> = Vec::new();
         for f in in_window.iter().flat_map(|s| &s.flows) {
             match flows.iter_mut().find(|g| g.src == f.src && g.dst == f.dst) {
@@ -594,10 +599,10 @@ impl Recent {
     }
 
     /// Hands back a window's records the caller is done with (see `spare`): kept unless much
-    /// larger than the window needed (so that a burst of tasks is not held for good).
-    pub fn give_back(&self, mut tasks: Vec<TaskRecord>) {
+    /// larger than the window needed (so that a burst of tasks is not held for good), its
+    /// records too (the next window writes over them, keeping their counts' allocations).
+    pub fn give_back(&self, tasks: Vec<TaskRecord>) {
         let fits = tasks.capacity() <= 2 * tasks.len().max(1024);
-        tasks.clear();
         let mut spare = self.spare.borrow_mut();
         if fits && tasks.capacity() > spare.capacity() {
             *spare = tasks;
@@ -751,7 +756,7 @@ pub mod tests {
                         preferred_node: None,
                         last_node: None,
                         first_ns: 1,
-                        counts: counts.finished(),
+                        counts: crate::model::PackedCounts::pack(&counts.finished()),
                     }
                 })
                 .collect(),
@@ -784,10 +789,10 @@ pub mod tests {
             // Active at the end of second 1: within 10 s until second 10.
             assert_eq!(pids(&w), if s <= 10 { vec![7] } else { vec![] }, "{s}");
             if let Some((t, last)) = w.with_last().next() {
-                assert_eq!(t.counts.skipped_vmas_total, 5);
+                assert_eq!(t.counts().skipped_vmas_total, 5);
                 assert_eq!(w.ago_s(last), (s - 1) as f64);
                 // Its scan share over the window divides by all its run time in it.
-                let share = t.counts.scan.share.unwrap();
+                let share = t.counts().scan.share.unwrap();
                 let expect = 1e6 / (1e8 * s.min(10) as f64);
                 assert!((share - expect).abs() < 1e-12, "{s}: {share} vs {expect}");
             }
@@ -815,12 +820,12 @@ pub mod tests {
         push(&mut r, &delta(3, 1, &[(7, 0, 50)]));
         let mut w = r.window(10);
         assert_eq!(pids(&w), [7, 9]);
-        assert_eq!(w.tasks[0].counts.hint_faults.faults, 150);
+        assert_eq!(w.tasks[0].counts().hint_faults.faults, 150);
         assert_eq!(w.ago_s(w.last_active_ns[0]), 0.0);
         assert_eq!(w.ago_s(w.last_active_ns[1]), 1.0);
         // A 1-second window is the latest refresh only.
         assert_eq!(pids(&r.window(1)), [7]);
-        assert_eq!(r.window(1).tasks[0].counts.hint_faults.faults, 50);
+        assert_eq!(r.window(1).tasks[0].counts().hint_faults.faults, 50);
         // The process and cgroup views aggregate the window like a delta.
         let p = w.take_snapshot().processes(&Filter::default());
         assert_eq!(p.len(), 1);

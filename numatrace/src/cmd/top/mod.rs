@@ -308,7 +308,7 @@ fn detail_lines(
                 t.preferred_node.map_or("-".into(), |n| n.to_string()),
                 t.last_node.map_or("-".into(), |n| n.to_string()),
             ));
-            counts_lines(&t.counts, m, &mut out);
+            counts_lines(&t.counts(), m, &mut out);
             t.tgid
         }
         _ => {
@@ -322,7 +322,7 @@ fn detail_lines(
             };
             let mut c = crate::model::Counts::default();
             for t in &threads {
-                c.add(&t.counts);
+                t.counts.add_to(&mut c);
             }
             let comm = threads
                 .iter()

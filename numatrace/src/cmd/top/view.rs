@@ -539,7 +539,7 @@ fn task_row(t: &TaskRecord, m: &Measured, secs: f64) -> Row {
     counts_row(
         u64::from(t.pid),
         &ALL_COLUMNS,
-        &t.counts,
+        &t.counts(),
         m,
         secs,
         u64::from(t.pid),
@@ -965,8 +965,13 @@ impl FrameView {
         self.tasks = merge_window(
             std::mem::take(&mut self.tasks),
             &tasks,
-            |(t, _)| (u64::from(t.pid), sort_keys(&ALL_COLUMNS, &t.counts, &m, ws)),
-            |(t, _)| task_row(&quiet(*t, |t| &mut t.counts), &m, secs),
+            |(t, _)| {
+                (
+                    u64::from(t.pid),
+                    sort_keys(&ALL_COLUMNS, &t.counts(), &m, ws),
+                )
+            },
+            |(t, _)| task_row(&t.with_counts(&Counts::default()), &m, secs),
             |(_, at)| w.ago_s(*at),
         );
         let snap = w.take_snapshot();
@@ -1429,10 +1434,11 @@ mod tests {
     #[test]
     fn numbers_are_shown_from_their_sort_keys() {
         let mut t = crate::cmd::top::history::tests::delta(2, 2, &[(7, 4, 10)]).tasks[0].clone();
-        t.counts.hint_faults.local = 5;
-        t.counts.migrations.attempts = 2;
-        t.counts.migrations.latency_ns_total = 3000;
-        t.counts = t.counts.finished();
+        let mut c = t.counts();
+        c.hint_faults.local = 5;
+        c.migrations.attempts = 2;
+        c.migrations.latency_ns_total = 3000;
+        t.set_counts(&c.finished());
         let all = Measured::from_hooks(&crate::report::measured::tests::all_but(&[]));
         let r = task_row(&t, &all, 2.0);
         let cells: Vec<String> = (0..r.len()).map(|i| r.cell(i)).collect();

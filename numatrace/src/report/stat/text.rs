@@ -213,7 +213,7 @@ impl StatReport {
             .to_vec(),
         ];
         for t in self.tasks.iter().take(max_rows) {
-            let c = &t.counts;
+            let c = &t.counts();
             let p = &c.placement;
             rows.push(vec![
                 t.pid.to_string(),

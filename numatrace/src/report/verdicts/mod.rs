@@ -177,8 +177,9 @@ pub fn hint_evidence(prefix: &str, r: &StatReport, ev: &mut BTreeMap<String, ser
     let stalls: BTreeMap<String, u64> = r
         .tasks
         .iter()
-        .filter(|t| t.counts.migrations.stalls > 0)
-        .map(|t| (format!("{} {}", t.pid, t.comm), t.counts.migrations.stalls))
+        .map(|t| (t, t.counts().migrations.stalls))
+        .filter(|(_, stalls)| *stalls > 0)
+        .map(|(t, stalls)| (format!("{} {}", t.pid, t.comm), stalls))
         .collect();
     ev.insert(format!("{prefix}migration_stalls_per_task"), json!(stalls));
 }

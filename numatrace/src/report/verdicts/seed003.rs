@@ -138,11 +138,14 @@ pub fn verdict_003(
 pub fn task_scans(r: &StatReport) -> Vec<TaskScan> {
     r.tasks
         .iter()
-        .map(|t| TaskScan {
-            task: format!("{} {}", t.pid, t.comm),
-            calls: t.counts.scan.calls,
-            runtime_ns: t.counts.scan.task_runtime_ns,
-            share: t.counts.scan.share_between_calls,
+        .map(|t| {
+            let scan = t.counts().scan;
+            TaskScan {
+                task: format!("{} {}", t.pid, t.comm),
+                calls: scan.calls,
+                runtime_ns: scan.task_runtime_ns,
+                share: scan.share_between_calls,
+            }
         })
         .collect()
 }

@@ -478,7 +478,7 @@ fn task_table(s: &mut String, r: &Report) {
          <th>skipped VMAs</th><th>preferred node</th></tr></thead><tbody>\n",
     );
     for t in r.stat.tasks.iter().take(MAX_ROWS) {
-        let c = &t.counts;
+        let c = &t.counts();
         let share = if m.is(Feed::Scan) {
             c.scan.share
         } else {

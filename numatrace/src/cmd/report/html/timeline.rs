@@ -70,10 +70,11 @@ fn busiest(cap: &Capture, sampled: bool) -> Vec<((u32, u64), String)> {
     // Wall-clock time in task_numa_work, then calls: the run time a share divides is
     // tick-granular, so a task with short scans can show 0 % and still be the busiest.
     let weight = |t: &TaskRecord| {
+        let scan = t.counts().scan;
         if sampled {
-            (t.counts.scan.scan_samples, 0)
+            (scan.scan_samples, 0)
         } else {
-            (t.counts.scan.time_ns, t.counts.scan.calls)
+            (scan.time_ns, scan.calls)
         }
     };
     let mut tasks: Vec<&TaskRecord> = window
@@ -218,12 +219,12 @@ fn scan_series(cap: &Capture, frames: &[Frame], sampled: bool, n: usize) -> Vec<
         })
         .collect();
     for (i, f) in frames.iter().enumerate() {
-        let written: HashMap<(u32, u64), &Counts> =
-            f.tasks.iter().map(|t| (t.key(), &t.counts)).collect();
+        let written: HashMap<(u32, u64), &TaskRecord> =
+            f.tasks.iter().map(|t| (t.key(), t)).collect();
         for (j, (key, _)) in busy.iter().enumerate() {
-            let now = written.get(key).copied();
+            let now = written.get(key).map(|t| t.counts());
             if i > 0 {
-                let share = now.and_then(|c| {
+                let share = now.as_ref().and_then(|c| {
                     let d = match last.get(key) {
                         Some(prev) => c.delta(prev),
                         None => c.clone(),
@@ -243,7 +244,7 @@ fn scan_series(cap: &Capture, frames: &[Frame], sampled: bool, n: usize) -> Vec<
                 out[j].values.push(share);
             }
             if let Some(c) = now {
-                last.insert(*key, c.clone());
+                last.insert(*key, c);
             }
         }
     }
