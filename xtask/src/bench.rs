@@ -935,7 +935,8 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                      lookup alone hands the {n} entries over in {} ms (BPF_MAP_LOOKUP_BATCH: a \
                      bucket lock and two copies to userspace per entry); the rest takes the \
                      entries into the engine's table and builds the snapshot's task list ({} \
-                     MiB of records, written into the list the previous snapshot handed back), \
+                     MiB of records and their packed counts, written over the list the previous \
+                     snapshot handed back), \
                      each task labelled with its cgroup's path.",
                     fmt_opt(r.summary_ms, 1),
                     fmt_opt(r.map_read_ms, 1),

@@ -3,9 +3,9 @@
 //!
 //! At 100 000 tasks a list is ~11 MiB of records and ~8 MiB of their packed counts: a fresh
 //! one is that much to fault in and allocate, and to unmap and free again when the old one is
-//! dropped; a list handed back is written over in place (its records' counts keep their
-//! allocations), and one the engine built itself, handed back unchanged, also keeps its
-//! records for the tasks that did not change (see [`tasks::Reuse`]).
+//! dropped; a list the engine built itself, handed back, is written over in place (its
+//! records' counts keep their allocations), and keeps its records for the tasks that did not
+//! change (see [`tasks::Reuse`]).
 
 use crate::{
     engine::tasks::{self, PREPARE_FROM},

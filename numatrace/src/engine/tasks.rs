@@ -465,13 +465,9 @@ impl TaskTable {
                     Source::Slot(i, _) => keys[i as usize],
                 })
             }
-            // Another list's records (none kept): written over in place all the same, so
-            // that their counts' allocations serve again.
+            // No list of the engine's own (`Lists::recycle` empties any other).
             _ => {
-                out.truncate(srcs.len());
-                if !out.is_empty() {
-                    out.resize_with(srcs.len(), TaskRecord::default);
-                }
+                out.clear();
                 Vec::new()
             }
         };
@@ -627,6 +623,11 @@ fn align<'a>(
     // Every record left has a position; from the end, move each to it (a position above the
     // records not yet placed holds a placeholder or a placed record).
     let mut left = list.len();
+    // Room for these and a few to come (as `Lists::take` makes), not the doubling
+    // `resize_with` makes of a list a few records short.
+    if list.capacity() < srcs.len() {
+        list.reserve_exact(srcs.len() + srcs.len() / 16 - list.len());
+    }
     list.resize_with(srcs.len(), TaskRecord::default);
     let mut kept = vec![false; srcs.len()];
     for n in (0..srcs.len()).rev() {

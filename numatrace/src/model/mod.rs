@@ -578,24 +578,6 @@ impl PackedCounts {
             w
         })
     }
-
-    /// Makes `self` the packing of `now`: what it held before (`None`: it held `now`
-    /// already). Its allocation is kept where as many words are not zero as before (counts
-    /// grow, and mostly the same ones).
-    pub fn update(&mut self, now: &Counts) -> Option<Counts> {
-        let (nonzero, words, n) = Self::scratch(now);
-        if nonzero == self.nonzero && *self.words == words[..n] {
-            return None;
-        }
-        let earlier = self.unpack();
-        self.nonzero = nonzero;
-        if self.words.len() == n {
-            self.words.copy_from_slice(&words[..n]);
-        } else {
-            self.words = words[..n].into();
-        }
-        Some(earlier)
-    }
 }
 
 fn intersects(a: &[u64; PACKED_MASK_WORDS], b: &[u64; PACKED_MASK_WORDS]) -> bool {
@@ -1023,13 +1005,18 @@ mod tests {
                 want.put_words(&mut |x| w.push(x));
                 w
             }), true);
-            let mut set = PackedCounts::pack(&counts_of(&words.iter().map(|w| w ^ 1).collect::<Vec<_>>()));
+            // Set over other counts (other words set), or over the same, it is the packing.
+            let flipped: Vec<u64> = words.iter().map(|w| w ^ 1).collect();
+            let mut set = PackedCounts::pack(&counts_of(&flipped));
             set.set(&c);
             prop_assert_eq!(&set, &p);
             prop_assert_eq!(PackedCounts::pack(&p.unpack()), p.clone());
             let mut same = p.clone();
-            prop_assert_eq!(same.update(&c), None);
+            same.set(&c);
             prop_assert_eq!(&same, &p);
+            let mut copy = PackedCounts::pack(&counts_of(&flipped));
+            copy.assign(&p);
+            prop_assert_eq!(&copy, &p);
             let mut other = again.clone();
             other[flip] = to;
             let d = counts_of(&other);
@@ -1037,13 +1024,8 @@ mod tests {
             d.put_words(&mut |w| d_words.push(w));
             // (A set word other than 0/1 reads back as 1: the same counts.)
             prop_assert_eq!(PackedCounts::pack(&d) == p, d_words == again);
-            // Updated to `d`: what it held before, unless that was `d` already; then `d`.
             let mut upd = p.clone();
-            let before = upd.update(&d);
-            prop_assert_eq!(before.is_none(), d_words == again);
-            if let Some(b) = before {
-                prop_assert!(b.put_words_eq(&again));
-            }
+            upd.set(&d);
             prop_assert_eq!(upd, PackedCounts::pack(&d));
         }
     }
