@@ -22,8 +22,9 @@
 //!   `--max-size` capture of 512 MiB still reads, and a small file cannot expand past what
 //!   `report` parses in a few seconds);
 //! - 2 Mi sections, 256 Ki samples (three days at 1 s), 64 Ki tasks per snapshot (4 times
-//!   `--max-tasks`; a task is 600 bytes in memory and a report holds a few copies) and 128 Ki
-//!   distinct tasks over the samples (exited ones included), 256 Ki VMA records per snapshot,
+//!   `--max-tasks`; a task is 104 bytes in memory and its packed counts at most ~620 more, and
+//!   a report holds a few copies) and 128 Ki distinct tasks over the samples (exited ones
+//!   included), 256 Ki VMA records per snapshot,
 //!   8 Mi task and VMA records in all snapshots together (parsing one costs about a
 //!   microsecond; real ones are about 1 KiB of JSON, so the byte limit comes first), 1 Mi
 //!   events per section and 4 Gi in all, 8 Mi JSON values per section (a number is 8 bytes in

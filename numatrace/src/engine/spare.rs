@@ -1,7 +1,7 @@
 //! The task lists between snapshots: the one a frontend handed back, which the next snapshot
 //! writes into, and which of the lists handed out are still recognisable as the engine's own.
 //!
-//! At 100 000 tasks a list is ~11 MiB of records and ~8 MiB of their packed counts: a fresh
+//! At 100 000 tasks a list is ~10 MiB of records and ~8 MiB of their packed counts: a fresh
 //! one is that much to fault in and allocate, and to unmap and free again when the old one is
 //! dropped; a list the engine built itself, handed back, is written over in place (its
 //! records' counts keep their allocations), and keeps its records for the tasks that did not

@@ -4,7 +4,7 @@
 //! records of the ring buffer; a task missing from the map keeps what it had (carried
 //! forward).
 //!
-//! At 100 000 tasks a snapshot is ~19 MiB of records (their counts packed, see
+//! At 100 000 tasks a snapshot is ~18 MiB of records (their counts packed, see
 //! [`crate::model::PackedCounts`]): the table keeps the raw entries packed to
 //! their words that are not zero (see [`PackedStats`]: ~72 MB whole), an index by key and the
 //! key order (re-sorted only when tasks come or go), so that building the list is the only
@@ -689,9 +689,9 @@ fn prefetch_line(line: *const u8) {
 pub const PREPARE_FROM: usize = 8192;
 
 /// An empty list with room for `n` records, its memory already faulted in. A snapshot of
-/// 100 000 tasks is ~11 MiB of records, mapped afresh each time (the allocator hands blocks that large
-/// back to the kernel when they are freed); faulting it in takes about as long as filling it,
-/// so the engine has it done on another thread while it reads the kernel's map.
+/// 100 000 tasks is ~10 MiB of records, mapped afresh each time (the allocator hands blocks
+/// that large back to the kernel when they are freed); faulting it in takes about as long as
+/// filling it, so the engine has it done on another thread while it reads the kernel's map.
 pub fn prepared_records(n: usize) -> Vec<TaskRecord> {
     let v: Vec<TaskRecord> = Vec::with_capacity(n);
     let (at, len) = (v.as_ptr() as usize, n * size_of::<TaskRecord>());

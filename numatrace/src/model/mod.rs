@@ -602,9 +602,32 @@ pub fn comm_of(comm: &[u8; 16]) -> Comm {
     }
 }
 
+/// A NUMA node's id as a task's record holds it: two bytes, and `None` in none (a kernel has
+/// at most 1 024 nodes, `MAX_NUMNODES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Node(std::num::NonZeroU16);
+
+impl Node {
+    /// Node `id`; `None` for one no kernel has (65 535 or more: a capture's, say).
+    pub fn new(id: u32) -> Option<Self> {
+        let plus_one = u16::try_from(id.checked_add(1)?).ok()?;
+        std::num::NonZeroU16::new(plus_one).map(Self)
+    }
+
+    pub fn id(self) -> u32 {
+        u32::from(self.0.get()) - 1
+    }
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.id().fmt(f)
+    }
+}
+
 /// One task: who it is, and its counts packed ([`PackedCounts`]: a busy task's counters in
 /// ~80 bytes of words where whole counts take 624). At 100 000 tasks a list of records with
-/// whole counts was 68 MiB, packed it is 19 (measured by the benchmark's scale run), and `top`
+/// whole counts was 68 MiB, packed it is 18 (measured by the benchmark's scale run), and `top`
 /// holds six lists. In JSON its counts are flattened into it, as [`Counts`] write themselves.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TaskRecord {
@@ -619,8 +642,8 @@ pub struct TaskRecord {
     pub cgroup: Option<CgroupPath>,
     /// `numa_preferred_nid` at the last scan or hint fault (`None`: no preference or unknown),
     /// and the node of the CPU it last ran a counted event on.
-    pub preferred_node: Option<u32>,
-    pub last_node: Option<u32>,
+    pub preferred_node: Option<Node>,
+    pub last_node: Option<Node>,
     /// `bpf_ktime_get_ns` when its kernel entry was created: with `pid`, what tells a reused
     /// pid apart.
     pub first_ns: u64,
@@ -675,8 +698,8 @@ impl Serialize for TaskRecord {
             exited: self.exited,
             cgroup_id: self.cgroup_id,
             cgroup: &self.cgroup,
-            preferred_node: self.preferred_node,
-            last_node: self.last_node,
+            preferred_node: self.preferred_node.map(Node::id),
+            last_node: self.last_node.map(Node::id),
             first_ns: self.first_ns,
             counts: self.counts.unpack(),
         }
@@ -694,8 +717,8 @@ impl<'de> Deserialize<'de> for TaskRecord {
             exited: t.exited,
             cgroup_id: t.cgroup_id,
             cgroup: t.cgroup,
-            preferred_node: t.preferred_node,
-            last_node: t.last_node,
+            preferred_node: t.preferred_node.and_then(Node::new),
+            last_node: t.last_node.and_then(Node::new),
             first_ns: t.first_ns,
             counts: PackedCounts::pack(&t.counts),
         })
@@ -713,7 +736,8 @@ impl TaskRecord {
     /// keeping its counts' allocation where as many counters are set as before: a list
     /// written again at each snapshot then allocates (and frees) nothing for most tasks.
     pub fn refill(&mut self, s: &TaskStats, exited: bool) {
-        let nid = |v: u32| v.checked_sub(1);
+        // The kernel side writes a node as its id + 1, 0 for none.
+        let nid = |v: u32| v.checked_sub(1).and_then(Node::new);
         self.pid = s.pid;
         self.tgid = s.tgid;
         self.comm = comm_of(&s.comm);
@@ -1179,6 +1203,28 @@ mod tests {
     }
 
     #[test]
+    fn a_node_is_its_id_in_two_bytes() {
+        assert_eq!(size_of::<Option<Node>>(), 2);
+        // What a list of records costs beside its counts' words: 104 bytes a task.
+        assert!(size_of::<TaskRecord>() <= 104, "{}", size_of::<TaskRecord>());
+        for id in [0, 1, 1023, 65_534] {
+            assert_eq!(Node::new(id).map(Node::id), Some(id));
+        }
+        assert_eq!(Node::new(65_535), None);
+        assert_eq!(Node::new(u32::MAX), None);
+        assert_eq!(Node::new(7).unwrap().to_string(), "7");
+        let t: TaskRecord = serde_json::from_str(
+            r#"{"pid": 1, "tgid": 1, "comm": "a", "exited": false, "preferred_node": 4000000,
+                "last_node": 3}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (t.preferred_node, t.last_node.map(Node::id)),
+            (None, Some(3))
+        );
+    }
+
+    #[test]
     fn records_round_trip_through_json() {
         let mut s = stats(7, 5, 99);
         s.skip_vma[2] = 1;
@@ -1187,7 +1233,7 @@ mod tests {
         s.preferred_nid = 2;
         let mut t = TaskRecord::from_stats(&s, true);
         t.cgroup = Some("/system.slice/x.service".into());
-        assert_eq!(t.preferred_node, Some(1));
+        assert_eq!(t.preferred_node.map(Node::id), Some(1));
         assert_eq!(t.last_node, None);
         let back: TaskRecord = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
         assert_eq!(back, t);

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     engine::{Snapshot, tasks::KeyHasher},
-    model::{CgroupPath, Comm, Counts, Filter, TaskRecord},
+    model::{CgroupPath, Comm, Counts, Filter, Node, TaskRecord},
     report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
 };
@@ -261,8 +261,8 @@ struct Seen {
     exited: bool,
     cgroup_id: u64,
     cgroup: Option<CgroupPath>,
-    preferred_node: Option<u32>,
-    last_node: Option<u32>,
+    preferred_node: Option<Node>,
+    last_node: Option<Node>,
     first_ns: u64,
 }
 

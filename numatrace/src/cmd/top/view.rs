@@ -17,7 +17,9 @@ use super::{
 use crate::{
     bpf::loader::HookReport,
     engine::{Snapshot, tasks::KeyHasher},
-    model::{CgroupRecord, Counts, Filter, ProcessRecord, TaskRecord, log2_buckets, quantile},
+    model::{
+        CgroupRecord, Counts, Filter, Node, ProcessRecord, TaskRecord, log2_buckets, quantile,
+    },
     report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
     text_escape::{Escaped, escape},
@@ -528,7 +530,7 @@ pub fn short_cgroup(path: Option<&str>) -> CompactString {
 }
 
 fn node_cell(t: &TaskRecord) -> CompactString {
-    let n = |v: Option<u32>| v.map_or(CompactString::const_new("-"), |n| format_compact!("{n}"));
+    let n = |v: Option<Node>| v.map_or(CompactString::const_new("-"), |n| format_compact!("{n}"));
     if t.preferred_node.is_none() && t.last_node.is_none() {
         return "-".into();
     }
