@@ -604,8 +604,15 @@ pub fn comm_of(comm: &[u8; 16]) -> Comm {
 
 /// A NUMA node's id as a task's record holds it: two bytes, and `None` in none (a kernel has
 /// at most 1 024 nodes, `MAX_NUMNODES`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Node(std::num::NonZeroU16);
+
+/// The id, not the stored id + 1.
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Node").field(&self.id()).finish()
+    }
+}
 
 impl Node {
     /// Node `id`; `None` for one no kernel has (65 535 or more: a capture's, say).
@@ -1206,13 +1213,18 @@ mod tests {
     fn a_node_is_its_id_in_two_bytes() {
         assert_eq!(size_of::<Option<Node>>(), 2);
         // What a list of records costs beside its counts' words: 104 bytes a task.
-        assert!(size_of::<TaskRecord>() <= 104, "{}", size_of::<TaskRecord>());
+        assert!(
+            size_of::<TaskRecord>() <= 104,
+            "{}",
+            size_of::<TaskRecord>()
+        );
         for id in [0, 1, 1023, 65_534] {
             assert_eq!(Node::new(id).map(Node::id), Some(id));
         }
         assert_eq!(Node::new(65_535), None);
         assert_eq!(Node::new(u32::MAX), None);
         assert_eq!(Node::new(7).unwrap().to_string(), "7");
+        assert_eq!(format!("{:?}", Node::new(7)), "Some(Node(7))");
         let t: TaskRecord = serde_json::from_str(
             r#"{"pid": 1, "tgid": 1, "comm": "a", "exited": false, "preferred_node": 4000000,
                 "last_node": 3}"#,
