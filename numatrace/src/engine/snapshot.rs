@@ -15,7 +15,7 @@ use crate::{
     kernel::{nodes::NodeInfo, tiering::Tiering},
     model::{
         CgroupRecord, Counts, EventTally, Filter, NodeRecord, ProcessRecord, RegionCount,
-        TaskRecord, VmaRecord,
+        TaskRecord, VmaRecord, write_over,
     },
     sources::maps::{Counters, NodeFlow, node_flows},
 };
@@ -200,18 +200,12 @@ impl Snapshot {
         } else {
             Vec::new()
         };
-        // Its records written over in place: their counts' allocations serve again.
-        tasks.truncate(self.tasks.len());
-        let reused = tasks.len();
-        for (i, t) in self.tasks.iter().enumerate() {
+        write_over(&mut tasks, self.tasks.iter(), |t, r| {
             let d = before
                 .find(t.key())
                 .map(|e| t.counts().delta(&e.counts()).finished());
-            if i >= reused {
-                tasks.push(TaskRecord::default());
-            }
-            tasks[i].assign(t, d.as_ref());
-        }
+            r.assign(t, d.as_ref());
+        });
         let vmas = if self.detail && earlier.detail {
             self.vmas
                 .iter()

@@ -545,23 +545,23 @@ impl PackedCounts {
 
     /// Makes `self` a copy of `other`, keeping its allocation where it is as long.
     pub fn assign(&mut self, other: &Self) {
-        self.nonzero = other.nonzero;
-        if self.words.len() == other.words.len() {
-            self.words.copy_from_slice(&other.words);
-        } else {
-            self.words = other.words.clone();
-        }
+        self.put(other.nonzero, &other.words);
     }
 
     /// Makes `self` the packing of `now`, keeping its allocation where as many words are not
     /// zero as before.
     pub fn set(&mut self, now: &Counts) {
         let (nonzero, words, n) = Self::scratch(now);
+        self.put(nonzero, &words[..n]);
+    }
+
+    /// Holds `nonzero` and `words`, in its own allocation where that is as long.
+    fn put(&mut self, nonzero: [u64; PACKED_MASK_WORDS], words: &[u64]) {
         self.nonzero = nonzero;
-        if self.words.len() == n {
-            self.words.copy_from_slice(&words[..n]);
+        if self.words.len() == words.len() {
+            self.words.copy_from_slice(words);
         } else {
-            self.words = words[..n].into();
+            self.words = words.into();
         }
     }
 
@@ -732,6 +732,24 @@ impl<'de> Deserialize<'de> for TaskRecord {
     }
 }
 
+/// Writes `list` over with a record per item of `items`, each made by `fill` over whatever
+/// record is in its place (a fresh one past the list's end; the list's surplus dropped): a
+/// list written again each refresh keeps its memory and its records' counts' allocations.
+pub fn write_over<I>(
+    list: &mut Vec<TaskRecord>,
+    items: impl ExactSizeIterator<Item = I>,
+    mut fill: impl FnMut(I, &mut TaskRecord),
+) {
+    list.truncate(items.len());
+    let reused = list.len();
+    for (i, item) in items.enumerate() {
+        if i >= reused {
+            list.push(TaskRecord::default());
+        }
+        fill(item, &mut list[i]);
+    }
+}
+
 impl TaskRecord {
     pub fn from_stats(s: &TaskStats, exited: bool) -> Self {
         let mut t = Self::default();
@@ -782,18 +800,9 @@ impl TaskRecord {
 
     /// This task with counts `c` instead.
     pub fn with_counts(&self, c: &Counts) -> Self {
-        Self {
-            pid: self.pid,
-            tgid: self.tgid,
-            comm: self.comm.clone(),
-            exited: self.exited,
-            cgroup_id: self.cgroup_id,
-            cgroup: self.cgroup.clone(),
-            preferred_node: self.preferred_node,
-            last_node: self.last_node,
-            first_ns: self.first_ns,
-            counts: PackedCounts::pack(c),
-        }
+        let mut t = Self::default();
+        t.assign(self, Some(c));
+        t
     }
 
     /// Its counts, whole.

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     engine::{Snapshot, tasks::KeyHasher},
-    model::{CgroupPath, Comm, Counts, Filter, Node, TaskRecord},
+    model::{CgroupPath, Comm, Counts, Filter, Node, TaskRecord, write_over},
     report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
 };
@@ -558,23 +558,16 @@ impl Recent {
         active.sort_unstable_by_key(|(k, _, _)| **k);
         let last_active_ns = active.iter().map(|(_, _, last)| *last).collect();
         let mut tasks = self.spare.take();
-        // Its records written over in place: their counts' allocations serve again.
-        tasks.truncate(active.len());
-        let reused = tasks.len();
         let kept = window_s.saturating_mul(1_000_000_000) == self.kept_ns;
-        for (i, (_, tr, _)) in active.into_iter().enumerate() {
+        write_over(&mut tasks, active.into_iter(), |(_, tr, _), t| {
             let sum = if kept {
                 tr.sum
             } else {
                 // Another window than the one kept: summed afresh.
                 tr.sum_within(|end| self.within(end, window_s)).1
             };
-            if i >= reused {
-                tasks.push(TaskRecord::default());
-            }
-            tr.seen
-                .write(&mut tasks[i], &sum.amounts().counts().finished());
-        }
+            tr.seen.write(t, &sum.amounts().counts().finished());
+        });
         let mut flows: Vec<NodeFlow> = Vec::new();
         for f in in_window.iter().flat_map(|s| &s.flows) {
             match flows.iter_mut().find(|g| g.src == f.src && g.dst == f.dst) {
