@@ -154,7 +154,7 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
             // host's does): entries stamped before its previous read are taken as they were.
             assert!(
                 numatrace::sources::stamps::Jiffies::probe().is_some(),
-                "the guests' kernels give their HZ in /proc/timer_list"
+                "the coarse clock's resolution gives every kernel's HZ"
             );
             engine.read_batched();
             // With the 1.5 s above, the stopped workload's stamps are older than the first

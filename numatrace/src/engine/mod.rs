@@ -152,8 +152,8 @@ pub struct Engine {
     batch_stamps: Stamps,
     /// The iterator's failed reads in a row, and whether to keep it after one.
     iter_retry: task_iter::IterRetry,
-    /// The kernel's jiffies for batched reads, probed at the first.
-    jiffies: JiffiesProbe,
+    /// The kernel's jiffies for batched reads (HZ known at start: one system call).
+    jiffies: Option<Jiffies>,
     /// Entries evicted, as the latest snapshot estimated: an incremental read that finds more
     /// missing is done again whole.
     evicted: u64,
@@ -172,39 +172,6 @@ const RETRY_MAX_TASKS: usize = 8192;
 fn watched(c: Counter) -> bool {
     c.is_tally() || c == Counter::TasksCreated
 }
-
-/// Where the kernel's HZ probe is ([`Jiffies::probe`]): on a thread of its own, started with
-/// the engine and not during a read (where only /proc/timer_list tells HZ, the kernel can take
-/// seconds to print it; and a thread started and ended inside a read would move the kernel
-/// side's own counters between their two readings, making the read inconsistent).
-enum JiffiesProbe {
-    /// On its thread; `waited`: a batched read has waited for it once.
-    Running {
-        rx: std::sync::mpsc::Receiver<Option<Jiffies>>,
-        waited: bool,
-    },
-    Done(Option<Jiffies>),
-}
-
-impl JiffiesProbe {
-    fn start() -> Self {
-        let (tx, rx) = std::sync::mpsc::channel();
-        match std::thread::Builder::new()
-            .name("numatrace-hz".into())
-            .spawn(move || tx.send(Jiffies::probe()))
-        {
-            Ok(_) => Self::Running { rx, waited: false },
-            Err(e) => {
-                tracing::warn!("starting the kernel's HZ probe: {e}");
-                Self::Done(None)
-            }
-        }
-    }
-}
-
-/// How long the first batched read waits for the HZ probe, which is quick (a few hundred
-/// bytes of /proc) where nothing is wrong.
-const JIFFIES_PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Why a read of the task map through the iterator failed.
 #[derive(Debug, thiserror::Error)]
@@ -321,11 +288,21 @@ impl Engine {
             unchanged: None,
             batch_stamps: Stamps::default(),
             iter_retry: task_iter::IterRetry::default(),
-            jiffies: JiffiesProbe::start(),
+            jiffies: Jiffies::probe(),
             evicted: 0,
         })
         .map(|mut e| {
             e.refresh_tiering();
+            match e.jiffies {
+                Some(j) => {
+                    tracing::debug!("kernel HZ {}: batched reads skip untouched entries", j.hz());
+                    e.batch_stamps.set_hz(j.hz());
+                }
+                None => tracing::info!(
+                    "the kernel's HZ is not known (the coarse clock's resolution is no tick): \
+                     every batched read compares every task entry"
+                ),
+            }
             e
         })
     }
@@ -620,7 +597,7 @@ impl Engine {
             .flatten();
         self.batch_stamps.invalidate();
         let started = if batched {
-            self.jiffies().and_then(|j| j.now())
+            self.jiffies.and_then(|j| j.now())
         } else {
             None
         };
@@ -646,43 +623,6 @@ impl Engine {
                 self.maps.task_iter = None;
             }
         }
-    }
-
-    /// The kernel's jiffies for batched reads, probed once; the HZ it knows sets the batched
-    /// stamps' margin.
-    fn jiffies(&mut self) -> Option<Jiffies> {
-        let j = match &mut self.jiffies {
-            JiffiesProbe::Done(j) => return *j,
-            JiffiesProbe::Running { rx, waited } => {
-                // The first batched read waits for it a while; the others only look.
-                let got = if *waited {
-                    rx.try_recv()
-                        .map_err(|e| matches!(e, std::sync::mpsc::TryRecvError::Empty))
-                } else {
-                    *waited = true;
-                    rx.recv_timeout(JIFFIES_PROBE_WAIT)
-                        .map_err(|e| matches!(e, std::sync::mpsc::RecvTimeoutError::Timeout))
-                };
-                match got {
-                    Ok(j) => j,
-                    // Still probing: this read takes nothing as unchanged.
-                    Err(true) => return None,
-                    // The thread ended without an answer.
-                    Err(false) => None,
-                }
-            }
-        };
-        match j {
-            Some(j) => {
-                tracing::debug!("kernel HZ {}: batched reads skip untouched entries", j.hz());
-                self.batch_stamps.set_hz(j.hz());
-            }
-            None => tracing::info!(
-                "the kernel's HZ is not readable (/proc/schedstat, or /proc/timer_list on a machine with few threads): every batched read compares every task entry"
-            ),
-        }
-        self.jiffies = JiffiesProbe::Done(j);
-        j
     }
 
     /// The whole map, in batches where the kernel can (each bucket under its lock: exact).

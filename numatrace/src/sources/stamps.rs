@@ -13,11 +13,7 @@
 //! after a read that did not complete, and for a report's final counts the map is read whole.
 
 use numatrace_common::stamped_since;
-use std::{
-    fs::File,
-    io::Read as _,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 /// Jiffies before the previous read's start from which a stamp counts as a change, at least:
 /// 256 ms at HZ=250, 640 ms at 100.
@@ -136,13 +132,12 @@ pub fn untouched(touched: u32, since: Option<u32>) -> bool {
 /// The kernel's jiffies as userspace reads them at the cost of one system call: times(2)
 /// returns them converted to USER_HZ clock ticks (`jiffies_64_to_clock_t`), which this turns
 /// back into jiffies, rounding down (a start taken early makes more entries count as changed:
-/// never wrong). The conversion needs the kernel's HZ, learnt once from a jiffies reading
-/// beside a times(2) one: /proc/schedstat's `timestamp` line (CONFIG_SCHEDSTATS, as Debian's
-/// and Ubuntu's kernels), else /proc/timer_list's first CPU's `jiffies:` line. The kernel
-/// prints the latter after that CPU's armed hrtimers, walking to the n-th one again for each
-/// (quadratic: 5.5 s of kernel time with 10 000 sleeping threads on the test host), so it is
-/// read only on a machine with few threads ([`TIMER_LIST_MAX_THREADS`]), once, and the engine
-/// probes on a thread of its own.
+/// never wrong). The conversion needs the kernel's HZ, which clock_getres(2) of the coarse
+/// clocks gives on every kernel: their resolution is the tick, `TICK_NSEC` =
+/// (10⁹ + HZ/2) / HZ (`LOW_RES_NSEC`, include/vdso/ktime.h). One system call, no /proc file:
+/// the earlier readings of the kernel's jiffies (/proc/schedstat, /proc/timer_list) were
+/// missing from kernels without CONFIG_SCHEDSTATS and cost the kernel seconds with many
+/// threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Jiffies {
     hz: u64,
@@ -150,41 +145,25 @@ pub struct Jiffies {
 }
 
 impl Jiffies {
-    /// `None` where neither /proc/schedstat (CONFIG_SCHEDSTATS) nor /proc/timer_list (not root,
-    /// a kernel without tick-oneshot, more than [`TIMER_LIST_MAX_THREADS`] threads) gives the
-    /// jiffies, or they give a HZ the clock ticks do not agree with: the batched read then takes
-    /// nothing as unchanged.
+    /// `None` only where the coarse clock's resolution is not a tick of a HZ the kernel can
+    /// have (10 to 10 000): the batched read then takes nothing as unchanged.
     pub fn probe() -> Option<Self> {
         // SAFETY: sysconf only reads a constant.
         let user_hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-        let before = clock_ticks()?;
-        let j = schedstat_jiffies().or_else(|| {
-            let threads = threads()?;
-            if threads > TIMER_LIST_MAX_THREADS {
-                tracing::debug!(
-                    "not reading /proc/timer_list with {threads} threads on the machine (its \
-                     output costs the kernel time quadratic in the armed timers)"
-                );
-                return None;
-            }
-            timer_list_jiffies()
-        })?;
-        Self::from_reading(j, before, clock_ticks()?, user_hz)
+        Self::from_tick(coarse_resolution_ns()?, user_hz)
     }
 
-    /// HZ from jiffies `j` read between clock ticks `before` and `after`; checked: the ticks
-    /// before, turned back, are at most `j` and close below it.
-    fn from_reading(j: u64, before: u64, after: u64, user_hz: u64) -> Option<Self> {
-        if user_hz == 0 || after == 0 || after < before {
+    /// HZ from the tick's length in ns; checked: the kernel's own rounding of that HZ gives
+    /// the same tick.
+    fn from_tick(tick_nsec: u64, user_hz: u64) -> Option<Self> {
+        if user_hz == 0 || tick_nsec == 0 {
             return None;
         }
-        let hz = (j as f64 * user_hz as f64 / after as f64).round() as u64;
-        if !(10..=10_000).contains(&hz) {
+        let hz = (NSEC_PER_SEC as f64 / tick_nsec as f64).round() as u64;
+        if !(10..=10_000).contains(&hz) || (NSEC_PER_SEC + hz / 2) / hz != tick_nsec {
             return None;
         }
-        let c = Self { hz, user_hz };
-        let slack = hz.div_ceil(user_hz) + 1;
-        (c.of_ticks(before) <= j && j <= c.of_ticks(after) + slack).then_some(c)
+        Some(Self { hz, user_hz })
     }
 
     /// The kernel's HZ.
@@ -222,90 +201,118 @@ fn clock_ticks() -> Option<u64> {
     u64::try_from(r).ok()
 }
 
-/// Above this many threads on the machine (each may have an hrtimer armed), /proc/timer_list
-/// is not read: at 2 048 armed timers its first CPU's part costs the kernel ~0.2 s.
-pub const TIMER_LIST_MAX_THREADS: u64 = 2048;
-
-/// The kernel's jiffies from /proc/schedstat: its `timestamp` line, printed before any CPU's.
-fn schedstat_jiffies() -> Option<u64> {
-    let mut f = File::open("/proc/schedstat").ok()?;
-    let mut text = vec![0; 4096];
-    let n = read_some(&mut f, &mut text)?;
-    parse_line(&text[..n], b"\ntimestamp ")
-}
-
-/// One read(2) of a /proc file, again where a signal interrupted it.
-fn read_some(f: &mut File, buf: &mut [u8]) -> Option<usize> {
-    loop {
-        match f.read(buf) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            r => return r.ok(),
-        }
-    }
-}
-
-/// How many threads the machine has: /proc/loadavg's `running/total` field.
-fn threads() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    parse_threads(&text)
-}
-
-fn parse_threads(loadavg: &str) -> Option<u64> {
-    loadavg
-        .split_whitespace()
-        .nth(3)?
-        .split_once('/')?
-        .1
-        .parse()
-        .ok()
-}
-
-/// The kernel's jiffies from /proc/timer_list: its first CPU's `jiffies:` line.
-fn timer_list_jiffies() -> Option<u64> {
-    let mut f = File::open("/proc/timer_list").ok()?;
-    let mut text = Vec::with_capacity(READ_STEP);
-    while text.len() < READ_MAX {
-        let at = text.len();
-        text.resize(at + READ_STEP, 0);
-        let n = read_some(&mut f, &mut text[at..])?;
-        text.truncate(at + n);
-        if let Some(j) = parse_jiffies(&text) {
-            return Some(j);
-        }
-        if n == 0 {
-            return None;
-        }
-    }
-    None
-}
-
-/// /proc/timer_list is read this much at a time, and no further than [`READ_MAX`] (the line
-/// is in the first CPU's part, after its timers: the file can be megabytes on a large
-/// machine).
-const READ_STEP: usize = 16 * 1024;
-const READ_MAX: usize = 1024 * 1024;
-
-/// The first complete `jiffies: N` line of `text`.
-fn parse_jiffies(text: &[u8]) -> Option<u64> {
-    parse_line(text, b"\njiffies: ")
-}
-
-/// The number of the first complete line of `text` that starts with `key` (`key` begins with
-/// the newline before it).
-fn parse_line(text: &[u8], key: &[u8]) -> Option<u64> {
-    let at = text.windows(key.len()).position(|w| w == key)? + key.len();
-    let rest = &text[at..];
-    let end = rest.iter().position(|&b| b == b'\n')?;
-    let digits = &rest[..end];
-    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+/// clock_getres(2) of CLOCK_MONOTONIC_COARSE, in ns: the kernel's tick.
+fn coarse_resolution_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_getres writes the struct it is given.
+    if unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
         return None;
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let ns = u64::try_from(ts.tv_nsec).ok()?;
+    secs.checked_mul(NSEC_PER_SEC)?.checked_add(ns)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::{fs::File, io::Read as _};
+
+    // ---- The kernel's jiffies read directly, to check the probe against -----------------
+
+    /// Above this many threads on the machine (each may have an hrtimer armed), /proc/timer_list
+    /// is not read: at 2 048 armed timers its first CPU's part costs the kernel ~0.2 s.
+    const TIMER_LIST_MAX_THREADS: u64 = 2048;
+
+    /// The kernel's jiffies from /proc/schedstat: its `timestamp` line, printed before any CPU's.
+    fn schedstat_jiffies() -> Option<u64> {
+        let mut f = File::open("/proc/schedstat").ok()?;
+        let mut text = vec![0; 4096];
+        let n = read_some(&mut f, &mut text)?;
+        parse_line(&text[..n], b"\ntimestamp ")
+    }
+
+    /// One read(2) of a /proc file, again where a signal interrupted it.
+    fn read_some(f: &mut File, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            match f.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => return r.ok(),
+            }
+        }
+    }
+
+    /// How many threads the machine has: /proc/loadavg's `running/total` field.
+    fn threads() -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+        parse_threads(&text)
+    }
+
+    fn parse_threads(loadavg: &str) -> Option<u64> {
+        loadavg
+            .split_whitespace()
+            .nth(3)?
+            .split_once('/')?
+            .1
+            .parse()
+            .ok()
+    }
+
+    /// The kernel's jiffies from /proc/timer_list: its first CPU's `jiffies:` line.
+    fn timer_list_jiffies() -> Option<u64> {
+        let mut f = File::open("/proc/timer_list").ok()?;
+        let mut text = Vec::with_capacity(READ_STEP);
+        while text.len() < READ_MAX {
+            let at = text.len();
+            text.resize(at + READ_STEP, 0);
+            let n = read_some(&mut f, &mut text[at..])?;
+            text.truncate(at + n);
+            if let Some(j) = parse_jiffies(&text) {
+                return Some(j);
+            }
+            if n == 0 {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// /proc/timer_list is read this much at a time, and no further than [`READ_MAX`] (the line
+    /// is in the first CPU's part, after its timers: the file can be megabytes on a large
+    /// machine).
+    const READ_STEP: usize = 16 * 1024;
+    const READ_MAX: usize = 1024 * 1024;
+
+    /// The first complete `jiffies: N` line of `text`.
+    fn parse_jiffies(text: &[u8]) -> Option<u64> {
+        parse_line(text, b"\njiffies: ")
+    }
+
+    /// The number of the first complete line of `text` that starts with `key` (`key` begins with
+    /// the newline before it).
+    fn parse_line(text: &[u8], key: &[u8]) -> Option<u64> {
+        let at = text.windows(key.len()).position(|w| w == key)? + key.len();
+        let rest = &text[at..];
+        let end = rest.iter().position(|&b| b == b'\n')?;
+        let digits = &rest[..end];
+        if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(digits).ok()?.parse().ok()
+    }
+
+    /// The kernel's jiffies now, where root can read them cheaply: /proc/schedstat's
+    /// `timestamp` line, else /proc/timer_list's on a machine with few threads.
+    fn kernel_jiffies() -> Option<u64> {
+        schedstat_jiffies().or_else(|| {
+            (threads()? <= TIMER_LIST_MAX_THREADS)
+                .then(timer_list_jiffies)
+                .flatten()
+        })
+    }
 
     #[test]
     fn jiffies_come_from_the_first_complete_line() {
@@ -342,27 +349,46 @@ mod tests {
         assert_eq!(parse_threads("0.00 0.01 0.05 3-10120 1\n"), None);
     }
 
-    /// Where the kernel has either file (root), the probe gives a HZ the kernel can have, and
-    /// jiffies now within a tick of its reading.
+    /// The tick of each HZ a kernel can be built with gives that HZ back; a resolution that
+    /// is no tick (a high-resolution clock's 1 ns, a rounding the kernel does not make) gives
+    /// none.
+    #[test]
+    fn hz_comes_from_the_tick_length() {
+        for hz in [24, 48, 100, 128, 250, 256, 300, 512, 1000, 1024, 1200] {
+            let tick = (NSEC_PER_SEC + hz / 2) / hz;
+            assert_eq!(Jiffies::from_tick(tick, 100).map(|j| j.hz()), Some(hz));
+        }
+        for tick in [0, 1, 3_333_334, 4_000_001, 1_000_000_000, 200_000_000] {
+            assert_eq!(Jiffies::from_tick(tick, 100), None, "tick {tick} ns");
+        }
+        assert_eq!(Jiffies::from_tick(4_000_000, 0), None);
+    }
+
+    /// The probe always gives HZ on Linux; where root reads the kernel's jiffies directly,
+    /// jiffies from times(2) are within a tick of them.
     #[test]
     fn the_probe_agrees_with_the_kernel_where_it_reads() {
-        let Some(j) = Jiffies::probe() else {
-            eprintln!(
-                "SKIPPED: neither /proc/schedstat nor a short /proc/timer_list is readable here"
-            );
-            return;
-        };
+        let j = Jiffies::probe().expect("the coarse clock's resolution is a tick");
         assert!([100, 250, 300, 1000].contains(&j.hz()), "HZ {}", j.hz());
         // times(2) turned back lags the kernel's jiffies by up to HZ / USER_HZ + 1: the direct
         // reading lies between the two around it, give or take that.
         let lo = j.now().unwrap();
-        let direct = schedstat_jiffies().or_else(timer_list_jiffies).unwrap() as u32;
+        let Some(direct) = kernel_jiffies() else {
+            eprintln!(
+                "SKIPPED (half): neither /proc/schedstat nor a short /proc/timer_list is \
+                 readable here (root); HZ {} not checked against the kernel's jiffies",
+                j.hz()
+            );
+            return;
+        };
+        let direct = direct as u32;
         let hi = j.now().unwrap();
         let lag = (j.hz() / 100 + 1) as u32;
         let from = lo.wrapping_sub(lag);
         assert!(
             direct.wrapping_sub(from) <= hi.wrapping_add(lag).wrapping_sub(from),
-            "jiffies {direct}, from times(2) {lo} before and {hi} after"
+            "jiffies {direct}, from times(2) {lo} before and {hi} after (HZ {})",
+            j.hz()
         );
     }
 
@@ -439,7 +465,7 @@ mod tests {
 
     /// Turned back from clock ticks, jiffies are never ahead of the kernel's and at most
     /// HZ / USER_HZ + 1 behind, for the usual HZ, near boot (jiffies start 300 s before the
-    /// 32-bit wrap) and years on; HZ is learnt back from one reading.
+    /// 32-bit wrap) and years on.
     #[test]
     fn jiffies_come_back_from_clock_ticks_rounded_down() {
         // Spread over years: a multiplicative step through the range (no test helper of a
@@ -458,14 +484,7 @@ mod tests {
                 assert!(est <= j, "HZ {hz}: {est} ahead of {j}");
                 assert!(j - est <= hz / 100 + 1, "HZ {hz}: {est} too far behind {j}");
             }
-            let j = start + 123_456_789;
-            let t = kernel_ticks(j, hz, 100);
-            assert_eq!(Jiffies::from_reading(j, t, t + 1, 100), Some(c));
         }
-        // Ticks that do not agree with the jiffies read: no clock.
-        assert_eq!(Jiffies::from_reading(5_000_000_000, 10, 11, 100), None);
-        assert_eq!(Jiffies::from_reading(5_000_000_000, 0, 0, 100), None);
-        assert_eq!(Jiffies::from_reading(5_000_000_000, 20, 10, 100), None);
     }
 
     /// No whole read yet, or the latest longer ago than FULL_EVERY: whole.
