@@ -825,6 +825,8 @@ fn scale_verdicts(r: &ScaleCost) -> Vec<(&'static str, bool)> {
             if let Some(ms) = r.changed_share_ms {
                 v.push(("snapshot, a tenth changed", ms <= SCALE_SNAPSHOT_MS));
             }
+            // What `stat` and `record` hold: the engine alone.
+            v.push(("RSS", r.peak_rss_mib <= SCALE_RSS_MIB));
             v
         }
     }
@@ -987,14 +989,21 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                 "RSS" => format!(
                     "{} at {n} tasks ({place}): peak RSS {:.1} MiB (target ≤ {SCALE_RSS_MIB} MiB): one \
                      snapshot's task list is {} MiB ({} bytes per task, its packed counts \
-                     included), and the command holds the engine's table of the kernel entries \
-                     besides its own per-task state.",
+                     included), and {}.",
                     r.command,
                     r.peak_rss_mib,
                     fmt_opt(r.task_list_mib, 0),
                     r.task_list_mib.map_or("?".to_owned(), |m| {
                         format!("{:.0}", m * 1024.0 * 1024.0 / n.max(1) as f64)
-                    })
+                    }),
+                    if r.summary_ms.is_some() {
+                        "the process holds the engine's table of the kernel entries, the list \
+                         handed back for the next snapshot and the benchmark's writer of the \
+                         entries besides"
+                    } else {
+                        "the command holds the engine's table of the kernel entries besides its \
+                         own per-task state"
+                    }
                 ),
                 _ => format!(
                     "top -b at {n} tasks ({place}): {} frames in {:.0} s, longest gap {} s \
@@ -1263,7 +1272,7 @@ mod tests {
         scale_table(&mut s, &rs);
         assert!(s.contains("100002 task entries"), "{s}");
         assert!(
-            s.contains("snapshot GAP, snapshot, a tenth changed met"),
+            s.contains("snapshot GAP, snapshot, a tenth changed met, RSS met"),
             "{s}"
         );
         assert!(s.contains("; 30.0 [iterator]"), "{s}");
@@ -1276,5 +1285,24 @@ mod tests {
             "{gaps:?}"
         );
         assert!(gaps[1].starts_with("serve at 100002 tasks (host): peak RSS 300.0 MiB"));
+        // The engine's own memory is judged too: it is what `stat` and `record` hold.
+        let heavy = ScaleCost {
+            peak_rss_mib: 75.0,
+            ..rs_engine()
+        };
+        let gaps = scale_gaps("guest", &[Record::Scale(heavy)]);
+        assert!(
+            gaps.iter().any(|g| g
+                .starts_with("engine (in-process) at 100002 tasks (guest): peak RSS 75.0 MiB")
+                && g.contains("the process holds")),
+            "{gaps:?}"
+        );
+    }
+
+    fn rs_engine() -> ScaleCost {
+        ScaleCost {
+            summary_ms: Some(80.0),
+            ..scale("engine (in-process)")
+        }
     }
 }
