@@ -17,3 +17,34 @@ pub mod tunables;
 pub mod version;
 pub mod vmcoreinfo;
 pub mod vmstat;
+
+use std::{fs::File, io::Read as _, path::Path};
+
+/// A /proc or /sys file read whole in two read(2)s where it fits 16 KiB. `fs::read_to_string`
+/// sees a size of 0 and probes from 32 bytes up, doubling: nine reads of /proc/vmstat, each of
+/// which makes the kernel sum every counter over every CPU again (its seq_file's `start`).
+pub fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
+    let mut text = String::with_capacity(16 * 1024);
+    File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_text;
+
+    /// Whole, past the first 16 KiB too, and as `fs::read_to_string` reads it.
+    #[test]
+    fn read_text_reads_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big");
+        let text: String = (0..5000).map(|i| format!("line {i}\n")).collect();
+        assert!(text.len() > 16 * 1024);
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(read_text(&path).unwrap(), text);
+        let vmstat = read_text("/proc/vmstat").unwrap();
+        assert!(vmstat.starts_with("nr_free_pages "), "{vmstat:.40}");
+        assert!(vmstat.ends_with('\n'));
+        assert!(read_text(dir.path().join("missing")).is_err());
+    }
+}

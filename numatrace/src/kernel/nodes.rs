@@ -31,7 +31,7 @@ pub fn read_nodes(sys: &Path) -> Vec<NodeInfo> {
             let name = e.file_name().to_string_lossy().into_owned();
             let node: u32 = name.strip_prefix("node")?.parse().ok()?;
             let dir = e.path();
-            let read = |f: &str| fs::read_to_string(dir.join(f)).unwrap_or_default();
+            let read = |f: &str| super::read_text(dir.join(f)).unwrap_or_default();
             let meminfo = read("meminfo");
             Some(NodeInfo {
                 node,

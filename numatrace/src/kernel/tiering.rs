@@ -103,7 +103,7 @@ pub fn parse_list(s: &str) -> Vec<u32> {
 }
 
 fn read_trim(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+    super::read_text(path).ok().map(|s| s.trim().to_owned())
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -118,7 +118,7 @@ fn node_counters(dir: &Path) -> BTreeMap<u32, BTreeMap<String, u64>> {
         .flatten()
         .filter_map(|e| {
             let node: u32 = e.file_name().to_str()?.strip_prefix("node")?.parse().ok()?;
-            let text = fs::read_to_string(e.path().join("vmstat")).ok()?;
+            let text = super::read_text(e.path().join("vmstat")).ok()?;
             let counters = text
                 .lines()
                 .filter_map(|l| {

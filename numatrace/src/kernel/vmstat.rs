@@ -52,7 +52,7 @@ impl Vmstat {
     }
 
     pub fn read() -> std::io::Result<Self> {
-        Ok(Self::parse(&fs::read_to_string("/proc/vmstat")?))
+        Ok(Self::parse(&super::read_text("/proc/vmstat")?))
     }
 
     /// `self - before`, for counters present in both (they only grow; wrap is not expected).
