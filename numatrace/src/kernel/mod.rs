@@ -20,9 +20,10 @@ pub mod vmstat;
 
 use std::{fs::File, io::Read as _, path::Path};
 
-/// A /proc or /sys file read whole in two read(2)s where it fits 16 KiB. `fs::read_to_string`
-/// sees a size of 0 and probes from 32 bytes up, doubling: nine reads of /proc/vmstat, each of
-/// which makes the kernel sum every counter over every CPU again (its seq_file's `start`).
+/// A /proc file read whole in one read(2) per 4 KiB page of output (a seq_file's buffer) and the
+/// end-of-file read. `fs::read_to_string` sees a size of 0 and probes from 32 bytes up,
+/// doubling: nine reads of /proc/vmstat, each of which makes the kernel sum every counter over
+/// every CPU again (its seq_file's `start`). (sysfs files report 4 096 and read the same way.)
 pub fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
     let mut text = String::with_capacity(16 * 1024);
     File::open(path)?.read_to_string(&mut text)?;
