@@ -16,9 +16,10 @@ pub fn mapping_names(maps: &str) -> BTreeMap<u64, String> {
         .collect()
 }
 
-/// Names for a live process; empty if it has exited.
+/// Names for a live process; empty if it has exited. Read in large pieces: each read(2) of
+/// /proc/PID/maps takes the process's mmap lock again and finds its place among the VMAs.
 pub fn process_mapping_names(tgid: u32) -> BTreeMap<u64, String> {
-    fs::read_to_string(format!("/proc/{tgid}/maps"))
+    crate::kernel::read_text(format!("/proc/{tgid}/maps"))
         .map(|t| mapping_names(&t))
         .unwrap_or_default()
 }
