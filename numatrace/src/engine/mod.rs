@@ -297,6 +297,9 @@ impl Engine {
                 Some(j) => {
                     tracing::debug!("kernel HZ {}: batched reads skip untouched entries", j.hz());
                     e.batch_stamps.set_hz(j.hz());
+                    if let Some(iter) = &mut e.maps.task_iter {
+                        iter.set_hz(j.hz());
+                    }
                 }
                 None => tracing::info!(
                     "the kernel's HZ is not known (the coarse clock's resolution is no tick): \

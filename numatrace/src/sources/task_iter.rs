@@ -212,6 +212,12 @@ impl TaskIter {
         self.stamps.margin()
     }
 
+    /// The kernel's HZ, known (see [`super::stamps::Jiffies`]): the margin follows it from the
+    /// first read, not from reads a second apart.
+    pub fn set_hz(&mut self, hz: u64) {
+        self.stamps.set_hz(hz);
+    }
+
     /// Whether the next read may send only what changed (see [`Stamps::changed_only`]).
     pub fn changed_only(&self) -> bool {
         self.stamps.changed_only()
