@@ -304,24 +304,14 @@ mod tests {
         std::str::from_utf8(digits).ok()?.parse().ok()
     }
 
-    /// CONFIG_HZ of the running kernel, where its config is readable.
+    /// CONFIG_HZ of the running kernel, where its config is readable (as `record` reads it
+    /// for a capture's system state).
     fn config_hz() -> Option<u64> {
-        let mut text = String::new();
-        if let Ok(f) = File::open("/proc/config.gz") {
-            flate2::read::GzDecoder::new(f)
-                .take(1 << 20)
-                .read_to_string(&mut text)
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        let config =
+            crate::kernel::sysstate::kernel_config(std::path::Path::new("/"), release.trim())
                 .ok()?;
-        } else {
-            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-            File::open(format!("/boot/config-{}", release.trim()))
-                .ok()?
-                .take(1 << 20)
-                .read_to_string(&mut text)
-                .ok()?;
-        }
-        text.lines()
-            .find_map(|l| l.strip_prefix("CONFIG_HZ=")?.parse().ok())
+        config.options.get("CONFIG_HZ")?.parse().ok()
     }
 
     /// The kernel's jiffies now, where root can read them cheaply: /proc/schedstat's
