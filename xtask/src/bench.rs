@@ -1264,7 +1264,7 @@ mod tests {
             max_frame_gap_s: Some(1.01),
             ..scale("top -b")
         };
-        let rs: Vec<Record> = [engine, serve, top]
+        let rs: Vec<Record> = [engine.clone(), serve, top]
             .into_iter()
             .map(Record::Scale)
             .collect();
@@ -1288,7 +1288,7 @@ mod tests {
         // The engine's own memory is judged too: it is what `stat` and `record` hold.
         let heavy = ScaleCost {
             peak_rss_mib: 75.0,
-            ..rs_engine()
+            ..engine
         };
         let gaps = scale_gaps("guest", &[Record::Scale(heavy)]);
         assert!(
@@ -1297,12 +1297,5 @@ mod tests {
                 && g.contains("the process holds")),
             "{gaps:?}"
         );
-    }
-
-    fn rs_engine() -> ScaleCost {
-        ScaleCost {
-            summary_ms: Some(80.0),
-            ..scale("engine (in-process)")
-        }
     }
 }
