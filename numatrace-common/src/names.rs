@@ -151,6 +151,53 @@ pub const PROG_FLOOR_KRETPROBE: &str = "kretprobe_floor";
 pub const PROG_FLOOR_FEXIT: &str = "fexit_floor";
 pub const PROG_FLOOR_BTF_TRACEPOINT: &str = "btf_floor";
 
+/// The benchmark's per-task lookup programs (numatrace-ebpf's `numatrace-lookups` object, never
+/// loaded by numatrace), by the prefix of the program type they stand beside: (prefix, [the pid
+/// hash's, task storage's, the per-CPU cache's]).
+pub const LOOKUP_PROGRAMS: &[(&str, [&str; 3])] = &[
+    ("tp_", ["tp_lookup_hash", "tp_lookup_ts", "tp_lookup_cpu"]),
+    (
+        "kprobe_",
+        [
+            "kprobe_lookup_hash",
+            "kprobe_lookup_ts",
+            "kprobe_lookup_cpu",
+        ],
+    ),
+    (
+        "kretprobe_",
+        [
+            "kretprobe_lookup_hash",
+            "kretprobe_lookup_ts",
+            "kretprobe_lookup_cpu",
+        ],
+    ),
+    (
+        "fentry_",
+        [
+            "fentry_lookup_hash",
+            "fentry_lookup_ts",
+            "fentry_lookup_cpu",
+        ],
+    ),
+    (
+        "fexit_",
+        ["fexit_lookup_hash", "fexit_lookup_ts", "fexit_lookup_cpu"],
+    ),
+    (
+        "btf_",
+        ["btf_lookup_hash", "btf_lookup_ts", "btf_lookup_cpu"],
+    ),
+];
+/// The maps every copy of the lookup object shares (pinned while the copies load).
+pub const LOOKUP_SHARED_MAPS: &[&str] = &[
+    "LOOKUP_TASKS",
+    "LOOKUP_TASK_STORAGE",
+    "LOOKUP_SLOTS",
+    "LOOKUP_SLOT_OF",
+    "LOOKUP_LAST",
+];
+
 /// tp_btf program on `sched_skip_vma_numa`: the scan-sequence gap of pid_inactive skips, and,
 /// where it is the hook's only program, everything the classic program does.
 pub const PROG_BTF_SKIP_VMA: &str = "btf_skip_vma";

@@ -17,7 +17,7 @@ use anyhow::{Result, bail};
 mod record;
 
 use self::record::{
-    DaemonCost, HookPeer, Overhead, PeerCost, ProgramCost, Record, RingLoad, ScaleCost,
+    DaemonCost, HookPeer, LookupCost, Overhead, PeerCost, ProgramCost, Record, RingLoad, ScaleCost,
     SnapshotCost,
 };
 use crate::{
@@ -414,6 +414,54 @@ fn hook_peers(rs: &[Record]) -> impl Iterator<Item = &HookPeer> {
     of_kind!(rs, HookPeer)
 }
 
+fn lookups(rs: &[Record]) -> impl Iterator<Item = &LookupCost> {
+    of_kind!(rs, Lookup)
+}
+
+/// The lookup pair's row of `hook` (or of its tp_btf twin, where that program replaced the
+/// classic one).
+fn lookup_of<'a>(rs: &'a [Record], hook: &str) -> Option<&'a LookupCost> {
+    let twin = hook.split_once(':').map(|(_, n)| format!("tp_btf:{n}"));
+    lookups(rs).find(|l| l.hook == hook || twin.as_ref() == Some(&l.hook))
+}
+
+/// ns/event of a lookup program above the empty program on its hook.
+fn above_floor(ns: Option<f64>, l: &LookupCost) -> Option<f64> {
+    ns.zip(l.floor_ns_per_run).map(|(a, f)| a - f)
+}
+
+/// Finding the running task's entry two ways, on the hooks numatrace's programs run on, in the
+/// same run (issue 37, deliverable 2: task storage instead of the pid hash).
+fn lookup_table(s: &mut String, rs: &[Record]) {
+    if lookups(rs).next().is_none() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nFinding the running task's entry, on the same hooks in the same run: a program that \
+         does only that and one count in the entry, through the pid-keyed hash numatrace's \
+         programs use, through BPF task storage (found from `current`, no hashing), and through \
+         a per-CPU cache of the last task's slot in an array (the pid hash asked only when \
+         another task comes); ns/event above the empty program of the same type on the \
+         hook:\n\n| hook | mechanism | events | empty program ns/event | pid hash | task storage | per-CPU cache, array |\n|---|---|---:|---:|---:|---:|---:|"
+    );
+    for l in lookups(rs) {
+        let [hash, ts, cpu] =
+            [l.hash_ns_per_run, l.ts_ns_per_run, l.cpu_ns_per_run].map(|ns| above_floor(ns, l));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            l.hook,
+            l.mechanism,
+            l.events,
+            fmt_opt(l.floor_ns_per_run, 0),
+            fmt_opt(hash, 0),
+            fmt_opt(ts, 0),
+            fmt_opt(cpu, 0),
+        );
+    }
+}
+
 fn overheads(rs: &[Record]) -> impl Iterator<Item = &Overhead> {
     of_kind!(rs, Overhead)
 }
@@ -687,10 +735,23 @@ fn hook_peer_table(s: &mut String, rs: &[Record]) -> Vec<String> {
                     let above = |v: f64| {
                         floor.map_or(String::new(), |f| format!(", {:.0} above it", v - f))
                     };
+                    let lookup = lookup_of(rs, hook)
+                        .and_then(|l| {
+                            let hash = above_floor(l.hash_ns_per_run, l)?;
+                            let ts = above_floor(l.ts_ns_per_run, l)?;
+                            let cpu = above_floor(l.cpu_ns_per_run, l).map_or(String::new(), |c| {
+                                format!(", {c:.0} through a per-CPU cache of its slot")
+                            });
+                            Some(format!(
+                                "; finding the task's entry alone costs {hash:.0} ns above its \
+                                 floor through the pid hash, {ts:.0} through task storage{cpu}"
+                            ))
+                        })
+                        .unwrap_or_default();
                     gaps.push(format!(
                         "{hook} ({}): numatrace's programs cost {x:.2}× bpftrace's per event \
                          (target ≤ ½): numatrace {n:.0} ns{}, bpftrace {b:.0} ns{}; the empty \
-                         programs on the hook (the floor of any tracer there) {}",
+                         programs on the hook (the floor of any tracer there) {}{lookup}",
                         r.command,
                         above(n),
                         above(b),
@@ -1070,10 +1131,12 @@ fn render(host: &str, pkg: &str, guest: &[Record], hostr: &[Record], o: &Opts) -
     let _ = writeln!(s, "\n## 1. Per-event kernel cost (guest)\n");
     program_table(&mut s, guest);
     hook_peer_table(&mut s, guest);
+    lookup_table(&mut s, guest);
     if !hostr.is_empty() {
         let _ = writeln!(s, "\n### Host (what attaches on its kernel)\n");
         program_table(&mut s, hostr);
         peer_table(&mut s, hostr);
+        lookup_table(&mut s, hostr);
     }
     let _ = writeln!(s, "\n## 2. Workload overhead (guest)\n");
     overhead_table(&mut s, guest);
@@ -1213,6 +1276,54 @@ mod tests {
         let mut s = String::new();
         program_table(&mut s, &r);
         assert!(s.contains("5 records in 1.0 s (5/s), 0 dropped"), "{s}");
+    }
+
+    #[test]
+    fn a_gap_says_what_finding_the_task_costs_two_ways() {
+        let rs = vec![
+            Record::Program(ProgramCost {
+                command: "stat".into(),
+                hook: "tp_btf:sched_skip_vma_numa".into(),
+                mechanism: "tp_btf".into(),
+                program: "btf_skip_vma".into(),
+                runs: 100,
+                ns_per_run: Some(2800.0),
+                floor_runs: 100,
+                floor_ns_per_run: Some(200.0),
+            }),
+            Record::HookPeer(HookPeer {
+                command: "stat".into(),
+                hook: "sched:sched_skip_vma_numa".into(),
+                events: 100,
+                ns_per_event: Some(2800.0),
+                bpftrace_ns_per_event: Some(2000.0),
+                bpftrace_programs: 1,
+            }),
+            Record::Lookup(LookupCost {
+                hook: "tp_btf:sched_skip_vma_numa".into(),
+                mechanism: "tp_btf".into(),
+                events: 100,
+                hash_ns_per_run: Some(450.0),
+                ts_ns_per_run: Some(520.0),
+                cpu_ns_per_run: Some(300.0),
+                floor_ns_per_run: Some(200.0),
+            }),
+        ];
+        let mut s = String::new();
+        lookup_table(&mut s, &rs);
+        assert!(
+            s.contains("| tp_btf:sched_skip_vma_numa | tp_btf | 100 | 200 | 250 | 320 | 100 |"),
+            "{s}"
+        );
+        let gaps = hook_peer_table(&mut String::new(), &rs);
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert!(
+            gaps[0].ends_with(
+                "finding the task's entry alone costs 250 ns above its floor through the pid \
+                 hash, 320 through task storage, 100 through a per-CPU cache of its slot"
+            ),
+            "{gaps:?}"
+        );
     }
 
     fn scale(command: &str) -> ScaleCost {

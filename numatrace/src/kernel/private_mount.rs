@@ -1,6 +1,6 @@
 //! Reading a kernel filesystem that is not mounted (debugfs for the scan tunables, securityfs
-//! for the lockdown state) without mounting it for anyone else — what perf does for tracefs,
-//! but private and undone.
+//! for the lockdown state; bpffs for the benchmark's shared maps) without mounting it for anyone
+//! else — what perf does for tracefs, but private and undone.
 //!
 //! A short-lived thread gets a mount namespace of its own: `unshare(CLONE_NEWNS)` is allowed in
 //! one thread of a multi-threaded process (it implies `CLONE_FS`, which copies only that
@@ -15,7 +15,8 @@
 //!
 //! debugfs and securityfs have one superblock per kernel: mounting them again anywhere is what
 //! `mount -t debugfs none /sys/kernel/debug` does, with no options (none that could change a
-//! mount elsewhere: no `ro`, no `mode=`).
+//! mount elsewhere: no `ro`, no `mode=`). bpffs is a new instance at each mount: what is pinned
+//! in the private one is seen by no one else, and goes with it.
 
 use std::{ffi::CString, os::unix::ffi::OsStrExt as _, path::Path};
 
@@ -24,6 +25,8 @@ use std::{ffi::CString, os::unix::ffi::OsStrExt as _, path::Path};
 pub enum Fs {
     Debugfs,
     Securityfs,
+    /// For the benchmark's maps shared between copies of an object (pinned while they load).
+    Bpffs,
 }
 
 impl Fs {
@@ -31,6 +34,7 @@ impl Fs {
         match self {
             Self::Debugfs => "debugfs",
             Self::Securityfs => "securityfs",
+            Self::Bpffs => "bpf",
         }
     }
 
@@ -38,6 +42,7 @@ impl Fs {
         match self {
             Self::Debugfs => "/sys/kernel/debug",
             Self::Securityfs => "/sys/kernel/security",
+            Self::Bpffs => "/sys/fs/bpf",
         }
     }
 
@@ -45,6 +50,7 @@ impl Fs {
         match self {
             Self::Debugfs => "CONFIG_DEBUG_FS off, or debugfs=off on the kernel command line",
             Self::Securityfs => "CONFIG_SECURITYFS off",
+            Self::Bpffs => "CONFIG_BPF_SYSCALL off",
         }
     }
 }

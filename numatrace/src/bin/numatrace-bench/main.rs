@@ -7,6 +7,7 @@ mod cgroup_dirs;
 mod daemon;
 mod floor;
 mod frontends;
+mod lookup;
 mod overhead;
 mod peer;
 mod procfs;
@@ -182,15 +183,14 @@ fn main() -> Result<()> {
             emit(Record::Ring(m.ring));
             m.peers.into_iter().for_each(|c| emit(Record::Peer(c)));
             m.hooks.into_iter().for_each(|c| emit(Record::HookPeer(c)));
+            m.lookups.into_iter().for_each(|c| emit(Record::Lookup(c)));
             if let Some(bt) = bt {
                 match programs::measure_untracked(&mix, UNTRACKED_TASKS, bt) {
                     Ok(rows) => rows.into_iter().for_each(|c| emit(Record::Peer(c))),
                     Err(e) => emit(note(format!("untracked pass: {e:#}"))),
                 }
             }
-            m.errors
-                .into_iter()
-                .for_each(|e| emit(note(format!("floor: {e}"))));
+            m.errors.into_iter().for_each(|e| emit(note(e)));
             m.notes.into_iter().for_each(|n| emit(note(n)));
         }
         Phase::Overhead { rounds, duration } => {

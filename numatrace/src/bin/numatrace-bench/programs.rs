@@ -8,8 +8,8 @@ use numatrace::engine::{Detail, Engine};
 use numatrace_common::Counter;
 
 use crate::{
-    floor, peer,
-    record::{HookPeer, PeerCost, ProgramCost, RingLoad},
+    floor, lookup, peer,
+    record::{HookPeer, LookupCost, PeerCost, ProgramCost, RingLoad},
     workloads::Mix,
 };
 
@@ -126,9 +126,11 @@ pub struct Measured {
     pub costs: Vec<ProgramCost>,
     /// Per hook against bpftrace's overhead script (given a script).
     pub hooks: Vec<HookPeer>,
+    /// Per hook, finding the running task's entry two ways (`lookup`).
+    pub lookups: Vec<LookupCost>,
     pub ring: RingLoad,
     pub peers: Vec<PeerCost>,
-    /// Floors that could not be attached.
+    /// Floors and lookup pairs that could not be attached.
     pub errors: Vec<String>,
     /// What the reader of the tables should know (e.g. bpftrace's program names).
     pub notes: Vec<String>,
@@ -250,7 +252,17 @@ pub fn measure(
         .map(|h| h.name.clone())
         .collect();
     let attached = |name: &str| hooks.contains(name);
-    let (floors, errors) = floor::attach_all(&engine.plan, attached, opts);
+    let (floors, floor_errors) = floor::attach_all(&engine.plan, attached, opts);
+    let mut errors: Vec<String> = floor_errors
+        .into_iter()
+        .map(|e| format!("floor: {e}"))
+        .collect();
+    let (lookups, lookup_errors) = lookup::attach_all(&engine.plan, attached, opts);
+    errors.extend(
+        lookup_errors
+            .into_iter()
+            .map(|e| format!("lookup pair: {e}")),
+    );
     let peers = start_peers(bpftrace, &program_names(engine));
     let script_peer = match script {
         // The script prints "ready" once every probe is attached.
@@ -275,6 +287,11 @@ pub fn measure(
         for (i, f) in floors.iter().enumerate() {
             let (t, n) = f.stats();
             v.push((format!("floor:{i}"), t, n));
+        }
+        for (i, l) in lookups.iter().enumerate() {
+            for ((t, n), way) in l.stats().into_iter().zip(["hash", "ts", "cpu"]) {
+                v.push((format!("lookup:{i}:{way}"), t, n));
+            }
         }
         if let Some(sp) = &script_peer {
             v.extend(script_sample(sp));
@@ -410,6 +427,29 @@ pub fn measure(
         seconds,
         dropped: after.counter(Counter::RingbufFull) - before.counter(Counter::RingbufFull),
     };
+    let lookup_costs = lookups
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let [hash, ts, cpu] =
+                ["hash", "ts", "cpu"].map(|way| cost(&format!("lookup:{i}:{way}")));
+            let floor = floors
+                .iter()
+                .position(|f| f.hook == l.hook && f.twin == l.twin)
+                .map(|i| cost(&format!("floor:{i}")))
+                .unwrap_or_default();
+            LookupCost {
+                hook: l.hook.clone(),
+                mechanism: l.mechanism.clone(),
+                events: hash.runs,
+                hash_ns_per_run: hash.ns_per_run,
+                ts_ns_per_run: ts.ns_per_run,
+                cpu_ns_per_run: cpu.ns_per_run,
+                floor_ns_per_run: floor.ns_per_run,
+            }
+        })
+        .collect();
+    drop(lookups);
     drop(floors);
     for (_, e, _) in engines {
         rt.block_on(e.stop())?;
@@ -417,6 +457,7 @@ pub fn measure(
     Ok(Measured {
         costs: out,
         hooks,
+        lookups: lookup_costs,
         ring,
         peers: peer_costs,
         errors,

@@ -17,6 +17,7 @@ pub enum Record {
     Program(ProgramCost),
     Peer(PeerCost),
     HookPeer(HookPeer),
+    Lookup(LookupCost),
     Ring(RingLoad),
     Overhead(Overhead),
     Daemon(DaemonCost),
@@ -83,6 +84,26 @@ pub struct HookPeer {
     pub bpftrace_ns_per_event: Option<f64>,
     /// bpftrace's programs found on the hook (by name).
     pub bpftrace_programs: usize,
+}
+
+/// How a program finds the running task's entry, on one hook, in the same run as numatrace's
+/// programs there (the `numatrace-lookups` object: each program only finds the entry and counts
+/// in it): the pid-keyed hash numatrace uses, BPF task storage, and a per-CPU cache of the last
+/// task's slot in an array.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LookupCost {
+    pub hook: String,
+    pub mechanism: String,
+    /// Runs of the pid-hash program (the hook's events).
+    pub events: u64,
+    pub hash_ns_per_run: Option<f64>,
+    pub ts_ns_per_run: Option<f64>,
+    /// Entries in an array by slot, a per-CPU cache of the last task's slot in front of the
+    /// pid hash.
+    #[serde(default)]
+    pub cpu_ns_per_run: Option<f64>,
+    /// The empty program of the same type on the same hook.
+    pub floor_ns_per_run: Option<f64>,
 }
 
 /// A workload's throughput under one tracer against untraced, per round.
