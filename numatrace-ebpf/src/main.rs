@@ -64,15 +64,5 @@ macro_rules! bump {
     }};
 }
 
+mod object;
 mod tracepoints;
-
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-// GPL: the tracing helpers (bpf_probe_read_kernel, ring buffer) require a GPL-compatible licence.
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
