@@ -418,7 +418,7 @@ fn lookups(rs: &[Record]) -> impl Iterator<Item = &LookupCost> {
     of_kind!(rs, Lookup)
 }
 
-/// The lookup pair's row of `hook` (or of its tp_btf twin, where that program replaced the
+/// The lookup programs' row of `hook` (or of its tp_btf twin, where that program replaced the
 /// classic one).
 fn lookup_of<'a>(rs: &'a [Record], hook: &str) -> Option<&'a LookupCost> {
     let twin = hook.split_once(':').map(|(_, n)| format!("tp_btf:{n}"));
@@ -430,7 +430,7 @@ fn above_floor(ns: Option<f64>, l: &LookupCost) -> Option<f64> {
     ns.zip(l.floor_ns_per_run).map(|(a, f)| a - f)
 }
 
-/// Finding the running task's entry two ways, on the hooks numatrace's programs run on, in the
+/// Finding the running task's entry three ways, on the hooks numatrace's programs run on, in the
 /// same run (issue 37, deliverable 2: task storage instead of the pid hash).
 fn lookup_table(s: &mut String, rs: &[Record]) {
     if lookups(rs).next().is_none() {
@@ -1279,7 +1279,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gap_says_what_finding_the_task_costs_two_ways() {
+    fn a_gap_says_what_finding_the_task_costs_three_ways() {
         let rs = vec![
             Record::Program(ProgramCost {
                 command: "stat".into(),

@@ -15,8 +15,9 @@
 //!
 //! debugfs and securityfs have one superblock per kernel: mounting them again anywhere is what
 //! `mount -t debugfs none /sys/kernel/debug` does, with no options (none that could change a
-//! mount elsewhere: no `ro`, no `mode=`). bpffs is a new instance at each mount: what is pinned
-//! in the private one is seen by no one else, and goes with it.
+//! mount elsewhere: no `ro`, no `mode=`). bpffs is a new instance at each mount: one mounted
+//! over `/sys/fs/bpf` in the private namespace (`PrivateNs::mount_private_bpffs`) holds what is
+//! pinned in it for no one else, and goes with it.
 
 use std::{ffi::CString, os::unix::ffi::OsStrExt as _, path::Path};
 
@@ -83,6 +84,8 @@ fn in_kernel(fs: Fs) -> Option<bool> {
 
 /// sysfs's magic (`statfs.f_type`).
 const SYSFS_MAGIC: i64 = 0x6265_6572;
+/// bpffs's.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 /// The thread's own mount namespace, with what it has mounted (unmounted again on drop).
 pub struct PrivateNs {
@@ -99,6 +102,20 @@ impl PrivateNs {
         if mounted(fs) {
             return Ok(());
         }
+        self.mount_over(fs, &[SYSFS_MAGIC])
+    }
+
+    /// Mounts a new bpffs instance on its directory in this namespace, over the one mounted
+    /// there if any: each bpffs mount is an instance of its own, so what is pinned in this one
+    /// is seen by no one outside the namespace, and goes with it (a killed process leaves
+    /// nothing pinned).
+    pub fn mount_private_bpffs(&self) -> Result<(), String> {
+        self.mount_over(Fs::Bpffs, &[SYSFS_MAGIC, BPF_FS_MAGIC])
+    }
+
+    /// Mounts `fs` at its directory, which must be a directory of a filesystem in `over`
+    /// (sysfs's own: nothing mounted there; or one that may be covered).
+    fn mount_over(&self, fs: Fs, over: &[i64]) -> Result<(), String> {
         if in_kernel(fs) == Some(false) {
             return Err(format!(
                 "this kernel has no {} ({})",
@@ -107,8 +124,9 @@ impl PrivateNs {
             ));
         }
         let dir = Path::new(fs.dir());
-        // sysfs's own directory, nothing over it, not a symlink: the mount covers nothing of
-        // anyone's, and follows nothing.
+        // sysfs's own directory, nothing over it (or only what may be covered), not a
+        // symlink: the mount covers nothing of anyone's outside this namespace, and follows
+        // nothing.
         let meta = std::fs::symlink_metadata(dir)
             .map_err(|e| format!("{}: {e} ({})", fs.dir(), fs.config()))?;
         if !meta.is_dir() {
@@ -121,7 +139,7 @@ impl PrivateNs {
             return Err(os_err(&format!("statfs {}", fs.dir())));
         }
         #[allow(clippy::unnecessary_cast)]
-        if st.f_type as i64 != SYSFS_MAGIC {
+        if !over.contains(&(st.f_type as i64)) {
             return Err(format!(
                 "{} is not sysfs's own directory (something else is mounted there)",
                 fs.dir()

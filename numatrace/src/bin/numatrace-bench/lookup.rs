@@ -21,12 +21,12 @@ use numatrace::{
 };
 use numatrace_common::{LOOKUP_PROGRAMS, LOOKUP_SHARED_MAPS, PROG_EXIT, PROG_FORK};
 
-/// The LRU hash's capacity in each copy: above the tasks a benchmark run creates, so that no
-/// lookup pays an eviction, and a fraction of numatrace's default (one copy per hook).
+/// The LRU hash's capacity (one, shared by every copy): above the tasks a benchmark run
+/// creates, so that no lookup pays an eviction.
 const TASKS: u32 = 8192;
 
-/// A directory of this process's own under the bpffs mount, where the shared maps are pinned
-/// while the copies load; removed with its pins when dropped (the maps live on in the copies).
+/// A directory under the private bpffs, where the shared maps are pinned while the copies
+/// load; removed with its pins when dropped (the maps live on in the copies).
 struct Pins(PathBuf);
 
 impl Pins {
@@ -110,16 +110,17 @@ fn attach_one(
     })
 }
 
-/// A pair on every hook of `plan` that attached (`attached` by hook name) and whose programs
-/// count per task, beside its first program that has a pair. A pair that cannot attach is
-/// reported, not fatal. The copies load in a private mount namespace, on a bpffs of their own
-/// where the host has none mounted (the maps are pinned only while the copies load).
+/// The three on every hook of `plan` that attached (`attached` by hook name), but fork's and
+/// exit's, beside its first program of a type they have. Three that cannot attach on a hook
+/// are reported, not fatal; an object that does not load (no task storage: before 5.12) is
+/// reported once. The copies load in a private mount namespace, on a bpffs instance of its own
+/// (the maps are pinned only while the copies load, and in no one else's view).
 pub fn attach_all(
     plan: &Plan,
     attached: impl Fn(&str) -> bool + Sync,
     opts: &LoadOptions,
 ) -> (Vec<Lookup>, Vec<String>) {
-    private_mount::in_private_namespace(|ns| match ns.mount(Fs::Bpffs) {
+    private_mount::in_private_namespace(|ns| match ns.mount_private_bpffs() {
         Ok(()) => attach_pinned(plan, &attached, opts),
         Err(e) => (Vec::new(), vec![e]),
     })
@@ -132,14 +133,14 @@ fn attach_pinned(
     opts: &LoadOptions,
 ) -> (Vec<Lookup>, Vec<String>) {
     let btf = Btf::from_sys_fs().ok();
-    let (mut pairs, mut errors) = (Vec::new(), Vec::new());
+    let (mut found, mut errors) = (Vec::new(), Vec::new());
     let pins = match Pins::new() {
         Ok(p) => p,
-        Err(e) => return (pairs, vec![format!("{e:#}")]),
+        Err(e) => return (found, vec![format!("{e:#}")]),
     };
     for h in plan.hooks.iter().filter(|h| attached(h.spec.name)) {
         // Fork's program follows children and exit's hands an entry over: neither finds or
-        // creates the running task's entry, and a pair there would create one per new task.
+        // creates the running task's entry, and programs there would create one per new task.
         if h.programs()
             .iter()
             .any(|p| [PROG_FORK, PROG_EXIT].contains(p))
@@ -150,11 +151,16 @@ fn attach_pinned(
             continue;
         };
         match attach_one(h, twin, &pins, btf.as_ref(), opts) {
-            Ok(l) => pairs.push(l),
+            Ok(l) => found.push(l),
+            // The same object fails the same way on every hook.
+            Err(e) if e.downcast_ref::<aya::EbpfError>().is_some() => {
+                errors.push(format!("{e:#}"));
+                break;
+            }
             Err(e) => errors.push(format!("{e:#}")),
         }
     }
-    (pairs, errors)
+    (found, errors)
 }
 
 #[cfg(test)]

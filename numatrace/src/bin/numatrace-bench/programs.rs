@@ -126,11 +126,11 @@ pub struct Measured {
     pub costs: Vec<ProgramCost>,
     /// Per hook against bpftrace's overhead script (given a script).
     pub hooks: Vec<HookPeer>,
-    /// Per hook, finding the running task's entry two ways (`lookup`).
+    /// Per hook, finding the running task's entry three ways (`lookup`).
     pub lookups: Vec<LookupCost>,
     pub ring: RingLoad,
     pub peers: Vec<PeerCost>,
-    /// Floors and lookup pairs that could not be attached.
+    /// Floors and lookup programs that could not be attached.
     pub errors: Vec<String>,
     /// What the reader of the tables should know (e.g. bpftrace's program names).
     pub notes: Vec<String>,
@@ -261,7 +261,7 @@ pub fn measure(
     errors.extend(
         lookup_errors
             .into_iter()
-            .map(|e| format!("lookup pair: {e}")),
+            .map(|e| format!("lookup programs: {e}")),
     );
     let peers = start_peers(bpftrace, &program_names(engine));
     let script_peer = match script {
