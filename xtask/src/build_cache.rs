@@ -34,6 +34,18 @@ const KEPT: &[&str] = &[
     "aarch64-unknown-linux-musl",
 ];
 
+/// Target directories whose crates are built against the host crates of `release` (the build
+/// scripts and proc macros of a `--target` build go there): linked only where `release` is.
+/// A tree with a `release` of its own and these linked wrote, into the cache, crates built
+/// against its own proc macros, which the next clone's build then could not load against the
+/// cache's ("can't find crate for `aya_log_ebpf`"). (`ebpf-clippy-aarch64` is a target
+/// directory of its own, host crates included.)
+const BUILT_AGAINST_RELEASE: &[&str] = &[
+    "bpfel-unknown-none",
+    "x86_64-unknown-linux-musl",
+    "aarch64-unknown-linux-musl",
+];
+
 /// The workspace's packages: what the cache holds of them is the last clone's to build them.
 const WORKSPACE: &[&str] = &[
     "numatrace",
@@ -48,17 +60,33 @@ const WORKSPACE: &[&str] = &[
 const OWNER: &str = "built-by";
 
 /// Links the target directories of [`KEPT`] that do not exist yet (or whose link leads
-/// nowhere, or to another toolchain's cache) into the cache for the `stable` toolchain; the
+/// nowhere, or to another toolchain's cache) into the cache for the `stable` toolchain (those
+/// of [`BUILT_AGAINST_RELEASE`] only where `release` is linked too); the
 /// caches of other toolchains are removed (a pin's bump would otherwise leave gigabytes
 /// behind). [`claim`] comes after it.
 pub fn link(stable: &str) -> Result<()> {
     let root = builds_dir();
     let kept = root.join(stable);
     let target = workspace_root().join("target");
+    let own_release = target
+        .join("release")
+        .symlink_metadata()
+        .is_ok_and(|m| !m.file_type().is_symlink());
     let mut linked = Vec::new();
     for d in KEPT {
         let link = target.join(d);
         let dir = kept.join(d);
+        if own_release && BUILT_AGAINST_RELEASE.contains(d) {
+            // A link left by an earlier run (before this rule) goes; cargo makes the directory.
+            if link
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
+                fs::remove_file(&link)
+                    .with_context(|| format!("removing the link {}", link.display()))?;
+            }
+            continue;
+        }
         match link.symlink_metadata() {
             // A link made by an earlier run, still leading to this toolchain's cache.
             Ok(m) if m.file_type().is_symlink() => {
