@@ -43,11 +43,16 @@ pub struct Floor {
 impl Floor {
     /// (run time ns, runs) so far (both 0 while statistics are off).
     pub fn stats(&self) -> (u64, u64) {
-        self.ebpf
-            .program(self.name)
-            .and_then(|p| p.info().ok())
-            .map_or((0, 0), |i| (i.run_time().as_nanos() as u64, i.run_count()))
+        run_stats(&self.ebpf, self.name)
     }
+}
+
+/// (run time ns, runs) of program `name` of `ebpf` so far (both 0 while statistics are off, or
+/// for a program it does not hold).
+pub fn run_stats(ebpf: &Ebpf, name: &str) -> (u64, u64) {
+    ebpf.program(name)
+        .and_then(|p| p.info().ok())
+        .map_or((0, 0), |i| (i.run_time().as_nanos() as u64, i.run_count()))
 }
 
 fn attach_one(

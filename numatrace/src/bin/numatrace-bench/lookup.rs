@@ -69,12 +69,8 @@ pub struct Lookup {
 impl Lookup {
     /// (run time ns, runs) of the pid-hash program, the task-storage one and the cached one.
     pub fn stats(&self) -> [(u64, u64); 3] {
-        self.names.map(|name| {
-            self.ebpf
-                .program(name)
-                .and_then(|p| p.info().ok())
-                .map_or((0, 0), |i| (i.run_time().as_nanos() as u64, i.run_count()))
-        })
+        self.names
+            .map(|name| crate::floor::run_stats(&self.ebpf, name))
     }
 }
 
@@ -96,7 +92,7 @@ fn attach_one(
     }
     let mut ebpf = loader
         .load(LOOKUPS_OBJECT)
-        .context("loading the lookup object (BPF task storage: 5.11+)")?;
+        .context("loading the lookup object (BPF task storage for tracing programs: 5.12+)")?;
     for name in names {
         attach_program(&mut ebpf, name, h, btf, opts)
             .map_err(|e| anyhow!("{name} on {}: {e}", h.spec.name))?;

@@ -136,6 +136,9 @@ pub struct Measured {
     pub notes: Vec<String>,
 }
 
+/// The sample keys of a hook's lookup programs, in [`lookup::Lookup::stats`]' order.
+const LOOKUP_WAYS: [&str; 3] = ["hash", "ts", "cpu"];
+
 /// How often every program's statistics are read during a run (guest time under `-icount`).
 const POLL: Duration = Duration::from_millis(200);
 
@@ -289,7 +292,7 @@ pub fn measure(
             v.push((format!("floor:{i}"), t, n));
         }
         for (i, l) in lookups.iter().enumerate() {
-            for ((t, n), way) in l.stats().into_iter().zip(["hash", "ts", "cpu"]) {
+            for ((t, n), way) in l.stats().into_iter().zip(LOOKUP_WAYS) {
                 v.push((format!("lookup:{i}:{way}"), t, n));
             }
         }
@@ -399,16 +402,20 @@ pub fn measure(
         }
     }
     drop(script_peer);
+    // The empty program beside `twin` on `hook`.
+    let floor_cost = |hook: &str, twin: &str| {
+        floors
+            .iter()
+            .position(|f| f.hook == hook && f.twin == twin)
+            .map(|i| cost(&format!("floor:{i}")))
+            .unwrap_or_default()
+    };
     let mut out = Vec::new();
     for (command, ..) in &engines {
         for h in engine.plan.hooks.iter().filter(|h| attached(h.spec.name)) {
             for program in h.programs() {
                 let c = cost(&format!("{command}:{program}"));
-                let f = floors
-                    .iter()
-                    .position(|f| f.hook == h.spec.name && f.twin == program)
-                    .map(|i| cost(&format!("floor:{i}")))
-                    .unwrap_or_default();
+                let f = floor_cost(h.spec.name, program);
                 out.push(ProgramCost {
                     command: (*command).to_owned(),
                     hook: h.spec.name.to_owned(),
@@ -431,13 +438,8 @@ pub fn measure(
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let [hash, ts, cpu] =
-                ["hash", "ts", "cpu"].map(|way| cost(&format!("lookup:{i}:{way}")));
-            let floor = floors
-                .iter()
-                .position(|f| f.hook == l.hook && f.twin == l.twin)
-                .map(|i| cost(&format!("floor:{i}")))
-                .unwrap_or_default();
+            let [hash, ts, cpu] = LOOKUP_WAYS.map(|way| cost(&format!("lookup:{i}:{way}")));
+            let floor = floor_cost(&l.hook, l.twin);
             LookupCost {
                 hook: l.hook.clone(),
                 mechanism: l.mechanism.clone(),
