@@ -1043,7 +1043,8 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                 "scrape" => format!(
                     "serve's scrape at {n} tasks ({place}): {} ms median (target ≤ {SCALE_SCRAPE_MS} ms): the \
                      engine's snapshot is {} ms of it (the in-process row); the rest is serve's \
-                     own per-task work (the fold's increments and the exposition).",
+                     own work: the increments summed as the entries are read (by cgroup), their \
+                     series and the exposition.",
                     fmt_opt(r.scrape_ms, 1),
                     fmt_opt(engine.and_then(|e| e.summary_ms), 1)
                 ),
@@ -1061,6 +1062,10 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                         "the process holds the engine's table of the kernel entries, the list \
                          handed back for the next snapshot and the benchmark's writer of the \
                          entries besides"
+                    } else if r.command == "serve" {
+                        "the command holds the engine's table of the kernel entries, the \
+                         increments summed by cgroup between two scrapes and the exposition \
+                         besides"
                     } else {
                         "the command holds the engine's table of the kernel entries besides its \
                          own per-task state"

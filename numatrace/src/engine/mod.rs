@@ -8,6 +8,7 @@
 //! record, which is later and only larger. `/proc/vmstat` is read before and after the maps.
 
 pub mod accum;
+pub mod increments;
 mod packed_stats;
 pub mod snapshot;
 pub mod spare;
@@ -776,6 +777,23 @@ impl Engine {
             });
         }
         Ok(rows)
+    }
+
+    /// From now on, sums what each task counts as its entry is read, for
+    /// [`Engine::take_increments`]. Before the first snapshot.
+    pub fn track_increments(&mut self) {
+        self.table.track_increments(self.self_tgid);
+    }
+
+    /// What each task counted since the previous call (the first: since attach), summed as the
+    /// snapshots since read it, with per-record flags of the latest snapshot (see
+    /// [`increments::Increments`]); the next increments sum the tasks of `watch` apart. `None`
+    /// unless [`Engine::track_increments`] was called.
+    pub fn take_increments(
+        &mut self,
+        watch: impl IntoIterator<Item = Key>,
+    ) -> Option<increments::Increments> {
+        self.table.take_increments(watch)
     }
 
     /// Hands back a snapshot the caller is done with: its task list's memory holds the next

@@ -20,7 +20,10 @@ use std::{
 use numatrace_common::TaskStats;
 use rayon::prelude::*;
 
-use super::packed_stats::PackedStats;
+use super::{
+    increments::{Increments, Stream},
+    packed_stats::PackedStats,
+};
 use crate::model::{CgroupPath, TaskRecord};
 
 /// A task across snapshots: (pid, creation time of its entry); a pid reused later is another.
@@ -68,6 +71,11 @@ struct Flags {
     /// commit built: the entry read differs, the slot is new, or the previous record was its
     /// exit record's.
     record_dirty: bool,
+    /// Added by the read in progress: its increment is taken in by the commit (a read that
+    /// fails drops it unsummed).
+    fresh: bool,
+    /// Counted something since increments were last taken (see [`Stream`]).
+    counted: bool,
 }
 
 #[derive(Default)]
@@ -106,6 +114,9 @@ pub struct TaskTable {
     key_gen: u64,
     /// The keys of the latest commit's exit records that no slot held (their own list entries).
     lone_exits: Vec<Key>,
+    /// Where what each task counted is summed as it is read, for a frontend that asked
+    /// ([`TaskTable::track_increments`]).
+    stream: Option<Stream>,
 }
 
 /// How many of the latest commits' key lists [`TaskTable`] keeps: `top` hands back the list
@@ -149,6 +160,35 @@ impl TaskTable {
 
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// From now on, sums what each task counts as its entry is read (see [`Stream`]); before
+    /// the first read, so that every task's whole history is summed. `self_tgid`'s tasks are
+    /// summed apart.
+    pub fn track_increments(&mut self, self_tgid: u32) {
+        debug_assert!(self.is_empty(), "increments from the first read on");
+        self.stream = Some(Stream::new(self_tgid));
+    }
+
+    /// What the tasks counted since the previous call (`None`: not tracked); the next sums
+    /// the tasks of `watch` apart.
+    pub fn take_increments(&mut self, watch: impl IntoIterator<Item = Key>) -> Option<Increments> {
+        let stream = self.stream.as_mut()?;
+        for f in &mut self.flags {
+            f.counted = false;
+        }
+        let incs = stream.take();
+        stream.watch(watch);
+        Some(incs)
+    }
+
+    /// Takes in that slot `i`'s task went from `before` to `now`.
+    fn stream_in(&mut self, i: usize, before: Option<&TaskStats>, now: &TaskStats) {
+        if let Some(stream) = &mut self.stream
+            && stream.take_in(self.keys[i], before, now)
+        {
+            self.flags[i].counted = true;
+        }
     }
 
     /// Whether the latest read found `k` in the kernel's map.
@@ -225,8 +265,18 @@ impl TaskTable {
             Some(i) => {
                 taken = untouched && self.touched[i] == s.touched;
                 if !taken {
+                    // A new slot's whole entry is taken in by the commit; an exited task's
+                    // record is final.
+                    let before = self
+                        .stream
+                        .as_ref()
+                        .filter(|st| !self.flags[i].fresh && !st.exit_in(&self.keys[i]))
+                        .map(|_| self.raw[i].unpack());
                     if self.raw[i].update(s) {
                         self.flags[i].record_dirty = true;
+                        if let Some(b) = before {
+                            self.stream_in(i, Some(&b), s);
+                        }
                     }
                     self.touched[i] = s.touched;
                 }
@@ -292,6 +342,7 @@ impl TaskTable {
             read_exited: s.exited != 0,
             fault_in_flight,
             record_dirty: true,
+            fresh: true,
             ..Flags::default()
         };
         let i = match self.free.pop() {
@@ -380,7 +431,13 @@ impl TaskTable {
         for f in &mut self.flags {
             f.in_map = f.reading;
         }
-        self.added.clear();
+        for i in std::mem::take(&mut self.added) {
+            let i = i as usize;
+            self.flags[i].fresh = false;
+            if self.stream.is_some() {
+                self.stream_in(i, None, &self.raw[i].unpack());
+            }
+        }
         self.read_slots.truncate(self.read_pos);
         // A slot was taken or freed since the latest commit (the order is stale): the list's
         // keys may differ.
@@ -392,6 +449,8 @@ impl TaskTable {
         let mut srcs: Vec<Source<'_>> = Vec::with_capacity(order.len() + exited.len());
         let mut ex = exited.iter().peekable();
         let mut lone_exits = Vec::new();
+        // Per record: its task counted something since increments were last taken.
+        let mut counted = Vec::new();
         let mut pos = 0;
         loop {
             let slot = order.get(pos).map(|&i| i as usize);
@@ -405,6 +464,21 @@ impl TaskTable {
                 && let Some((_, s)) = ex.next()
             {
                 srcs.push(Source::Exit(s));
+                if let Some(stream) = &mut self.stream {
+                    let held = next.is_eq().then(|| slot.unwrap_or_default());
+                    let c = match held {
+                        Some(i) => {
+                            if !stream.exit_in(&key(s))
+                                && stream.take_exit(Some(&self.raw[i].unpack()), s)
+                            {
+                                self.flags[i].counted = true;
+                            }
+                            self.flags[i].counted
+                        }
+                        None => stream.take_exit(None, s),
+                    };
+                    counted.push(c);
+                }
                 if next.is_gt() {
                     lone_exits.push(key(s));
                 }
@@ -433,9 +507,15 @@ impl TaskTable {
             }
             f.exited = exited_now;
             srcs.push(Source::Slot(i as u32, exited_now));
+            if self.stream.is_some() {
+                counted.push(f.counted);
+            }
             pos += 1;
         }
         self.order = order;
+        if let Some(stream) = &mut self.stream {
+            stream.set_counted(counted);
+        }
         // The list's keys are the occupied slots' and the lone exit records': unchanged unless
         // a slot was taken or freed, or the lone exits differ.
         if slots_changed || lone_exits != self.lone_exits {
@@ -556,6 +636,9 @@ impl TaskTable {
     }
 
     fn release(&mut self, k: &Key) {
+        if let Some(stream) = &mut self.stream {
+            stream.forget(k);
+        }
         if let Some(i) = self.index.remove(k) {
             self.flags[i as usize] = Flags {
                 free: true,
@@ -850,6 +933,13 @@ pub(crate) mod tests {
             // (the batched read's `since`, margin 0: the model's counts land at their stamp).
             let mut jiffies = u32::MAX - 30;
             let mut since: Option<u32> = None;
+            // What the table sums as it reads, held to the differences of its snapshots;
+            // pid 5 is numatrace's own.
+            table.track_increments(5);
+            let mut differ = crate::engine::increments::Differ::default();
+            // Tasks whose exit record has been sent: the kernel deletes their entry next, and
+            // nothing adds to it meanwhile.
+            let mut drained: HashSet<Key> = HashSet::new();
             for step in 0..40 {
                 // The kernel side between two reads.
                 for pid in 1..=6u32 {
@@ -860,6 +950,9 @@ pub(crate) mod tests {
                     match rng.below(10) {
                         0 | 1 => {
                             map.entry(pid).or_insert_with(|| entry(pid, clock));
+                        }
+                        2 if map.get(&pid).is_some_and(|s| drained.contains(&key(s))) => {
+                            map.remove(&pid);
                         }
                         2 if map.contains_key(&pid) => {
                             // Exits: its record now (or the entry is only marked).
@@ -887,9 +980,12 @@ pub(crate) mod tests {
                             let s = map[&pid];
                             ex_ref.insert((s.pid, s.first_ns), s);
                             ex_new.insert((s.pid, s.first_ns), s);
+                            drained.insert(key(&s));
                         }
                         _ => {
-                            if let Some(s) = map.get_mut(&pid) {
+                            if let Some(s) = map.get_mut(&pid)
+                                && !drained.contains(&key(s))
+                            {
                                 s.hint_faults.faults += rng.below(3);
                                 s.placement.moves += rng.below(2);
                                 s.touched = jiffies;
@@ -991,6 +1087,23 @@ pub(crate) mod tests {
                 let tasks_new = table.commit(Reuse::default(), &ex_new, pid_exists, |_| None);
                 since = Some(started);
                 assert_eq!(tasks_ref, tasks_new, "seed {seed} step {step}: tasks");
+                let watch: HashSet<Key> = tasks_new
+                    .iter()
+                    .filter(|_| rng.chance(30))
+                    .map(TaskRecord::key)
+                    .collect();
+                let got = table.take_increments(watch.iter().copied()).unwrap();
+                let want = differ.take(&crate::engine::Snapshot {
+                    self_tgid: 5,
+                    tasks: tasks_new.clone(),
+                    ..Default::default()
+                });
+                differ.watch = watch.into_iter().collect();
+                let at = format!("seed {seed} step {step}: increments");
+                assert_eq!(got.by_cgroup, want.by_cgroup, "{at} by cgroup");
+                assert_eq!(got.own, want.own, "{at} own");
+                assert_eq!(got.watched, want.watched, "{at} watched");
+                assert_eq!(got.counted, want.counted, "{at} counted");
 
                 // The twin writes into the list it returned `lag` commits ago (serve hands back
                 // the previous snapshot, top the one before), its cgroup paths changed by a
@@ -1056,6 +1169,7 @@ pub(crate) mod tests {
                         reference.previous.remove(k);
                         table.remove(k);
                         warm.remove(k);
+                        differ.forget(k);
                         sent.remove(k);
                         assert_eq!(table.note_unchanged(*k), None, "forgotten {k:?}");
                     }

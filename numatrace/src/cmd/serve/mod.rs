@@ -79,6 +79,8 @@ impl prometheus::core::Collector for Shared {
 
 impl Exporter {
     fn new(mut engine: Engine, limits: FoldLimits) -> Result<Self> {
+        // The fold adds what tasks counted between scrapes, summed as the engine reads them.
+        engine.track_increments();
         let bpf_stats = match engine.enable_bpf_stats() {
             Ok(()) => true,
             Err(e) => {
@@ -145,7 +147,10 @@ impl Exporter {
         } else {
             Vec::new()
         };
-        live.fold.advance(&snap);
+        let incs = engine
+            .take_increments(live.fold.watching())
+            .context("the engine sums no increments")?;
+        live.fold.advance(&snap, incs);
         // Exited tasks folded in twice are in the aggregates for good: forget them, so memory
         // stays bounded by the live tasks however many come and go.
         let settled = live.fold.settled();
@@ -163,7 +168,7 @@ impl Exporter {
             programs: &programs,
             bpf_stats: self.bpf_stats,
             scrape_seconds: started.elapsed().as_secs_f64(),
-            tasks_tracked: live.fold.remembered(),
+            tasks_tracked: snap.tasks.len(),
             own_cpu_ns: crate::sources::procfs::own_cpu_ns(),
         };
         let mut families = expose::build(&self.specs, &live.fold, &inputs);
