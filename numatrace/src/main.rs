@@ -8,6 +8,20 @@ use numatrace::{
 };
 use tracing_subscriber::EnvFilter;
 
+/// glibc gives each thread that allocates while another does an arena of its own (up to 8 per
+/// core), and what a thread frees stays in its arena for that arena's next allocations. A
+/// snapshot's large allocations are made on whichever runtime or record-building thread takes
+/// it, so each arena came to hold a snapshot's worth: `serve` at 100 000 tasks read 93–103 MiB
+/// RSS with them, 80.4–80.6 with one, its scrape as fast. (Set by a call, not the environment,
+/// so that a command `stat` runs keeps glibc's default.)
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt sets an allocator parameter; no other thread exists yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// The daemon side's runtime: ring buffer and map readers run as tasks on it.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
@@ -41,6 +55,7 @@ fn main() -> ExitCode {
 
     // Before any thread exists, so that every thread of numatrace inherits it.
     let policy = kernel::mempolicy::keep_out_of_numa_balancing();
+    limit_malloc_arenas();
     let cli = Cli::parse();
     // Reading a capture, the man pages, completions and the metric catalogue need no
     // privilege: under sudo they run as the user who ran it, before any path is touched.
