@@ -787,13 +787,15 @@ impl Engine {
 
     /// What each task counted since the previous call (the first: since attach), summed as the
     /// snapshots since read it, with per-record flags of the latest snapshot (see
-    /// [`increments::Increments`]); the next increments sum the tasks of `watch` apart. `None`
-    /// unless [`Engine::track_increments`] was called.
-    pub fn take_increments(
-        &mut self,
-        watch: impl IntoIterator<Item = Key>,
-    ) -> Option<increments::Increments> {
-        self.table.take_increments(watch)
+    /// [`increments::Increments`]). `None` unless [`Engine::track_increments`] was called.
+    pub fn take_increments(&mut self) -> Option<increments::Increments> {
+        self.table.take_increments()
+    }
+
+    /// From now on (until the next call), sums what the tasks of `keys` count apart from the
+    /// others ([`increments::Increments::watched`]).
+    pub fn watch_increments(&mut self, keys: impl IntoIterator<Item = Key>) {
+        self.table.watch_increments(keys);
     }
 
     /// Hands back a snapshot the caller is done with: its task list's memory holds the next

@@ -43,6 +43,39 @@ pub struct FoldLimits {
     pub max_cgroups: usize,
 }
 
+/// Where a fold's increments come from: the engine in `serve`, the snapshots' differences in
+/// the tests. [`Fold::advance`] takes them and says which tasks to sum apart next, in that
+/// order (the tasks exported by one scrape are the ones whose next increments stay out of
+/// `other`).
+pub trait Feed {
+    /// What the tasks counted up to `snap`, the snapshot just taken, since the previous call.
+    fn increments(&mut self, snap: &Snapshot) -> anyhow::Result<Increments>;
+    /// Sums what the tasks of `keys` count from now on apart from the others.
+    fn watch(&mut self, keys: Vec<Key>);
+}
+
+impl Feed for crate::engine::Engine {
+    fn increments(&mut self, _snap: &Snapshot) -> anyhow::Result<Increments> {
+        self.take_increments()
+            .ok_or_else(|| anyhow::anyhow!("the engine sums no increments"))
+    }
+
+    fn watch(&mut self, keys: Vec<Key>) {
+        self.watch_increments(keys);
+    }
+}
+
+#[cfg(test)]
+impl Feed for crate::engine::increments::Differ {
+    fn increments(&mut self, snap: &Snapshot) -> anyhow::Result<Increments> {
+        Ok(self.take(snap))
+    }
+
+    fn watch(&mut self, keys: Vec<Key>) {
+        self.watch = keys.into_iter().collect();
+    }
+}
+
 /// One exported task: its labels and cumulative counts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskSeries {
@@ -253,16 +286,18 @@ impl Fold {
         self.limits
     }
 
-    /// The tasks exported at the latest scrape: the engine sums their next increments apart
-    /// ([`Increments::watched`]).
-    pub fn watching(&self) -> impl Iterator<Item = Key> + '_ {
-        self.exported.values().map(|(_, k)| *k)
+    /// Takes in the next snapshot (cumulative, like every engine snapshot) and what the tasks
+    /// counted since the previous one, from `feed` right after it; then has `feed` sum the
+    /// tasks it now exports apart.
+    pub fn advance(&mut self, feed: &mut impl Feed, snap: &Snapshot) -> anyhow::Result<()> {
+        let incs = feed.increments(snap)?;
+        self.fold_in(snap, incs);
+        feed.watch(self.exported.values().map(|(_, k)| *k).collect());
+        Ok(())
     }
 
-    /// Takes in the next snapshot (cumulative, like every engine snapshot) and what the tasks
-    /// counted since the previous one (taken from the engine right after it, with the tasks of
-    /// [`Fold::watching`] summed apart).
-    pub fn advance(&mut self, snap: &Snapshot, incs: Increments) {
+    /// [`Fold::advance`] with `incs`, the tasks exported at the previous scrape summed apart.
+    fn fold_in(&mut self, snap: &Snapshot, incs: Increments) {
         let chosen = self.choose(snap);
         let mut exported = HashMap::default();
         let mut series = Vec::new();
@@ -469,9 +504,7 @@ impl Diffed {
     }
 
     pub(super) fn advance(&mut self, snap: &Snapshot) {
-        let incs = self.differ.take(snap);
-        self.fold.advance(snap, incs);
-        self.differ.watch = self.fold.watching().collect();
+        self.fold.advance(&mut self.differ, snap).unwrap();
     }
 
     pub(super) fn forget(&mut self, keys: &[Key]) {

@@ -147,15 +147,14 @@ impl Exporter {
         } else {
             Vec::new()
         };
-        let incs = engine
-            .take_increments(live.fold.watching())
-            .context("the engine sums no increments")?;
-        live.fold.advance(&snap, incs);
+        live.fold.advance(engine, &snap)?;
         // Exited tasks folded in twice are in the aggregates for good: forget them, so memory
         // stays bounded by the live tasks however many come and go.
         let settled = live.fold.settled();
+        let mut forgotten = 0;
         if !settled.is_empty() {
             let gone = engine.forget_exited(&settled);
+            forgotten = gone.len();
             live.fold.forget(&gone);
         }
         let inputs = Inputs {
@@ -168,7 +167,7 @@ impl Exporter {
             programs: &programs,
             bpf_stats: self.bpf_stats,
             scrape_seconds: started.elapsed().as_secs_f64(),
-            tasks_tracked: snap.tasks.len(),
+            tasks_tracked: snap.tasks.len().saturating_sub(forgotten),
             own_cpu_ns: crate::sources::procfs::own_cpu_ns(),
         };
         let mut families = expose::build(&self.specs, &live.fold, &inputs);
