@@ -1042,11 +1042,20 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                 ),
                 "scrape" => format!(
                     "serve's scrape at {n} tasks ({place}): {} ms median (target ≤ {SCALE_SCRAPE_MS} ms): the \
-                     engine's snapshot is {} ms of it (the in-process row); the rest is serve's \
+                     engine's snapshot with its task records is {} ms (the in-process row; \
+                     serve's lists none, it walks each task's row once); the rest is serve's \
                      own work: the increments summed as the entries are read (by cgroup), their \
                      series and the exposition.",
                     fmt_opt(r.scrape_ms, 1),
                     fmt_opt(engine.and_then(|e| e.summary_ms), 1)
+                ),
+                "RSS" if r.command == "serve" => format!(
+                    "serve at {n} tasks ({place}): peak RSS {:.1} MiB (target ≤ {SCALE_RSS_MIB} MiB): it \
+                     lists no task records (a snapshot's list would be {} MiB more); it holds the \
+                     engine's table of the kernel entries, the increments summed by cgroup \
+                     between two scrapes, the series and the exposition.",
+                    r.peak_rss_mib,
+                    fmt_opt(r.task_list_mib, 0),
                 ),
                 "RSS" => format!(
                     "{} at {n} tasks ({place}): peak RSS {:.1} MiB (target ≤ {SCALE_RSS_MIB} MiB): one \
@@ -1062,10 +1071,6 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                         "the process holds the engine's table of the kernel entries, the list \
                          handed back for the next snapshot and the benchmark's writer of the \
                          entries besides"
-                    } else if r.command == "serve" {
-                        "the command holds the engine's table of the kernel entries, the \
-                         increments summed by cgroup between two scrapes and the exposition \
-                         besides"
                     } else {
                         "the command holds the engine's table of the kernel entries besides its \
                          own per-task state"

@@ -24,7 +24,7 @@ use super::{
     increments::{Increments, Stream},
     packed_stats::PackedStats,
 };
-use crate::model::{CgroupPath, TaskRecord};
+use crate::model::{CgroupPath, Counts, TaskRecord, TaskRow};
 
 /// A task across snapshots: (pid, creation time of its entry); a pid reused later is another.
 pub type Key = (u32, u64);
@@ -117,7 +117,23 @@ pub struct TaskTable {
     /// Where what each task counted is summed as it is read, for a frontend that asked
     /// ([`TaskTable::track_increments`]).
     stream: Option<Stream>,
+    /// Commits build no records: the frontend walks the latest commit's rows
+    /// ([`TaskTable::rows`]) and asks for the counts of the few tasks it needs
+    /// ([`TaskTable::counts_of`]).
+    rows_only: bool,
+    /// Rows mode: the latest commit's list, as where each task came from: a slot (and
+    /// [`EXITED`] where the list has it exited), or [`FROM_EXIT`] and the index of its exit
+    /// record in `row_exits`.
+    row_srcs: Vec<u32>,
+    /// The exit records the latest commit listed, by key (ascending), packed: the frontend
+    /// walks them without holding the ring buffer's records (whose reader waits meanwhile).
+    row_exits: Vec<(Key, PackedStats)>,
 }
+
+/// In `row_srcs`: the task came from its exit record.
+const FROM_EXIT: u32 = 1 << 31;
+/// In `row_srcs`: the slot's task is listed exited.
+const EXITED: u32 = 1 << 30;
 
 /// How many of the latest commits' key lists [`TaskTable`] keeps: `top` hands back the list
 /// of the commit before the previous.
@@ -168,6 +184,64 @@ impl TaskTable {
     pub fn track_increments(&mut self, self_tgid: u32) {
         debug_assert!(self.is_empty(), "increments from the first read on");
         self.stream = Some(Stream::new(self_tgid));
+    }
+
+    /// From now on, commits build no records (see `rows_only`). Before the first commit.
+    pub fn list_rows_only(&mut self) {
+        self.rows_only = true;
+    }
+
+    pub fn rows_only(&self) -> bool {
+        self.rows_only
+    }
+
+    /// The tasks the latest commit listed (rows mode; 0 otherwise).
+    pub fn listed(&self) -> usize {
+        self.row_srcs.len()
+    }
+
+    /// Each task of the latest commit, in its order (rows mode; nothing otherwise), its
+    /// cgroup path from `cgroup`.
+    pub fn rows(
+        &self,
+        cgroup: &mut dyn FnMut(u64) -> Option<CgroupPath>,
+        each: &mut dyn FnMut(&TaskRow),
+    ) {
+        // The slots in key order are all over memory, their words too: ask for them ahead, as
+        // the commit does.
+        let slot_at = |n: usize| {
+            self.row_srcs
+                .get(n)
+                .filter(|&&src| src & FROM_EXIT == 0)
+                .map(|&src| &self.raw[(src & !EXITED) as usize])
+        };
+        for (n, &src) in self.row_srcs.iter().enumerate() {
+            if let Some(r) = slot_at(n + PREFETCH_AHEAD) {
+                prefetch(r);
+            }
+            if let Some(r) = slot_at(n + PREFETCH_AHEAD / 2) {
+                prefetch_words(r);
+            }
+            let (s, exited) = if src & FROM_EXIT != 0 {
+                (self.row_exits[(src & !FROM_EXIT) as usize].1.unpack(), true)
+            } else {
+                let i = (src & !EXITED) as usize;
+                (self.raw[i].unpack(), src & EXITED != 0)
+            };
+            each(&TaskRow::from_stats(&s, exited, cgroup(s.cgroup_id)));
+        }
+    }
+
+    /// The counts of the tasks of `keys` (rows mode), from what the latest commit listed them
+    /// from (an exit record, or the slot); a key it did not list has none.
+    pub fn counts_of(&self, keys: &[Key]) -> Vec<Counts> {
+        let stats = |k: &Key| match self.row_exits.binary_search_by_key(k, |(k, _)| *k) {
+            Ok(n) => Some(self.row_exits[n].1.unpack()),
+            Err(_) => self.slot(k).map(|i| self.raw[i].unpack()),
+        };
+        keys.iter()
+            .map(|k| stats(k).map(|s| Counts::from_stats(&s)).unwrap_or_default())
+            .collect()
     }
 
     /// What the tasks counted since the previous call (`None`: not tracked).
@@ -532,6 +606,21 @@ impl TaskTable {
             self.key_gen += 1;
         }
         self.lone_exits = lone_exits;
+        if self.rows_only {
+            self.row_srcs.clear();
+            self.row_exits.clear();
+            for src in &srcs {
+                self.row_srcs.push(match *src {
+                    Source::Slot(i, exited) => i | if exited { EXITED } else { 0 },
+                    Source::Exit(s) => {
+                        self.row_exits.push((key(s), PackedStats::pack(s)));
+                        FROM_EXIT | (self.row_exits.len() - 1) as u32
+                    }
+                });
+            }
+            self.kept = 0;
+            return Vec::new();
+        }
         let (raw, stable) = (&self.raw, &self.stable_since);
         // Which records the list keeps: the sources' keys it holds, moved into place.
         let Reuse {
@@ -936,6 +1025,9 @@ pub(crate) mod tests {
             let (mut ex_ref, mut ex_new) = (BTreeMap::new(), BTreeMap::new());
             let (mut reference, mut table) = (Reference::default(), TaskTable::default());
             let mut warm = TaskTable::default();
+            // A third, as `serve` has it: rows, no records.
+            let mut rowed = TaskTable::default();
+            rowed.list_rows_only();
             let lag = 1 + (seed % 2) as usize;
             let mut recent = std::collections::VecDeque::new();
             let mut epoch = 0u64;
@@ -1047,6 +1139,7 @@ pub(crate) mod tests {
                 if rng.chance(10) {
                     table.begin_read();
                     warm.begin_read();
+                    rowed.begin_read();
                     for s in read.iter().filter(|_| rng.chance(50)) {
                         let k = (s.pid, s.first_ns);
                         let in_flight = s.hint_faults.faults % 2 == 1;
@@ -1055,18 +1148,21 @@ pub(crate) mod tests {
                         }
                         table.note(s, in_flight, false);
                         warm.note(s, in_flight, false);
+                        rowed.note(s, in_flight, false);
                         if sent.contains_key(&k) {
                             sent.insert(k, *s);
                         }
                     }
                     table.abort_read();
                     warm.abort_read();
+                    rowed.abort_read();
                     aborted += 1;
                     // As the engine does: the next read compares every entry.
                     since = None;
                 }
                 table.begin_read();
                 warm.begin_read();
+                rowed.begin_read();
                 let started = jiffies;
                 let mut forgotten_seen = HashSet::new();
                 for s in &read {
@@ -1082,11 +1178,13 @@ pub(crate) mod tests {
                             "seed {seed} step {step}: unchanged {k:?}"
                         );
                         assert_eq!(warm.note_unchanged(k), Some(in_flight));
+                        assert_eq!(rowed.note_unchanged(k), Some(in_flight));
                     } else {
                         // As the batched read decides: stamped before the previous read began.
                         let untouched = crate::sources::stamps::untouched(s.touched, since);
                         let taken = table.note(s, in_flight, untouched);
                         assert_eq!(warm.note(s, in_flight, untouched), taken);
+                        assert_eq!(rowed.note(s, in_flight, untouched), taken);
                         if taken {
                             by_stamp += 1;
                             assert_eq!(
@@ -1173,6 +1271,25 @@ pub(crate) mod tests {
                     .collect();
                 assert_eq!(want, tasks_warm, "seed {seed} step {step}: kept records");
                 kept_records += warm.kept();
+                // Rows mode: the rows and counts of the same list.
+                let none = rowed.commit(Reuse::default(), &ex_new, pid_exists, path);
+                assert!(
+                    none.is_empty(),
+                    "seed {seed} step {step}: rows mode built records"
+                );
+                let mut rows = Vec::new();
+                rowed.rows(&mut |id| path(id), &mut |r| rows.push(r.clone()));
+                let want_rows: Vec<TaskRow> = want.iter().map(TaskRow::of).collect();
+                assert_eq!(rows, want_rows, "seed {seed} step {step}: rows");
+                let some: Vec<Key> = want.iter().step_by(5).map(TaskRecord::key).collect();
+                let want_counts: Vec<Counts> = (want.iter().step_by(5))
+                    .map(|t| t.counts().finished())
+                    .collect();
+                assert_eq!(
+                    rowed.counts_of(&some),
+                    want_counts,
+                    "seed {seed} step {step}: counts of rows"
+                );
                 recent.push_back((tasks_warm, warm.commits(), epoch));
                 assert_eq!(
                     replaced_ref, replaced_new,
@@ -1208,6 +1325,7 @@ pub(crate) mod tests {
                         reference.previous.remove(k);
                         table.remove(k);
                         warm.remove(k);
+                        rowed.remove(k);
                         differ.forget(k);
                         sent.remove(k);
                         assert_eq!(table.note_unchanged(*k), None, "forgotten {k:?}");

@@ -259,7 +259,7 @@ pub fn build(specs: &[Spec], fold: &Fold, i: &Inputs) -> Vec<MetricFamily> {
         b.sample(family::PID_INACTIVE_SKIPS_AT_THRESHOLD, &[], at as f64);
     }
 
-    nodes(&mut b, snap, m);
+    nodes(&mut b, snap, &fold.node_tasks, m);
     tiering(&mut b, snap, m);
 
     for (name, v) in &snap.vmstat_hi {
@@ -291,8 +291,13 @@ fn migration_latency(b: &mut Builder, t: &Counts, lat: &[u64], m: &Measured) {
     );
 }
 
-fn nodes(b: &mut Builder, snap: &Snapshot, m: &Measured) {
-    let rows = snap.node_rows(&Filter::default());
+/// `tasks`: by node, the live traced tasks preferring it and last running on it (the fold
+/// counts them as it walks the tasks: `serve`'s snapshots list no task records).
+fn nodes(b: &mut Builder, snap: &Snapshot, tasks: &BTreeMap<u32, (u32, u32)>, m: &Measured) {
+    let mut rows = snap.node_rows(&Filter::default());
+    for r in &mut rows {
+        (r.tasks_preferring, r.tasks_last_ran) = tasks.get(&r.node).copied().unwrap_or_default();
+    }
     for r in &rows {
         let node = r.node.to_string();
         if m.is(Feed::HintFaults) {

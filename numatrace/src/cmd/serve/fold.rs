@@ -15,7 +15,7 @@ use std::{
     cmp::Reverse,
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     hash::BuildHasherDefault,
-    sync::{Arc, LazyLock},
+    sync::Arc,
 };
 
 use crate::{
@@ -24,7 +24,7 @@ use crate::{
         increments::Increments,
         tasks::{Key, KeyHasher},
     },
-    model::{CgroupPath, Counts, PackedCounts, TaskRecord},
+    model::{CgroupPath, Comm, Counts, TaskRecord, TaskRow},
 };
 
 /// Label of the series that collects what is not exported on its own.
@@ -43,15 +43,40 @@ pub struct FoldLimits {
     pub max_cgroups: usize,
 }
 
-/// Where a fold's increments come from: the engine in `serve`, the snapshots' differences in
-/// the tests. [`Fold::advance`] takes them and says which tasks to sum apart next, in that
-/// order (the tasks exported by one scrape are the ones whose next increments stay out of
-/// `other`).
+/// Where a fold's tasks and increments come from: the engine in `serve`, the snapshots (and
+/// their differences) in the tests. [`Fold::advance`] takes the increments, walks the rows,
+/// asks for the counts of the tasks it exports, and says which tasks to sum apart next, in
+/// that order (the tasks exported by one scrape are the ones whose next increments stay out
+/// of `other`).
 pub trait Feed {
     /// What the tasks counted up to `snap`, the snapshot just taken, since the previous call.
     fn increments(&mut self, snap: &Snapshot) -> anyhow::Result<Increments>;
     /// Sums what the tasks of `keys` count from now on apart from the others.
     fn watch(&mut self, keys: Vec<Key>);
+    /// Each task of `snap`, in the snapshot's order (the one [`Increments::counted`] follows).
+    fn rows(&mut self, snap: &Snapshot, each: &mut dyn FnMut(&TaskRow));
+    /// The whole counts of the tasks of `keys` (tasks of `snap`), in that order.
+    fn counts(&mut self, snap: &Snapshot, keys: &[Key]) -> Vec<Counts>;
+}
+
+/// [`Feed::rows`] of a snapshot that lists its tasks' records.
+pub fn rows_of_records(snap: &Snapshot, each: &mut dyn FnMut(&TaskRow)) {
+    for t in &snap.tasks {
+        each(&TaskRow::of(t));
+    }
+}
+
+/// [`Feed::counts`] of a snapshot that lists its tasks' records (in key order, as the
+/// engine's; any other order is searched the long way).
+pub fn counts_of_records(snap: &Snapshot, keys: &[Key]) -> Vec<Counts> {
+    let tasks = &snap.tasks;
+    let find = |k: &Key| match tasks.binary_search_by_key(k, TaskRecord::key) {
+        Ok(i) => Some(&tasks[i]),
+        Err(_) => tasks.iter().find(|t| t.key() == *k),
+    };
+    keys.iter()
+        .map(|k| find(k).map(|t| t.counts().finished()).unwrap_or_default())
+        .collect()
 }
 
 impl Feed for crate::engine::Engine {
@@ -63,6 +88,22 @@ impl Feed for crate::engine::Engine {
     fn watch(&mut self, keys: Vec<Key>) {
         self.watch_increments(keys);
     }
+
+    fn rows(&mut self, snap: &Snapshot, each: &mut dyn FnMut(&TaskRow)) {
+        if self.rows_only() {
+            self.task_rows(each);
+        } else {
+            rows_of_records(snap, each);
+        }
+    }
+
+    fn counts(&mut self, snap: &Snapshot, keys: &[Key]) -> Vec<Counts> {
+        if self.rows_only() {
+            self.task_counts(keys)
+        } else {
+            counts_of_records(snap, keys)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -73,6 +114,14 @@ impl Feed for crate::engine::increments::Differ {
 
     fn watch(&mut self, keys: Vec<Key>) {
         self.watch = keys.into_iter().collect();
+    }
+
+    fn rows(&mut self, snap: &Snapshot, each: &mut dyn FnMut(&TaskRow)) {
+        rows_of_records(snap, each);
+    }
+
+    fn counts(&mut self, snap: &Snapshot, keys: &[Key]) -> Vec<Counts> {
+        counts_of_records(snap, keys)
     }
 }
 
@@ -108,42 +157,78 @@ pub struct Fold {
     /// Tasks exited at the previous scrape and at the latest (see [`Fold::settled`]).
     exited_before: HashSet<Key>,
     exited_now: HashSet<Key>,
+    /// Tasks in the latest snapshot (live or exited, numatrace's own too).
+    pub tasks_read: usize,
+    /// By node id, the latest snapshot's live traced tasks that prefer it and that last ran
+    /// on it.
+    pub node_tasks: BTreeMap<u32, (u32, u32)>,
 }
 
 /// Cgroup labels by cgroup id: a label is worked out again only when the id's path changes
-/// (resolved late, or looked up again).
+/// (resolved late, or looked up again). Each is stamped with the latest walk whose tasks had
+/// its id.
 #[derive(Debug, Default)]
-struct Labels(HashMap<u64, (Option<CgroupPath>, Arc<str>), BuildHasherDefault<KeyHasher>>);
+struct Labels {
+    by_id: HashMap<u64, Label, BuildHasherDefault<KeyHasher>>,
+    /// The walk in progress.
+    walk: u64,
+}
+
+/// A cgroup id's path as last seen, its label, and the latest walk whose tasks had the id.
+type Label = (Option<CgroupPath>, Arc<str>, u64);
 
 impl Labels {
+    /// A walk of the snapshot's tasks begins.
+    fn begin_walk(&mut self) {
+        self.walk += 1;
+    }
+
+    /// The label of a task of the walk.
     fn of(&mut self, id: u64, path: Option<&CgroupPath>, depth: usize) -> Arc<str> {
+        let walk = self.walk;
         let fresh = || {
             (
                 path.cloned(),
                 Arc::from(cgroup_label(path.map(|p| &**p), depth)),
+                walk,
             )
         };
-        let e = self.0.entry(id).or_insert_with(fresh);
+        let e = self.by_id.entry(id).or_insert_with(fresh);
         // `Arc<str>`'s == compares pointers first: the engine shares one path per cgroup.
         if e.0.as_ref() != path {
             *e = fresh();
         }
+        e.2 = walk;
         Arc::clone(&e.1)
+    }
+
+    /// A task of the walk that has no label of its own (numatrace's) has id `id`.
+    fn touch(&mut self, id: u64) {
+        if let Some(e) = self.by_id.get_mut(&id) {
+            e.2 = self.walk;
+        }
     }
 
     /// The label of `id` as last worked out (`unknown` for an id never labelled).
     fn of_known(&mut self, id: u64, depth: usize) -> Arc<str> {
-        match self.0.get(&id) {
+        match self.by_id.get(&id) {
             Some(e) => Arc::clone(&e.1),
-            None => self.of(id, None, depth),
+            None => {
+                let label: Arc<str> = Arc::from(cgroup_label(None, depth));
+                // No task of the walk has it.
+                let e = (None, Arc::clone(&label), self.walk.wrapping_sub(1));
+                self.by_id.insert(id, e);
+                label
+            }
         }
     }
 
-    /// Forgets ids no task of `snap` has (cgroups come and go).
-    fn keep_seen(&mut self, snap: &Snapshot) {
-        if self.0.len() > 2 * snap.tasks.len() + 64 {
-            let seen: HashSet<u64> = snap.tasks.iter().map(|t| t.cgroup_id).collect();
-            self.0.retain(|id, _| seen.contains(id));
+    /// Forgets, when there are many more labels than the walk's `tasks`, the ids no task of
+    /// the walk had (cgroups come and go).
+    fn keep_seen(&mut self, tasks: usize) {
+        if self.by_id.len() > 2 * tasks + 64 {
+            let walk = self.walk;
+            self.by_id.retain(|_, e| e.2 == walk);
         }
     }
 }
@@ -172,64 +257,170 @@ pub fn cgroup_label(path: Option<&str>, depth: usize) -> String {
     format!("/{}", parts[..parts.len().min(depth)].join("/"))
 }
 
-/// The tasks that may be exported on their own: live, not numatrace's, ranked above nothing,
-/// and the newest live entry of their pid. The engine lists tasks in key order (pid, then
-/// entry creation), so a pid's newest entry is the last of its run: one walk from the end,
-/// with no table of 100 000 pids; a list out of that order is taken the long way.
-pub(super) fn candidates(snap: &Snapshot) -> Vec<&TaskRecord> {
-    let mut out = Vec::new();
-    // The previous task of the walk (the next one in the list), and whether a live entry of
-    // its pid came after it.
-    let mut next: Option<(Key, bool)> = None;
-    for t in snap.tasks.iter().rev() {
-        let key = t.key();
-        let newer_live = match next {
-            Some((k, live)) if k.0 == t.pid && k > key => live,
-            Some((k, _)) if k > key => false,
-            None => false,
-            Some(_) => return candidates_unordered(snap),
-        };
-        if !t.exited && !newer_live && t.tgid != snap.self_tgid && rank(t) > (0, 0, 0) {
-            out.push(t);
-        }
-        next = Some((key, newer_live || !t.exited));
-    }
-    out
+/// A task that may be exported on their own, with what orders the top N.
+#[derive(Debug)]
+struct Candidate {
+    /// Highest rank first, then by pid (unique among candidates).
+    order: (Reverse<Rank>, u32),
+    key: Key,
+    comm: Comm,
 }
 
-/// [`candidates`] of a list in any order (as first written: the reference test's).
-pub(super) fn candidates_unordered(snap: &Snapshot) -> Vec<&TaskRecord> {
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.order == other.order
+    }
+}
+
+impl Eq for Candidate {}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.order.cmp(&other.order)
+    }
+}
+
+/// The tasks that may be exported on their own: live, not numatrace's, ranked above nothing,
+/// and the newest live entry of their pid; of those that `keep` keeps, the first `cap` in
+/// ranking order. Fed rows in key order (pid, then entry creation), as the engine lists them,
+/// a pid's newest entry is the last of its run: one walk, holding the best `cap` only (not a
+/// list of 100 000 candidates); rows out of that order are taken the long way.
+struct Candidates<F> {
+    self_tgid: u32,
+    cap: usize,
+    keep: F,
+    /// The latest candidate of the pid being walked, until a newer live entry of it comes.
+    held: Option<Candidate>,
+    last: Option<Key>,
+    ordered: bool,
+    /// The best so far, the worst of them on top.
+    best: std::collections::BinaryHeap<Candidate>,
+}
+
+impl<F: Fn(&Candidate) -> bool> Candidates<F> {
+    fn new(self_tgid: u32, cap: usize, keep: F) -> Self {
+        Self {
+            self_tgid,
+            cap,
+            keep,
+            held: None,
+            last: None,
+            ordered: true,
+            best: Default::default(),
+        }
+    }
+
+    fn push(&mut self, t: &TaskRow) {
+        let key = t.key();
+        if self.last.is_some_and(|l| l >= key) {
+            self.ordered = false;
+        }
+        self.last = Some(key);
+        if let Some(h) = self.held.take_if(|h| h.key.0 != t.pid) {
+            self.offer(h);
+        }
+        if !t.exited {
+            // A newer live entry of the held task's pid.
+            self.held = None;
+            if t.tgid != self.self_tgid && rank(t) > (0, 0, 0) {
+                self.held = Some(Candidate {
+                    order: (Reverse(rank(t)), t.pid),
+                    key,
+                    comm: t.comm.clone(),
+                });
+            }
+        }
+    }
+
+    fn offer(&mut self, c: Candidate) {
+        if self.cap == 0 || !(self.keep)(&c) {
+            return;
+        }
+        self.best.push(c);
+        if self.best.len() > self.cap {
+            self.best.pop();
+        }
+    }
+
+    /// The candidates kept, in ranking order; `None`: the rows were not in key order.
+    fn finish(&mut self) -> Option<Vec<Candidate>> {
+        if !self.ordered {
+            return None;
+        }
+        if let Some(h) = self.held.take() {
+            self.offer(h);
+        }
+        Some(std::mem::take(&mut self.best).into_sorted_vec())
+    }
+}
+
+/// What `pick` kept of a walk, in ranking order; where the rows were out of key order, the
+/// candidates of the rows `walk_again` feeds, found the long way.
+fn best_of<F: Fn(&Candidate) -> bool>(
+    mut pick: Candidates<F>,
+    walk_again: impl FnOnce(&mut dyn FnMut(&TaskRow)),
+) -> Vec<Candidate> {
+    if let Some(best) = pick.finish() {
+        return best;
+    }
+    pick.best.clear();
+    let mut rows = Vec::new();
+    walk_again(&mut |t| rows.push(t.clone()));
+    for t in candidates_unordered(&rows, pick.self_tgid) {
+        pick.offer(Candidate {
+            order: (Reverse(rank(t)), t.pid),
+            key: t.key(),
+            comm: t.comm.clone(),
+        });
+    }
+    pick.best.into_sorted_vec()
+}
+
+/// The keys of the first `cap` candidates (see [`Candidates`]) of the rows `walk` feeds, in
+/// ranking order.
+#[cfg(test)]
+fn ranked(mut walk: impl FnMut(&mut dyn FnMut(&TaskRow)), self_tgid: u32, cap: usize) -> Vec<Key> {
+    let mut pick = Candidates::new(self_tgid, cap, |_: &Candidate| true);
+    walk(&mut |t| pick.push(t));
+    let best = best_of(pick, walk);
+    best.into_iter().map(|c| c.key).collect()
+}
+
+/// The candidates of [`Candidates`] among rows in any order (as first written: the reference
+/// test's).
+pub(super) fn candidates_unordered(rows: &[TaskRow], self_tgid: u32) -> Vec<&TaskRow> {
     let mut newest: HashMap<u32, u64, BuildHasherDefault<KeyHasher>> = HashMap::default();
-    for t in snap.tasks.iter().filter(|t| !t.exited) {
+    for t in rows.iter().filter(|t| !t.exited) {
         let e = newest.entry(t.pid).or_insert(t.first_ns);
         *e = (*e).max(t.first_ns);
     }
-    snap.tasks
-        .iter()
-        .filter(|t| !t.exited && t.tgid != snap.self_tgid && rank(t) > (0, 0, 0))
+    rows.iter()
+        .filter(|t| !t.exited && t.tgid != self_tgid && rank(t) > (0, 0, 0))
         .filter(|t| newest.get(&t.pid) == Some(&t.first_ns))
         .collect()
 }
 
 /// Of the live tasks in ranking order, `n`: those of `before` among the first 2N, then the
 /// first.
-pub(super) fn keep_or_pick(
-    live: &[&TaskRecord],
-    before: &BTreeSet<Key>,
-    n: usize,
-) -> BTreeSet<Key> {
+pub(super) fn keep_or_pick(live: &[Key], before: &BTreeSet<Key>, n: usize) -> BTreeSet<Key> {
     let mut chosen: BTreeSet<Key> = live
         .iter()
         .take(2 * n)
-        .map(|t| t.key())
         .filter(|k| before.contains(k))
         .take(n)
+        .copied()
         .collect();
-    for t in live {
+    for k in live {
         if chosen.len() >= n {
             break;
         }
-        chosen.insert(t.key());
+        chosen.insert(*k);
     }
     chosen
 }
@@ -244,24 +435,12 @@ fn mark_live(live: &mut BTreeMap<String, u64>, label: &str, now: u64) {
     }
 }
 
-/// A candidate with its rank (highest first) and pid: the order of the top N.
-type Ranked<'a> = (Reverse<Rank>, u32, &'a TaskRecord);
-
 type Rank = (u64, u64, u64);
 
 /// Ranking of live tasks for the top N: PTE-scan time (or, where only sampled, samples in
 /// task_numa_work), then hint faults, then pid.
-pub(super) fn rank(t: &TaskRecord) -> Rank {
-    // Three words of the packing, not the whole counts (every task, every scrape).
-    static AT: LazyLock<[usize; 3]> = LazyLock::new(|| {
-        [
-            PackedCounts::word_index(|c| c.scan.time_ns = 1),
-            PackedCounts::word_index(|c| c.scan.scan_samples = 1),
-            PackedCounts::word_index(|c| c.hint_faults.faults = 1),
-        ]
-    });
-    let w = |i: usize| t.counts.word(AT[i]);
-    (w(0), w(1), w(2))
+pub(super) fn rank(t: &TaskRow) -> Rank {
+    t.activity
 }
 
 impl Fold {
@@ -279,6 +458,8 @@ impl Fold {
             labels: Labels::default(),
             exited_before: HashSet::new(),
             exited_now: HashSet::new(),
+            tasks_read: 0,
+            node_tasks: BTreeMap::new(),
         }
     }
 
@@ -291,20 +472,41 @@ impl Fold {
     /// tasks it now exports apart.
     pub fn advance(&mut self, feed: &mut impl Feed, snap: &Snapshot) -> anyhow::Result<()> {
         let incs = feed.increments(snap)?;
-        self.fold_in(snap, incs);
-        feed.watch(self.exported.values().map(|(_, k)| *k).collect());
+        let picked = self.fold_in(feed, snap, incs);
+        let keys: Vec<Key> = picked.iter().map(|(_, _, k)| *k).collect();
+        let counts = feed.counts(snap, &keys);
+        self.exported = HashMap::default();
+        self.tasks = Vec::with_capacity(picked.len());
+        for ((pid, comm, key), counts) in picked.into_iter().zip(counts) {
+            self.exported.insert(pid, (comm.clone(), key));
+            self.tasks.push(TaskSeries { comm, pid, counts });
+        }
+        feed.watch(keys);
         Ok(())
     }
 
-    /// [`Fold::advance`] with `incs`, the tasks exported at the previous scrape summed apart.
-    fn fold_in(&mut self, snap: &Snapshot, incs: Increments) {
-        let chosen = self.choose(snap);
-        let mut exported = HashMap::default();
-        let mut series = Vec::new();
+    /// Adds `incs` (the tasks exported at the previous scrape summed apart) to the series, as
+    /// the tasks of `snap` that `feed` walks (once) say, and chooses the tasks exported on
+    /// their own ([`Fold::choose`]): (pid, comm, key) in key order.
+    fn fold_in(
+        &mut self,
+        feed: &mut impl Feed,
+        snap: &Snapshot,
+        incs: Increments,
+    ) -> Vec<(u32, String, Key)> {
+        // Only the first 2N in ranking order are ever looked at.
+        let exported = &self.exported;
+        let keep = |c: &Candidate| {
+            exported
+                .get(&c.order.1)
+                .filter(|(comm, _)| *comm == c.comm)
+                .is_none_or(|(_, k)| *k == c.key)
+        };
+        let mut pick = Candidates::new(snap.self_tgid, 2 * self.limits.top_tasks, keep);
         let depth = self.limits.cgroup_depth;
         // Named cgroup series: past `max_cgroups`, a new cgroup's increments go to `other`.
         let mut named = self.cgroups.keys().filter(|k| *k != OTHER).count();
-        // This scrape's series by label, marked live after the loop: a hashed lookup per task
+        // This scrape's series by label, marked live after the walk: a hashed lookup per task
         // where one in the sorted map by label (string compares over 10 000 labels) was most
         // of a scrape's own work at 100 000 tasks.
         let mut pending: HashMap<Arc<str>, Pending> = HashMap::new();
@@ -319,22 +521,37 @@ impl Fold {
         let mut series_of: HashMap<u64, Arc<str>, BuildHasherDefault<KeyHasher>> =
             HashMap::default();
         self.exited_before = std::mem::take(&mut self.exited_now);
-        for (n, t) in snap.tasks.iter().enumerate() {
+        self.labels.begin_walk();
+        let mut node_tasks: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+        let mut n = 0;
+        let (labels, exited_now, limits) = (&mut self.labels, &mut self.exited_now, self.limits);
+        feed.rows(snap, &mut |t| {
+            pick.push(t);
+            let counted = incs.counted.get(n).copied().unwrap_or(false);
+            n += 1;
             let key = t.key();
             if t.exited {
-                self.exited_now.insert(key);
+                exited_now.insert(key);
             }
             if t.tgid == snap.self_tgid {
-                continue;
+                labels.touch(t.cgroup_id);
+                return;
+            }
+            if !t.exited {
+                if let Some(node) = t.preferred_node {
+                    node_tasks.entry(node.id()).or_default().0 += 1;
+                }
+                if let Some(node) = t.last_node {
+                    node_tasks.entry(node.id()).or_default().1 += 1;
+                }
             }
             // An unchanged task (an exited one, until forgotten) adds nothing, and must not
             // bring back a cgroup series that was dropped.
-            let counted = incs.counted.get(n).copied().unwrap_or(false);
-            let label = self.labels.of(t.cgroup_id, t.cgroup.as_ref(), depth);
+            let label = labels.of(t.cgroup_id, t.cgroup.as_ref(), depth);
             let known = exists(&pending, &label);
             if counted {
                 // A new series while there is room (labels are never `other`).
-                let slot = if known || named < self.limits.max_cgroups {
+                let slot = if known || named < limits.max_cgroups {
                     named += usize::from(!known);
                     label
                 } else {
@@ -349,16 +566,17 @@ impl Fold {
             } else if !t.exited && known {
                 pending.entry(label).or_default().live = true;
             }
-            if chosen.contains(&key) {
-                exported.insert(t.pid, (t.comm.to_string(), key));
-                series.push(TaskSeries {
-                    comm: t.comm.to_string(),
-                    pid: t.pid,
-                    counts: t.counts().finished(),
-                });
-            }
-        }
+        });
         drop(existing);
+        let best = best_of(pick, |each| feed.rows(snap, each));
+        let chosen = self.choose(&best);
+        let mut picked: Vec<(u32, String, Key)> = (best.into_iter())
+            .filter(|c| chosen.contains(&c.key))
+            .map(|c| (c.order.1, c.comm.to_string(), c.key))
+            .collect();
+        picked.sort_unstable_by_key(|(_, _, k)| *k);
+        self.tasks_read = n;
+        self.node_tasks = node_tasks;
         // Each sum to its cgroup's series and to the totals. An id none of whose tasks counted
         // in the walk was summed from an entry read before its task moved cgroups (a read
         // repeated within one snapshot): to its series as last labelled.
@@ -402,9 +620,7 @@ impl Fold {
                 mark_live(&mut self.cgroup_live, &label, self.scrapes);
             }
         }
-        self.labels.keep_seen(snap);
-        self.exported = exported;
-        self.tasks = series;
+        self.labels.keep_seen(n);
         let now = self.scrapes;
         let idle: Vec<String> = self
             .cgroups
@@ -427,40 +643,19 @@ impl Fold {
         for c in self.cgroups.values_mut() {
             *c = std::mem::take(c).finished();
         }
+        picked
     }
 
-    /// The live tasks exported on their own this time: those exported last time that are still
-    /// among the 2N busiest (so that series do not flap at the boundary), then the busiest. A
-    /// (comm, pid) pair that named another task at the previous scrape (a reused pid) waits one
-    /// scrape, so that no series restarts lower than it was; of two live entries with one pid
-    /// (an evicted entry carried forward), the newer counts.
-    fn choose(&self, snap: &Snapshot) -> BTreeSet<(u32, u64)> {
-        // Each candidate with its rank: ordering 100 000 of them reads no record again.
-        let mut live: Vec<Ranked<'_>> = candidates(snap)
-            .into_iter()
-            .filter(|t| {
-                self.exported
-                    .get(&t.pid)
-                    .filter(|(comm, _)| *comm == t.comm)
-                    .is_none_or(|(_, k)| *k == t.key())
-            })
-            .map(|t| (Reverse(rank(t)), t.pid, t))
-            .collect();
-        let n = self.limits.top_tasks;
-        // Only the first 2N in this order are ever looked at (one order: pids are unique).
-        let order = |e: &Ranked<'_>| (e.0, e.1);
-        if 2 * n < live.len() {
-            if n == 0 {
-                live.clear();
-            } else {
-                live.select_nth_unstable_by_key(2 * n - 1, order);
-                live.truncate(2 * n);
-            }
-        }
-        live.sort_unstable_by_key(order);
-        let live: Vec<&TaskRecord> = live.into_iter().map(|(_, _, t)| t).collect();
+    /// The live tasks exported on their own this time, of the candidates `best` (in ranking
+    /// order, the first 2N): those exported last time that are still among them (so that
+    /// series do not flap at the boundary), then the busiest. A (comm, pid) pair that named
+    /// another task at the previous scrape (a reused pid) waits one scrape (see `keep` in
+    /// [`Fold::fold_in`]), so that no series restarts lower than it was; of two live entries
+    /// with one pid (an evicted entry carried forward), the newer counts.
+    fn choose(&self, best: &[Candidate]) -> BTreeSet<Key> {
+        let live: Vec<Key> = best.iter().map(|c| c.key).collect();
         let before: BTreeSet<Key> = self.exported.values().map(|(_, k)| *k).collect();
-        keep_or_pick(&live, &before, n)
+        keep_or_pick(&live, &before, self.limits.top_tasks)
     }
 
     /// Tasks exited in the latest snapshot taken in that were exited in the one before too:
@@ -526,6 +721,7 @@ impl std::ops::Deref for Diffed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PackedCounts;
 
     fn task(pid: u32, first_ns: u64, comm: &str, cgroup: &str, faults: u64) -> TaskRecord {
         let mut counts = Counts::default();
@@ -578,21 +774,33 @@ mod tests {
         ];
         tasks[3].exited = true;
         tasks[5].tgid = 999;
-        let keys = |s: &Snapshot, f: fn(&Snapshot) -> Vec<&TaskRecord>| {
-            let mut k: Vec<Key> = f(s).into_iter().map(TaskRecord::key).collect();
+        let rows = |tasks: &[TaskRecord]| tasks.iter().map(TaskRow::of).collect::<Vec<_>>();
+        let walked = |rows: &[TaskRow]| {
+            let mut k = ranked(|each| rows.iter().for_each(&mut *each), 999, 100);
             k.sort_unstable();
             k
         };
-        let sorted = snap(tasks.clone());
+        let unordered = |rows: &[TaskRow]| {
+            let mut k: Vec<Key> = candidates_unordered(rows, 999)
+                .into_iter()
+                .map(TaskRow::key)
+                .collect();
+            k.sort_unstable();
+            k
+        };
+        let sorted = rows(&tasks);
         let expect = vec![(1, 2), (2, 3), (5, 7)];
-        assert_eq!(keys(&sorted, candidates), expect);
-        assert_eq!(keys(&sorted, candidates_unordered), expect);
+        assert_eq!(walked(&sorted), expect);
+        assert_eq!(unordered(&sorted), expect);
+        // Ranked, the best `cap` kept.
+        let top = ranked(|each| sorted.iter().for_each(&mut *each), 999, 2);
+        assert_eq!(top, vec![(5, 7), (1, 2)]);
         // Out of key order: the long way, the same answer; with a key twice, as the table's.
         tasks.reverse();
-        assert_eq!(keys(&snap(tasks.clone()), candidates), expect);
+        assert_eq!(walked(&rows(&tasks)), expect);
         tasks.push(tasks[0].clone());
-        let twice = snap(tasks);
-        assert_eq!(keys(&twice, candidates), keys(&twice, candidates_unordered));
+        let twice = rows(&tasks);
+        assert_eq!(walked(&twice), unordered(&twice));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::fold::{
 };
 use crate::{
     engine::{Snapshot, tasks::tests::Rng},
-    model::{Counts, PackedCounts, TaskRecord},
+    model::{Counts, PackedCounts, TaskRecord, TaskRow},
 };
 
 type Key = (u32, u64);
@@ -55,7 +55,8 @@ impl Reference {
     }
 
     fn choose(&self, snap: &Snapshot) -> BTreeSet<Key> {
-        let mut live: Vec<&TaskRecord> = candidates_unordered(snap)
+        let rows: Vec<TaskRow> = snap.tasks.iter().map(TaskRow::of).collect();
+        let mut live: Vec<&TaskRow> = candidates_unordered(&rows, snap.self_tgid)
             .into_iter()
             .filter(|t| {
                 self.exported
@@ -66,6 +67,7 @@ impl Reference {
         live.sort_by(|a, b| rank(b).cmp(&rank(a)).then(a.pid.cmp(&b.pid)));
         let n = self.limits.top_tasks;
         let before: BTreeSet<Key> = self.exported.values().copied().collect();
+        let live: Vec<Key> = live.into_iter().map(TaskRow::key).collect();
         keep_or_pick(&live, &before, n)
     }
 

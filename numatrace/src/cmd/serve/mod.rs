@@ -79,8 +79,10 @@ impl prometheus::core::Collector for Shared {
 
 impl Exporter {
     fn new(mut engine: Engine, limits: FoldLimits) -> Result<Self> {
-        // The fold adds what tasks counted between scrapes, summed as the engine reads them.
+        // The fold adds what tasks counted between scrapes, summed as the engine reads them,
+        // and walks the tasks' rows: it needs the counts of only the tasks it exports.
         engine.track_increments();
+        engine.list_rows_only();
         let bpf_stats = match engine.enable_bpf_stats() {
             Ok(()) => true,
             Err(e) => {
@@ -167,7 +169,7 @@ impl Exporter {
             programs: &programs,
             bpf_stats: self.bpf_stats,
             scrape_seconds: started.elapsed().as_secs_f64(),
-            tasks_tracked: snap.tasks.len().saturating_sub(forgotten),
+            tasks_tracked: live.fold.tasks_read.saturating_sub(forgotten),
             own_cpu_ns: crate::sources::procfs::own_cpu_ns(),
         };
         let mut families = expose::build(&self.specs, &live.fold, &inputs);
