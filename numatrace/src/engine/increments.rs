@@ -117,12 +117,13 @@ impl Stream {
         self.incs.counted = counted;
     }
 
-    /// The increments so far; the next ones sum the keys of `watch` apart.
+    /// The increments so far (the tasks of the latest [`Stream::watch`] summed apart).
     pub fn take(&mut self) -> Increments {
         self.lone_counted.clear();
         std::mem::take(&mut self.incs)
     }
 
+    /// From now on, sums what the tasks of `keys` count apart ([`Increments::watched`]).
     pub fn watch(&mut self, keys: impl IntoIterator<Item = Key>) {
         self.watch = keys.into_iter().collect();
     }

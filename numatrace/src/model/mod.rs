@@ -767,6 +767,11 @@ impl Node {
         std::num::NonZeroU16::new(plus_one).map(Self)
     }
 
+    /// A node as the kernel side writes it in a task's entry: its id + 1, 0 for none.
+    pub fn from_entry(v: u32) -> Option<Self> {
+        v.checked_sub(1).and_then(Self::new)
+    }
+
     pub fn id(self) -> u32 {
         u32::from(self.0.get()) - 1
     }
@@ -907,16 +912,14 @@ impl TaskRecord {
     /// keeping its counts' allocation where as many counters are set as before: a list
     /// written again at each snapshot then allocates (and frees) nothing for most tasks.
     pub fn refill(&mut self, s: &TaskStats, exited: bool) {
-        // The kernel side writes a node as its id + 1, 0 for none.
-        let nid = |v: u32| v.checked_sub(1).and_then(Node::new);
         self.pid = s.pid;
         self.tgid = s.tgid;
         self.comm = comm_of(&s.comm);
         self.exited = exited;
         self.cgroup_id = s.cgroup_id;
         self.cgroup = None;
-        self.preferred_node = nid(s.preferred_nid);
-        self.last_node = nid(s.last_nid);
+        self.preferred_node = Node::from_entry(s.preferred_nid);
+        self.last_node = Node::from_entry(s.last_nid);
         self.first_ns = s.first_ns;
         self.counts.set(&Counts::from_stats(s));
     }
@@ -1009,7 +1012,6 @@ impl TaskRow {
     /// The row of the kernel's entry `s` ([`TaskRow::of`] its record), its cgroup path
     /// `cgroup`.
     pub fn from_stats(s: &TaskStats, exited: bool, cgroup: Option<CgroupPath>) -> Self {
-        let nid = |v: u32| v.checked_sub(1).and_then(Node::new);
         Self {
             pid: s.pid,
             tgid: s.tgid,
@@ -1017,8 +1019,8 @@ impl TaskRow {
             exited,
             cgroup_id: s.cgroup_id,
             cgroup,
-            preferred_node: nid(s.preferred_nid),
-            last_node: nid(s.last_nid),
+            preferred_node: Node::from_entry(s.preferred_nid),
+            last_node: Node::from_entry(s.last_nid),
             first_ns: s.first_ns,
             activity: (s.scan.time_ns, s.scan.scan_samples, s.hint_faults.faults),
         }

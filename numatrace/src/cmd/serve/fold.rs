@@ -60,7 +60,7 @@ pub trait Feed {
 }
 
 /// [`Feed::rows`] of a snapshot that lists its tasks' records.
-pub fn rows_of_records(snap: &Snapshot, each: &mut dyn FnMut(&TaskRow)) {
+fn rows_of_records(snap: &Snapshot, each: &mut dyn FnMut(&TaskRow)) {
     for t in &snap.tasks {
         each(&TaskRow::of(t));
     }
@@ -68,7 +68,7 @@ pub fn rows_of_records(snap: &Snapshot, each: &mut dyn FnMut(&TaskRow)) {
 
 /// [`Feed::counts`] of a snapshot that lists its tasks' records (in key order, as the
 /// engine's; any other order is searched the long way).
-pub fn counts_of_records(snap: &Snapshot, keys: &[Key]) -> Vec<Counts> {
+fn counts_of_records(snap: &Snapshot, keys: &[Key]) -> Vec<Counts> {
     let tasks = &snap.tasks;
     let find = |k: &Key| match tasks.binary_search_by_key(k, TaskRecord::key) {
         Ok(i) => Some(&tasks[i]),
