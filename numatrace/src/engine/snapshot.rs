@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     kernel::{nodes::NodeInfo, tiering::Tiering},
     model::{
-        CgroupRecord, Counts, EventTally, Filter, NodeRecord, ProcessRecord, RegionCount,
-        TaskRecord, VmaRecord, write_over,
+        CgroupRecord, Counts, EventTally, Filter, NodeRecord, NodeTasks, ProcessRecord,
+        RegionCount, TaskRecord, VmaRecord, write_over,
     },
     sources::maps::{Counters, NodeFlow, node_flows},
 };
@@ -421,6 +421,21 @@ impl Snapshot {
     /// Per node. The kernel arrays are system-wide over the traced tasks (numatrace's own
     /// faults left out); a comm or cgroup filter narrows only the task columns.
     pub fn node_rows(&self, f: &Filter) -> Vec<NodeRecord> {
+        self.node_rows_with(&self.node_tasks(f))
+    }
+
+    /// The live traced tasks (as `f` narrows them) by the nodes they prefer and last ran on.
+    pub fn node_tasks(&self, f: &Filter) -> NodeTasks {
+        let mut tasks = NodeTasks::default();
+        for t in self.traced(f).filter(|t| !t.exited) {
+            tasks.add(t.preferred_node, t.last_node);
+        }
+        tasks
+    }
+
+    /// Per node, the task columns from `tasks` (counted by whoever walked the tasks: `serve`'s
+    /// snapshots list no task records).
+    pub fn node_rows_with(&self, tasks: &NodeTasks) -> Vec<NodeRecord> {
         let n = MAX_NODES as usize;
         let mut rows: BTreeMap<u32, NodeRecord> = self
             .nodes
@@ -469,13 +484,8 @@ impl Snapshot {
                 r.migrations_out = r.migrations_out.saturating_add(flow.migrated);
             }
         }
-        for t in self.traced(f).filter(|t| !t.exited) {
-            if let Some(r) = t.preferred_node.and_then(|p| rows.get_mut(&p.id())) {
-                r.tasks_preferring += 1;
-            }
-            if let Some(r) = t.last_node.and_then(|p| rows.get_mut(&p.id())) {
-                r.tasks_last_ran += 1;
-            }
+        for r in rows.values_mut() {
+            (r.tasks_preferring, r.tasks_last_ran) = tasks.of(r.node);
         }
         rows.into_values().collect()
     }

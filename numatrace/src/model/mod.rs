@@ -1085,6 +1085,29 @@ pub struct NodeRecord {
     pub tasks_last_ran: u32,
 }
 
+/// By node id, the live traced tasks that prefer it and that last ran on it: counted by
+/// whoever walks the tasks (a snapshot's records, or `serve`'s walk of the rows), and put
+/// into the [`NodeRecord`]s.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeTasks(BTreeMap<u32, (u32, u32)>);
+
+impl NodeTasks {
+    /// One live task with these nodes (an exited task is not counted).
+    pub fn add(&mut self, preferred: Option<Node>, last: Option<Node>) {
+        if let Some(node) = preferred {
+            self.0.entry(node.id()).or_default().0 += 1;
+        }
+        if let Some(node) = last {
+            self.0.entry(node.id()).or_default().1 += 1;
+        }
+    }
+
+    /// (preferring, last ran) for `node`.
+    pub fn of(&self, node: u32) -> (u32, u32) {
+        self.0.get(&node).copied().unwrap_or_default()
+    }
+}
+
 /// One VMA's share of the scanning (change_prot_numa calls on it), and how long the scanner
 /// left it alone (pid_inactive skips).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ use crate::{
     bpf::loader::HookReport,
     engine::Snapshot,
     model::Counts,
-    model::Filter,
+    model::NodeTasks,
     report::{
         measured::{Feed, Measured},
         metrics::{
@@ -293,11 +293,8 @@ fn migration_latency(b: &mut Builder, t: &Counts, lat: &[u64], m: &Measured) {
 
 /// `tasks`: by node, the live traced tasks preferring it and last running on it (the fold
 /// counts them as it walks the tasks: `serve`'s snapshots list no task records).
-fn nodes(b: &mut Builder, snap: &Snapshot, tasks: &BTreeMap<u32, (u32, u32)>, m: &Measured) {
-    let mut rows = snap.node_rows(&Filter::default());
-    for r in &mut rows {
-        (r.tasks_preferring, r.tasks_last_ran) = tasks.get(&r.node).copied().unwrap_or_default();
-    }
+fn nodes(b: &mut Builder, snap: &Snapshot, tasks: &NodeTasks, m: &Measured) {
+    let rows = snap.node_rows_with(tasks);
     for r in &rows {
         let node = r.node.to_string();
         if m.is(Feed::HintFaults) {

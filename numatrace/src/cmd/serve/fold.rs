@@ -24,7 +24,7 @@ use crate::{
         increments::Increments,
         tasks::{Key, KeyHasher},
     },
-    model::{CgroupPath, Comm, Counts, TaskRecord, TaskRow},
+    model::{CgroupPath, Comm, Counts, NodeTasks, TaskRecord, TaskRow},
 };
 
 /// Label of the series that collects what is not exported on its own.
@@ -161,7 +161,7 @@ pub struct Fold {
     pub tasks_read: usize,
     /// By node id, the latest snapshot's live traced tasks that prefer it and that last ran
     /// on it.
-    pub node_tasks: BTreeMap<u32, (u32, u32)>,
+    pub node_tasks: NodeTasks,
 }
 
 /// Cgroup labels by cgroup id: a label is worked out again only when the id's path changes
@@ -459,7 +459,7 @@ impl Fold {
             exited_before: HashSet::new(),
             exited_now: HashSet::new(),
             tasks_read: 0,
-            node_tasks: BTreeMap::new(),
+            node_tasks: NodeTasks::default(),
         }
     }
 
@@ -522,7 +522,7 @@ impl Fold {
             HashMap::default();
         self.exited_before = std::mem::take(&mut self.exited_now);
         self.labels.begin_walk();
-        let mut node_tasks: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+        let mut node_tasks = NodeTasks::default();
         let mut n = 0;
         let (labels, exited_now, limits) = (&mut self.labels, &mut self.exited_now, self.limits);
         feed.rows(snap, &mut |t| {
@@ -538,12 +538,7 @@ impl Fold {
                 return;
             }
             if !t.exited {
-                if let Some(node) = t.preferred_node {
-                    node_tasks.entry(node.id()).or_default().0 += 1;
-                }
-                if let Some(node) = t.last_node {
-                    node_tasks.entry(node.id()).or_default().1 += 1;
-                }
+                node_tasks.add(t.preferred_node, t.last_node);
             }
             // An unchanged task (an exited one, until forgotten) adds nothing, and must not
             // bring back a cgroup series that was dropped.
@@ -721,7 +716,7 @@ impl std::ops::Deref for Diffed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PackedCounts;
+    use crate::model::{Filter, Node, PackedCounts};
 
     fn task(pid: u32, first_ns: u64, comm: &str, cgroup: &str, faults: u64) -> TaskRecord {
         let mut counts = Counts::default();
@@ -801,6 +796,38 @@ mod tests {
         tasks.push(tasks[0].clone());
         let twice = rows(&tasks);
         assert_eq!(walked(&twice), unordered(&twice));
+    }
+
+    /// The walk's node columns are the snapshot's own (`Snapshot::node_tasks`): live traced
+    /// tasks only, numatrace's own left out.
+    #[test]
+    fn the_walk_counts_node_tasks_as_the_snapshot_does() {
+        let mut tasks = vec![
+            task(1, 1, "a", "/", 1),
+            task(2, 2, "b", "/", 0),
+            task(3, 3, "c", "/", 4),
+            task(4, 4, "own", "/", 9),
+        ];
+        let (n0, n1) = (Node::from_entry(1), Node::from_entry(2));
+        tasks[0].preferred_node = n1;
+        tasks[0].last_node = n0;
+        tasks[1].last_node = n1;
+        tasks[2].preferred_node = n1;
+        tasks[2].last_node = n1;
+        tasks[2].exited = true;
+        tasks[3].preferred_node = n0;
+        tasks[3].tgid = 999;
+        let s = snap(tasks);
+        let mut f = Diffed::new(limits(1));
+        f.advance(&s);
+        let want = s.node_tasks(&Filter::default());
+        assert_eq!(f.node_tasks, want);
+        assert_eq!(
+            (want.of(0), want.of(1), want.of(2)),
+            ((0, 1), (1, 1), (0, 0))
+        );
+        let rows = s.node_rows_with(&f.node_tasks);
+        assert!(rows.is_empty(), "no node known to the snapshot: no row");
     }
 
     #[test]
