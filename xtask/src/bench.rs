@@ -666,7 +666,13 @@ fn peer_verdicts(rs: &[Record]) -> PeerVerdicts {
             let met = ct <= 1000.0;
             if !met {
                 v.gaps.push(format!(
-                    "tp_sched_process_exit for tracked tasks: {ct:.0} ns (target ≤ 1 µs)"
+                    "tp_sched_process_exit for tracked tasks: {ct:.0} ns (target ≤ 1 µs), derived \
+                     from {n} exits, {k} of them tracked, the others at the untracked pass's \
+                     {cu:.0} ns (`{}` on the tracepoint: {} ns); a tracked exit also copies the \
+                     task's whole entry into a ring-buffer record and deletes it from the task \
+                     map",
+                    r.peer,
+                    fmt_opt(peer, 0)
                 ));
             }
             v.rows.push(bound_row(
@@ -960,7 +966,7 @@ fn scale_table(s: &mut String, rs: &[Record]) {
                 "{} in {:.0} s ({} s)",
                 r.frames,
                 r.window_s,
-                fmt_opt(r.max_frame_gap_s, 2)
+                fmt_opt(r.max_frame_gap_s, 3)
             )
         } else {
             "–".into()
@@ -1078,15 +1084,31 @@ fn scale_gaps(place: &str, rs: &[Record]) -> Vec<String> {
                 ),
                 _ => format!(
                     "top -b at {n} tasks ({place}): {} frames in {:.0} s, longest gap {} s \
-                     (target: a frame every second): its refresh takes longer than a second.",
+                     (target: a frame every second, no gap over {SCALE_FRAME_GAP_S} s): {}",
                     r.frames,
                     r.window_s,
-                    fmt_opt(r.max_frame_gap_s, 2)
+                    fmt_opt(r.max_frame_gap_s, 3),
+                    frame_cost(r)
                 ),
             });
         }
     }
     out
+}
+
+/// What `top -b`'s frames cost, from its CPU over the window: frames are due every second from
+/// the first, each drawn after its snapshot and refresh, so a gap over a second is a frame that
+/// took that much longer to make than the one before it.
+fn frame_cost(r: &ScaleCost) -> String {
+    match r.cpu_pct.filter(|_| r.frames > 0) {
+        Some(pct) => format!(
+            "each frame costs {:.2} s of a core on average ({pct:.0} % of a core over the \
+             window); frames are due every second, so a longer gap is a frame that took that \
+             much longer to make than the one before it.",
+            pct / 100.0 * r.window_s / r.frames as f64
+        ),
+        None => "its CPU over the window was not measured.".to_owned(),
+    }
 }
 
 fn render(host: &str, pkg: &str, guest: &[Record], hostr: &[Record], o: &Opts) -> String {
@@ -1332,6 +1354,49 @@ mod tests {
                 "finding the task's entry alone costs 250 ns above its floor through the pid \
                  hash, 320 through task storage, 100 through a per-CPU cache of its slot"
             ),
+            "{gaps:?}"
+        );
+    }
+
+    #[test]
+    fn the_exit_and_frame_gaps_say_what_they_are_made_of() {
+        let peer = |pass: &str, runs, ns, peer_ns, tracked| {
+            Record::Peer(PeerCost {
+                pass: pass.into(),
+                program: "tp_sched_process_exit".into(),
+                runs,
+                ns_per_run: Some(ns),
+                peer: "bpftrace @ = count()".into(),
+                peer_runs: runs,
+                peer_ns_per_run: Some(peer_ns),
+                tracked,
+            })
+        };
+        // 200 exits at 700 ns: 150 untracked at 300, so the 50 tracked ones cost 1 900 each.
+        let rs = vec![
+            peer("untracked", 1000, 300.0, 150.0, None),
+            peer("system-wide", 200, 700.0, 220.0, Some(50)),
+        ];
+        let v = peer_verdicts(&rs);
+        assert_eq!(v.gaps.len(), 1, "{:?}", v.gaps);
+        assert_eq!(
+            v.gaps[0],
+            "tp_sched_process_exit for tracked tasks: 1900 ns (target ≤ 1 µs), derived from 200 \
+             exits, 50 of them tracked, the others at the untracked pass's 300 ns (`bpftrace @ = \
+             count()` on the tracepoint: 220 ns); a tracked exit also copies the task's whole \
+             entry into a ring-buffer record and deletes it from the task map"
+        );
+        let top = ScaleCost {
+            frames: 69,
+            max_frame_gap_s: Some(1.3),
+            cpu_pct: Some(60.0),
+            window_s: 70.0,
+            ..scale("top -b")
+        };
+        let gaps = scale_gaps("host", &[Record::Scale(top)]);
+        assert!(
+            gaps.iter().any(|g| g.contains("longest gap 1.300 s")
+                && g.contains("each frame costs 0.61 s of a core on average (60 % of a core")),
             "{gaps:?}"
         );
     }
