@@ -912,16 +912,21 @@ impl TaskRecord {
     /// keeping its counts' allocation where as many counters are set as before: a list
     /// written again at each snapshot then allocates (and frees) nothing for most tasks.
     pub fn refill(&mut self, s: &TaskStats, exited: bool) {
-        self.pid = s.pid;
-        self.tgid = s.tgid;
-        self.comm = comm_of(&s.comm);
-        self.exited = exited;
-        self.cgroup_id = s.cgroup_id;
-        self.cgroup = None;
-        self.preferred_node = Node::from_entry(s.preferred_nid);
-        self.last_node = Node::from_entry(s.last_nid);
-        self.first_ns = s.first_ns;
+        self.set_identity(&TaskIdentity::from_stats(s, exited, None));
         self.counts.set(&Counts::from_stats(s));
+    }
+
+    /// Makes `self` the task `id` is, its counts left as they are.
+    pub fn set_identity(&mut self, id: &TaskIdentity) {
+        self.pid = id.pid;
+        self.tgid = id.tgid;
+        self.comm.clone_from(&id.comm);
+        self.exited = id.exited;
+        self.cgroup_id = id.cgroup_id;
+        self.cgroup.clone_from(&id.cgroup);
+        self.preferred_node = id.preferred_node;
+        self.last_node = id.last_node;
+        self.first_ns = id.first_ns;
     }
 
     /// Makes `self` a copy of `t` with counts `c` (`None`: `t`'s), keeping its counts'
@@ -965,11 +970,10 @@ impl TaskRecord {
     }
 }
 
-/// What a frontend that exports only a few tasks' counts (`serve`) reads of every task: its
-/// [`TaskRecord`] without the counts, but for the three it orders tasks by, read off the
-/// engine's table one task at a time. At 100 000 tasks a list of records was ~18 MiB.
+/// Who a task is: a [`TaskRecord`] without its counts. What `serve` reads of every task besides
+/// three counts ([`TaskRow`]), and what `top` keeps of a task between refreshes.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct TaskRow {
+pub struct TaskIdentity {
     pub pid: u32,
     pub tgid: u32,
     pub comm: Comm,
@@ -979,6 +983,51 @@ pub struct TaskRow {
     pub preferred_node: Option<Node>,
     pub last_node: Option<Node>,
     pub first_ns: u64,
+}
+
+impl TaskIdentity {
+    /// Who `t` is.
+    pub fn of(t: &TaskRecord) -> Self {
+        Self {
+            pid: t.pid,
+            tgid: t.tgid,
+            comm: t.comm.clone(),
+            exited: t.exited,
+            cgroup_id: t.cgroup_id,
+            cgroup: t.cgroup.clone(),
+            preferred_node: t.preferred_node,
+            last_node: t.last_node,
+            first_ns: t.first_ns,
+        }
+    }
+
+    /// Who the task of kernel entry `s` is (the one decoding of an entry's comm and nodes).
+    pub fn from_stats(s: &TaskStats, exited: bool, cgroup: Option<CgroupPath>) -> Self {
+        Self {
+            pid: s.pid,
+            tgid: s.tgid,
+            comm: comm_of(&s.comm),
+            exited,
+            cgroup_id: s.cgroup_id,
+            cgroup,
+            preferred_node: Node::from_entry(s.preferred_nid),
+            last_node: Node::from_entry(s.last_nid),
+            first_ns: s.first_ns,
+        }
+    }
+
+    /// Key of a task across snapshots (as [`TaskRecord::key`]).
+    pub fn key(&self) -> (u32, u64) {
+        (self.pid, self.first_ns)
+    }
+}
+
+/// What a frontend that exports only a few tasks' counts (`serve`) reads of every task: who it
+/// is, and the three counts it orders tasks by, read off the engine's table one task at a time.
+/// At 100 000 tasks a list of records was ~18 MiB.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TaskRow {
+    pub id: TaskIdentity,
     /// `scan.time_ns`, `scan.scan_samples` and `hint_faults.faults` of its counts.
     pub activity: (u64, u64, u64),
 }
@@ -996,39 +1045,23 @@ impl TaskRow {
         });
         let w = |i: usize| t.counts.word(AT[i]);
         Self {
-            pid: t.pid,
-            tgid: t.tgid,
-            comm: t.comm.clone(),
-            exited: t.exited,
-            cgroup_id: t.cgroup_id,
-            cgroup: t.cgroup.clone(),
-            preferred_node: t.preferred_node,
-            last_node: t.last_node,
-            first_ns: t.first_ns,
+            id: TaskIdentity::of(t),
             activity: (w(0), w(1), w(2)),
         }
     }
 
-    /// The row of the kernel's entry `s` ([`TaskRow::of`] its record), its cgroup path
-    /// `cgroup`.
+    /// The row of kernel entry `s`, as [`TaskRow::of`] the record [`TaskRecord::from_stats`]
+    /// makes of it, with `cgroup` for its path.
     pub fn from_stats(s: &TaskStats, exited: bool, cgroup: Option<CgroupPath>) -> Self {
         Self {
-            pid: s.pid,
-            tgid: s.tgid,
-            comm: comm_of(&s.comm),
-            exited,
-            cgroup_id: s.cgroup_id,
-            cgroup,
-            preferred_node: Node::from_entry(s.preferred_nid),
-            last_node: Node::from_entry(s.last_nid),
-            first_ns: s.first_ns,
+            id: TaskIdentity::from_stats(s, exited, cgroup),
             activity: (s.scan.time_ns, s.scan.scan_samples, s.hint_faults.faults),
         }
     }
 
     /// Key of a task across snapshots (as [`TaskRecord::key`]).
     pub fn key(&self) -> (u32, u64) {
-        (self.pid, self.first_ns)
+        self.id.key()
     }
 }
 

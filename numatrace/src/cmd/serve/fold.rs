@@ -322,17 +322,17 @@ impl<F: Fn(&Candidate) -> bool> Candidates<F> {
             self.ordered = false;
         }
         self.last = Some(key);
-        if let Some(h) = self.held.take_if(|h| h.key.0 != t.pid) {
+        if let Some(h) = self.held.take_if(|h| h.key.0 != t.id.pid) {
             self.offer(h);
         }
-        if !t.exited {
+        if !t.id.exited {
             // A newer live entry of the held task's pid.
             self.held = None;
-            if t.tgid != self.self_tgid && rank(t) > (0, 0, 0) {
+            if t.id.tgid != self.self_tgid && rank(t) > (0, 0, 0) {
                 self.held = Some(Candidate {
-                    order: (Reverse(rank(t)), t.pid),
+                    order: (Reverse(rank(t)), t.id.pid),
                     key,
-                    comm: t.comm.clone(),
+                    comm: t.id.comm.clone(),
                 });
             }
         }
@@ -374,9 +374,9 @@ fn best_of<F: Fn(&Candidate) -> bool>(
     walk_again(&mut |t| rows.push(t.clone()));
     for t in candidates_unordered(&rows, pick.self_tgid) {
         pick.offer(Candidate {
-            order: (Reverse(rank(t)), t.pid),
+            order: (Reverse(rank(t)), t.id.pid),
             key: t.key(),
-            comm: t.comm.clone(),
+            comm: t.id.comm.clone(),
         });
     }
     pick.best.into_sorted_vec()
@@ -396,13 +396,13 @@ fn ranked(mut walk: impl FnMut(&mut dyn FnMut(&TaskRow)), self_tgid: u32, cap: u
 /// test's).
 pub(super) fn candidates_unordered(rows: &[TaskRow], self_tgid: u32) -> Vec<&TaskRow> {
     let mut newest: HashMap<u32, u64, BuildHasherDefault<KeyHasher>> = HashMap::default();
-    for t in rows.iter().filter(|t| !t.exited) {
-        let e = newest.entry(t.pid).or_insert(t.first_ns);
-        *e = (*e).max(t.first_ns);
+    for t in rows.iter().filter(|t| !t.id.exited) {
+        let e = newest.entry(t.id.pid).or_insert(t.id.first_ns);
+        *e = (*e).max(t.id.first_ns);
     }
     rows.iter()
-        .filter(|t| !t.exited && t.tgid != self_tgid && rank(t) > (0, 0, 0))
-        .filter(|t| newest.get(&t.pid) == Some(&t.first_ns))
+        .filter(|t| !t.id.exited && t.id.tgid != self_tgid && rank(t) > (0, 0, 0))
+        .filter(|t| newest.get(&t.id.pid) == Some(&t.id.first_ns))
         .collect()
 }
 
@@ -530,19 +530,19 @@ impl Fold {
             let counted = incs.counted.get(n).copied().unwrap_or(false);
             n += 1;
             let key = t.key();
-            if t.exited {
+            if t.id.exited {
                 exited_now.insert(key);
             }
-            if t.tgid == snap.self_tgid {
-                labels.touch(t.cgroup_id);
+            if t.id.tgid == snap.self_tgid {
+                labels.touch(t.id.cgroup_id);
                 return;
             }
-            if !t.exited {
-                node_tasks.add(t.preferred_node, t.last_node);
+            if !t.id.exited {
+                node_tasks.add(t.id.preferred_node, t.id.last_node);
             }
             // An unchanged task (an exited one, until forgotten) adds nothing, and must not
             // bring back a cgroup series that was dropped.
-            let label = labels.of(t.cgroup_id, t.cgroup.as_ref(), depth);
+            let label = labels.of(t.id.cgroup_id, t.id.cgroup.as_ref(), depth);
             let known = exists(&pending, &label);
             if counted {
                 // A new series while there is room (labels are never `other`).
@@ -553,12 +553,12 @@ impl Fold {
                     Arc::clone(&other)
                 };
                 series_of
-                    .entry(t.cgroup_id)
+                    .entry(t.id.cgroup_id)
                     .or_insert_with(|| Arc::clone(&slot));
                 let p = pending.entry(slot).or_default();
                 p.started = true;
-                p.live |= !t.exited;
-            } else if !t.exited && known {
+                p.live |= !t.id.exited;
+            } else if !t.id.exited && known {
                 pending.entry(label).or_default().live = true;
             }
         });

@@ -60,11 +60,11 @@ impl Reference {
             .into_iter()
             .filter(|t| {
                 self.exported
-                    .get(&(t.comm.to_string(), t.pid))
+                    .get(&(t.id.comm.to_string(), t.id.pid))
                     .is_none_or(|k| *k == t.key())
             })
             .collect();
-        live.sort_by(|a, b| rank(b).cmp(&rank(a)).then(a.pid.cmp(&b.pid)));
+        live.sort_by(|a, b| rank(b).cmp(&rank(a)).then(a.id.pid.cmp(&b.id.pid)));
         let n = self.limits.top_tasks;
         let before: BTreeSet<Key> = self.exported.values().copied().collect();
         let live: Vec<Key> = live.into_iter().map(TaskRow::key).collect();

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     engine::{Snapshot, tasks::KeyHasher},
-    model::{CgroupPath, Comm, Counts, Filter, Node, TaskRecord, write_over},
+    model::{Counts, Filter, TaskIdentity, TaskRecord, write_over},
     report::measured::{Feed, Measured},
     sources::maps::NodeFlow,
 };
@@ -251,55 +251,10 @@ fn amounts(e: &Entry) -> Amounts {
     Amounts(e.amounts)
 }
 
-/// Who a task is, as last seen: a [`TaskRecord`] without its counts (a window's records are
-/// made of it and the amounts).
-#[derive(Clone, Debug)]
-struct Seen {
-    pid: u32,
-    tgid: u32,
-    comm: Comm,
-    exited: bool,
-    cgroup_id: u64,
-    cgroup: Option<CgroupPath>,
-    preferred_node: Option<Node>,
-    last_node: Option<Node>,
-    first_ns: u64,
-}
-
-impl Seen {
-    fn of(t: &TaskRecord) -> Self {
-        Self {
-            pid: t.pid,
-            tgid: t.tgid,
-            comm: t.comm.clone(),
-            exited: t.exited,
-            cgroup_id: t.cgroup_id,
-            cgroup: t.cgroup.clone(),
-            preferred_node: t.preferred_node,
-            last_node: t.last_node,
-            first_ns: t.first_ns,
-        }
-    }
-
-    /// Makes `t` this task's record with `counts` (in place: see [`TaskRecord::refill`]).
-    fn write(&self, t: &mut TaskRecord, counts: &Counts) {
-        t.pid = self.pid;
-        t.tgid = self.tgid;
-        t.comm.clone_from(&self.comm);
-        t.exited = self.exited;
-        t.cgroup_id = self.cgroup_id;
-        t.cgroup.clone_from(&self.cgroup);
-        t.preferred_node = self.preferred_node;
-        t.last_node = self.last_node;
-        t.first_ns = self.first_ns;
-        t.counts.set(counts);
-    }
-}
-
 #[derive(Clone, Debug)]
 struct Trail {
     /// The task as last seen.
-    seen: Seen,
+    seen: TaskIdentity,
     /// When it last did something: it is remembered while that lies within the horizon.
     last_active_ns: u64,
     /// Its refreshes since its first activity within the horizon (the latest active one ends
@@ -448,7 +403,7 @@ impl Recent {
             let trail = match self.tasks.get_mut(&t.key()) {
                 Some(tr) => tr,
                 None if active => self.tasks.entry(t.key()).or_insert_with(|| Trail {
-                    seen: Seen::of(t),
+                    seen: TaskIdentity::of(t),
                     last_active_ns: end,
                     entries: Packed::default(),
                     sum: Sum::default(),
@@ -457,7 +412,7 @@ impl Recent {
                 }),
                 None => continue,
             };
-            trail.seen = Seen::of(t);
+            trail.seen = TaskIdentity::of(t);
             if active {
                 trail.last_active_ns = end;
             }
@@ -566,7 +521,8 @@ impl Recent {
                 // Another window than the one kept: summed afresh.
                 tr.sum_within(|end| self.within(end, window_s)).1
             };
-            tr.seen.write(t, &sum.amounts().counts().finished());
+            t.set_identity(&tr.seen);
+            t.counts.set(&sum.amounts().counts().finished());
         });
         let mut flows: Vec<NodeFlow> = Vec::new();
         for f in in_window.iter().flat_map(|s| &s.flows) {
