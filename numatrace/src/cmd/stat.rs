@@ -58,6 +58,39 @@ fn window_options(a: &StatArgs, no_fentry: bool) -> CollectOptions {
         sample_hz: a.kernel.sample_hz,
         bpf_log: a.bpf_log,
         no_fentry,
-        needs: crate::bpf::needs::STAT,
+        // The text has no scan times or region counts: only the JSON pays for them.
+        needs: if a.json {
+            crate::bpf::needs::STAT_JSON
+        } else {
+            crate::bpf::needs::STAT
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn needs_of(args: &[&str]) -> crate::bpf::needs::Needs {
+        let cli = Cli::try_parse_from(std::iter::once("numatrace").chain(args.iter().copied()));
+        let Command::Stat(a) = cli.unwrap().command else {
+            panic!("not stat: {args:?}")
+        };
+        window_options(&a, false).needs
+    }
+
+    #[test]
+    fn only_the_json_pays_for_scan_times_and_regions() {
+        use numatrace_common::{EMIT_VMA_SCAN, READ_REGIONS, READ_VMAS};
+        let text = needs_of(&["stat", "-d", "1s"]);
+        let json = needs_of(&["stat", "-d", "1s", "--json"]);
+        assert_eq!(text.emit_events & EMIT_VMA_SCAN, 0, "{text:?}");
+        assert_ne!(json.emit_events & EMIT_VMA_SCAN, 0, "{json:?}");
+        assert_eq!(text.reads, READ_VMAS, "{text:?}: the VMA table, no regions");
+        assert_ne!(json.reads & READ_REGIONS, 0, "{json:?}");
+        assert!(!text.emit_spans && !json.emit_spans);
     }
 }

@@ -173,7 +173,7 @@ impl CollectOptions {
             sample_hz: 99,
             bpf_log: false,
             no_fentry,
-            needs: crate::bpf::needs::STAT,
+            needs: crate::bpf::needs::STAT_JSON,
         }
     }
 }
