@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     kernel::{nodes::NodeInfo, tiering::Tiering},
     model::{
-        CgroupRecord, Counts, EventTally, Filter, NodeRecord, NodeTasks, ProcessRecord,
-        RegionCount, TaskRecord, VmaRecord, write_over,
+        CgroupRecord, Counts, EventTally, Filter, NodeRecord, NodeTasks, PackedCounts,
+        ProcessRecord, RegionCount, TaskRecord, VmaRecord, ratio, write_over,
     },
     sources::maps::{Counters, NodeFlow, node_flows},
 };
@@ -354,6 +354,27 @@ impl Snapshot {
         c.finished()
     }
 
+    /// The traced tasks' scan shares, exact and sampled, as `totals(f).scan` has them
+    /// (`share`, `sampled_share`): the four counters they divide, read in place from each task
+    /// (`top`'s trend line, every refresh), not an unpack and add of its whole counts.
+    pub fn scan_shares(&self, f: &Filter) -> (Option<f64>, Option<f64>) {
+        static AT: std::sync::LazyLock<[usize; 4]> = std::sync::LazyLock::new(|| {
+            [
+                PackedCounts::word_index(|c| c.scan.runtime_in_scan_ns = 1),
+                PackedCounts::word_index(|c| c.scan.task_runtime_ns = 1),
+                PackedCounts::word_index(|c| c.scan.scan_samples = 1),
+                PackedCounts::word_index(|c| c.scan.samples = 1),
+            ]
+        });
+        let mut sum = [0u64; 4];
+        for t in self.traced(f) {
+            for (s, &i) in sum.iter_mut().zip(AT.iter()) {
+                *s = s.saturating_add(t.counts.word(i));
+            }
+        }
+        (ratio(sum[0], sum[1]), ratio(sum[2], sum[3]))
+    }
+
     /// numatrace's own activity, which the kernel's counters include.
     pub fn self_counts(&self) -> Counts {
         let mut c = Counts::default();
@@ -559,6 +580,62 @@ mod tests {
         }] {
             assert_eq!(s1.delta_into(&s0, spare).tasks, want.tasks);
         }
+    }
+
+    /// The scan shares read in place are `totals`' to the bit: sums that saturate, numatrace's
+    /// own tasks and the filtered-out ones left out.
+    #[test]
+    fn scan_shares_are_the_totals_shares() {
+        let vals: [(u32, u64, u64, u64, u64); 5] = [
+            (1, 3, 10, 1, 4),
+            (1, u64::MAX - 5, 7, 9, 0),
+            (1, 0, 0, 2, 2),
+            (999, 1_000, 1, 1_000, 1),
+            (2, 40, u64::MAX, 3, 5),
+        ];
+        let tasks = vals
+            .iter()
+            .enumerate()
+            .map(|(i, &(tgid, a, b, c, d))| {
+                let mut st = stats(i as u32 + 1, tgid, 1);
+                if tgid == 2 {
+                    st.comm[..4].copy_from_slice(b"else");
+                }
+                let mut t = TaskRecord::from_stats(&st, false);
+                let mut k = Counts::default();
+                k.scan.runtime_in_scan_ns = a;
+                k.scan.task_runtime_ns = b;
+                k.scan.scan_samples = c;
+                k.scan.samples = d;
+                t.counts.set(&k);
+                t
+            })
+            .collect();
+        let s = Snapshot {
+            tasks,
+            self_tgid: 999,
+            ..Snapshot::default()
+        };
+        let work = Filter {
+            comm: Some("work".into()),
+            ..Filter::default()
+        };
+        let none = Filter {
+            comm: Some("none".into()),
+            ..Filter::default()
+        };
+        for f in [Filter::default(), work, none] {
+            let t = s.totals(&f);
+            assert_eq!(
+                s.scan_shares(&f),
+                (t.scan.share, t.scan.sampled_share),
+                "{f:?}"
+            );
+        }
+        assert_eq!(
+            s.scan_shares(&Filter::default()),
+            (Some(1.0), Some(15.0 / 11.0))
+        );
     }
 
     #[test]

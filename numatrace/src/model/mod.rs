@@ -368,7 +368,7 @@ macro_rules! model_groups {
 
 numatrace_common::counter_table!(model_groups);
 
-fn ratio(num: u64, den: u64) -> Option<f64> {
+pub(crate) fn ratio(num: u64, den: u64) -> Option<f64> {
     (den > 0).then(|| num as f64 / den as f64)
 }
 

@@ -34,7 +34,7 @@ use crate::{
 };
 use app::{App, Key, View};
 use history::{Recent, Sample};
-use view::{FrameView, OwnCost};
+use view::{FrameView, OwnCost, Tables};
 
 /// Cost meters between two refreshes.
 struct Meter {
@@ -77,8 +77,9 @@ struct Refresh {
     delta: Snapshot,
 }
 
-/// The refresh from `prev` to `cur`, remembered in `recent` (the sparklines and the activity
-/// window).
+/// The refresh from `prev` to `cur` with `tables`, remembered in `recent` (the sparklines and
+/// the activity window).
+#[allow(clippy::too_many_arguments)]
 fn refresh(
     engine: &Engine,
     prev: &Snapshot,
@@ -87,9 +88,10 @@ fn refresh(
     own: OwnCost,
     recent: &mut Recent,
     spare: Vec<TaskRecord>,
+    tables: Tables,
 ) -> Refresh {
     let delta = cur.delta_into(prev, spare);
-    let view = FrameView::build(&delta, &engine.hooks, filter, own);
+    let view = FrameView::build_for(&delta, &engine.hooks, filter, own, tables);
     recent.push(&delta, filter, Sample::of(&delta, filter, &view.measured));
     Refresh { view, delta }
 }
@@ -205,6 +207,8 @@ async fn run_batch(
             m.since(&meter),
             &mut recent,
             spare,
+            // Its text prints the task table alone; its JSON makes the report's own tables.
+            Tables::Tasks,
         );
         let v = r.view.windowed(&recent, args.window);
         let written = if args.json {
@@ -540,7 +544,16 @@ async fn run_tui(
                 };
                 let m = Meter::now(engine, stats);
                 let spare = std::mem::take(&mut delta_list);
-                let r = refresh(engine, &prev, &cur, filter, m.since(&meter), &mut recent, spare);
+                let r = refresh(
+                    engine,
+                    &prev,
+                    &cur,
+                    filter,
+                    m.since(&meter),
+                    &mut recent,
+                    spare,
+                    Tables::All,
+                );
                 // Paused: counting and snapshots go on; the screen keeps the last frame.
                 if app.paused {
                     delta_list = r.delta.tasks;

@@ -741,6 +741,38 @@ mod tests {
         assert!(t.contains("fentry refused: EPERM"), "{t}");
     }
 
+    /// `top -b` builds the task table alone: its frames read as those of a view with every
+    /// table, whatever the column it sorts by, and the tables it skips are empty.
+    #[test]
+    fn batch_frames_of_the_task_table_alone_are_those_of_every_table() {
+        use crate::cmd::top::{batch::text_frame, view::Tables};
+        for full in [true, false] {
+            let (every, recent) = view(full);
+            let tasks = FrameView::build_for(
+                &delta(),
+                &hooks(full),
+                &Filter::default(),
+                every.own.clone(),
+                Tables::Tasks,
+            )
+            .windowed(&recent, 10);
+            assert!(!every.processes.is_empty() && !every.cgroups.is_empty());
+            assert!(tasks.processes.is_empty() && tasks.cgroups.is_empty());
+            assert_eq!(tasks.tasks, every.tasks, "full {full}");
+            assert_eq!(tasks.nodes, every.nodes, "full {full}");
+            let header = every.header("6.12", Some(1), 2);
+            for sort in [None, Some(0), Some(1), Some(4), Some(16)] {
+                for rows in [0, 1, 20] {
+                    assert_eq!(
+                        text_frame(&header, &tasks, rows, sort, Some(1)),
+                        text_frame(&header, &every, rows, sort, Some(1)),
+                        "full {full}, sort {sort:?}, rows {rows}"
+                    );
+                }
+            }
+        }
+    }
+
     /// What a process named itself (comm), its cgroup and the kernel's strings reach the screen
     /// escaped: in every view, the overlays and `top -b`'s text.
     #[test]

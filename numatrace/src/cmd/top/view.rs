@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::{
     graph::{Series, fmt_rate},
-    history::{LastActivity, Recent, fmt_window},
+    history::{LastActivity, Recent, WindowData, fmt_window},
 };
 use crate::{
     bpf::loader::HookReport,
@@ -661,8 +661,21 @@ pub struct OwnCost {
     pub bpf_runs: Option<u64>,
 }
 
+/// Which tables a view builds: the TUI shows every one; `top -b` prints the task table alone
+/// (its text, and its JSON frames build their own tables from the delta), where a process and a
+/// cgroup table each cost another unpack and add of every task's counts a frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tables {
+    #[default]
+    All,
+    /// Tasks and nodes: `processes` and `cgroups` stay empty.
+    Tasks,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct FrameView {
+    /// The tables it holds (the others are empty, not quiet).
+    pub tables: Tables,
     pub interval_s: f64,
     pub system: SystemRates,
     pub dropped: u64,
@@ -828,6 +841,18 @@ pub const CGROUP_COLUMNS: [&str; 8] = [
 impl FrameView {
     /// `delta`: the later snapshot minus the earlier.
     pub fn build(delta: &Snapshot, hooks: &[HookReport], filter: &Filter, own: OwnCost) -> Self {
+        Self::build_for(delta, hooks, filter, own, Tables::All)
+    }
+
+    /// [`FrameView::build`] with only `tables`.
+    pub fn build_for(
+        delta: &Snapshot,
+        hooks: &[HookReport],
+        filter: &Filter,
+        own: OwnCost,
+        tables: Tables,
+    ) -> Self {
+        let all = tables == Tables::All;
         let measured = Measured::from_hooks(hooks);
         let caps = Caps::from(&measured);
         let secs = delta.span_ns as f64 / 1e9;
@@ -860,16 +885,24 @@ impl FrameView {
             .filter(|t| !t.exited && !t.counts.is_empty())
             .map(|t| task_row(t, &measured, secs))
             .collect();
-        let processes = delta
-            .processes(filter)
-            .iter()
-            .map(|p| process_row(p, &measured, secs))
-            .collect();
-        let cgroups = delta
-            .cgroups(filter)
-            .iter()
-            .map(|c| cgroup_row(c, &measured, secs))
-            .collect();
+        let processes = if all {
+            delta
+                .processes(filter)
+                .iter()
+                .map(|p| process_row(p, &measured, secs))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let cgroups = if all {
+            delta
+                .cgroups(filter)
+                .iter()
+                .map(|c| cgroup_row(c, &measured, secs))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let nodes = delta
             .node_rows(filter)
             .iter()
@@ -916,6 +949,7 @@ impl FrameView {
         let dropped = crate::report::stat::Dropped::from_snapshot(delta).total;
         let decisions = decision_rates(delta, &measured, secs);
         Self {
+            tables,
             interval_s: secs,
             system,
             dropped,
@@ -945,24 +979,14 @@ impl FrameView {
         }
     }
 
-    /// The view over the activity window: every task, process and cgroup active within the
-    /// last `window_s` (what `recent` remembers) is listed, with this interval's cells (zeros
+    /// The view over the activity window: every task, process and cgroup (those of its
+    /// [`Tables`]) active within the last `window_s` (what `recent` remembers) is listed, with this interval's cells (zeros
     /// where it did nothing in it), its cells over the window and how long ago it was last
     /// active; plus the header's sparklines and when anything last moved.
     pub fn windowed(mut self, recent: &Recent, window_s: u64) -> Self {
         let mut w = recent.window(window_s);
         let m = self.measured.clone();
         let (secs, ws) = (self.interval_s, w.span_s);
-        // Per process and cgroup, its most recently active task.
-        let mut by_tgid: BTreeMap<u32, f64> = BTreeMap::new();
-        let mut by_cgroup: BTreeMap<u64, f64> = BTreeMap::new();
-        for (t, at) in w.with_last() {
-            let ago = w.ago_s(at);
-            let e = by_tgid.entry(t.tgid).or_insert(ago);
-            *e = e.min(ago);
-            let e = by_cgroup.entry(t.cgroup_id).or_insert(ago);
-            *e = e.min(ago);
-        }
         let tasks: Vec<(&TaskRecord, u64)> = w.with_last().filter(|(t, _)| !t.exited).collect();
         self.tasks = merge_window(
             std::mem::take(&mut self.tasks),
@@ -976,29 +1000,10 @@ impl FrameView {
             |(t, _)| task_row(&t.with_counts(&Counts::default()), &m, secs),
             |(_, at)| w.ago_s(*at),
         );
-        let snap = w.take_snapshot();
-        // Every task of the window was active in it.
-        let all = Filter::default();
-        self.processes = merge_window(
-            std::mem::take(&mut self.processes),
-            &snap.processes_of(snap.traced(&all)),
-            |p| {
-                (
-                    u64::from(p.tgid),
-                    sort_keys(&ALL_COLUMNS, &p.counts, &m, ws),
-                )
-            },
-            |p| process_row(&quiet(p, |p| &mut p.counts), &m, secs),
-            |p| by_tgid.get(&p.tgid).copied().unwrap_or(0.0),
-        );
-        self.cgroups = merge_window(
-            std::mem::take(&mut self.cgroups),
-            &crate::engine::snapshot::cgroups_of(snap.traced(&all)),
-            |c| (c.id, sort_keys(&CGROUP_PICK, &c.counts, &m, ws)),
-            |c| cgroup_row(&quiet(c, |c| &mut c.counts), &m, secs),
-            |c| by_cgroup.get(&c.id).copied().unwrap_or(0.0),
-        );
-        recent.give_back(snap.tasks);
+        match self.tables {
+            Tables::All => self.window_groups(&mut w, recent),
+            Tables::Tasks => recent.give_back(std::mem::take(&mut w.tasks)),
+        }
         self.window_s = window_s;
         self.window_span_s = ws;
         self.window_flows = w.flows.clone();
@@ -1010,6 +1015,41 @@ impl FrameView {
             running_s: recent.running_s(),
         };
         self
+    }
+
+    /// The process and cgroup rows over the window `w` (merged with this interval's, as the
+    /// task rows are); its records go back to `recent`.
+    fn window_groups(&mut self, w: &mut WindowData, recent: &Recent) {
+        let m = &self.measured;
+        let (secs, ws) = (self.interval_s, w.span_s);
+        // Per process and cgroup, its most recently active task.
+        let mut by_tgid: BTreeMap<u32, f64> = BTreeMap::new();
+        let mut by_cgroup: BTreeMap<u64, f64> = BTreeMap::new();
+        for (t, at) in w.with_last() {
+            let ago = w.ago_s(at);
+            let e = by_tgid.entry(t.tgid).or_insert(ago);
+            *e = e.min(ago);
+            let e = by_cgroup.entry(t.cgroup_id).or_insert(ago);
+            *e = e.min(ago);
+        }
+        let snap = w.take_snapshot();
+        // Every task of the window was active in it.
+        let all = Filter::default();
+        self.processes = merge_window(
+            std::mem::take(&mut self.processes),
+            &snap.processes_of(snap.traced(&all)),
+            |p| (u64::from(p.tgid), sort_keys(&ALL_COLUMNS, &p.counts, m, ws)),
+            |p| process_row(&quiet(p, |p| &mut p.counts), m, secs),
+            |p| by_tgid.get(&p.tgid).copied().unwrap_or(0.0),
+        );
+        self.cgroups = merge_window(
+            std::mem::take(&mut self.cgroups),
+            &crate::engine::snapshot::cgroups_of(snap.traced(&all)),
+            |c| (c.id, sort_keys(&CGROUP_PICK, &c.counts, m, ws)),
+            |c| cgroup_row(&quiet(c, |c| &mut c.counts), m, secs),
+            |c| by_cgroup.get(&c.id).copied().unwrap_or(0.0),
+        );
+        recent.give_back(snap.tasks);
     }
 
     /// What an empty table says: how long ago anything last moved and by whom, or that
