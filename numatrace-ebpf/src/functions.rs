@@ -20,9 +20,9 @@ use numatrace_common::{
 use crate::{
     args::{kprobe_args, pick, tracing_arg, tracing_arg_scalar},
     tasks::{
-        Hit, Slots, TASK_OFFSETS, add, count, current_field, current_ptr, emit, field_of,
-        followed_current, header, inflight_of, read_field, reads, send, send_span, slot,
-        touch_noting, via_current,
+        Hit, Slots, TASK_OFFSETS, add, count, current, current_field, current_ptr, emit, field_of,
+        followed_current, header, inflight_of, is_self, read_field, reads, send, send_span, slot,
+        task_entry, touch_noting, via_current, wanted,
     },
     tiering::{note_node_threshold, take_decision, tiers},
 };
@@ -856,14 +856,21 @@ fn cow_shared<const TYPED: bool>(page: *const u8, vma_or_vmf: *const u8) -> Opti
 
 #[inline(always)]
 fn on_mpol_misplaced<const TYPED: bool>(page: u64, vma_or_vmf: u64, addr: u64) {
-    let Some(h) = followed_current() else {
+    let cur = current();
+    if !wanted(cur.tgid) {
         return;
-    };
-    let t = h.t;
-    if !h.me && reads(READ_REGIONS) {
-        region_fault(h.tgid, addr);
     }
+    if !is_self(cur.tgid) && reads(READ_REGIONS) {
+        region_fault(cur.tgid, addr);
+    }
+    // The task's entry only for a COW-shared page, which few hint faults are: the test reads
+    // a few fields of the page and VMA, the lookup hashes (the fault's task_numa_fault makes
+    // the entry of a task seen first here).
     if let Some((true, large)) = cow_shared::<TYPED>(page as *const u8, vma_or_vmf as *const u8) {
+        let Some(t) = task_entry(cur.pid, cur.tgid, true) else {
+            return;
+        };
+        let h = Hit::new(t, cur.pid, cur.tgid, cur.tgid);
         crate::bump!(h, hint_faults.cow_shared, 1);
         if large {
             crate::bump!(h, hint_faults.cow_shared_large, 1);
