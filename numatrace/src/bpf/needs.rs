@@ -75,7 +75,8 @@ pub const SERVE: Needs = Needs {
 /// `probes`: attaches to report what attaches, counts nothing.
 pub const PROBES: Needs = SERVE;
 
-/// Every command's declaration, by name (the benchmark loads each).
+/// Every command's declaration, by name (the tests hold each to what its output needs; the
+/// benchmark measures `record`'s and `stat`'s).
 pub const ALL: [(&str, Needs); 7] = [
     ("record", RECORD),
     ("stat", STAT),

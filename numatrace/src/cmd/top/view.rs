@@ -980,9 +980,10 @@ impl FrameView {
     }
 
     /// The view over the activity window: every task, process and cgroup (those of its
-    /// [`Tables`]) active within the last `window_s` (what `recent` remembers) is listed, with this interval's cells (zeros
-    /// where it did nothing in it), its cells over the window and how long ago it was last
-    /// active; plus the header's sparklines and when anything last moved.
+    /// [`Tables`]) active within the last `window_s` (what `recent` remembers) is listed,
+    /// with this interval's cells (zeros where it did nothing in it), its cells over the window
+    /// and how long ago it was last active; plus the header's sparklines and when anything last
+    /// moved.
     pub fn windowed(mut self, recent: &Recent, window_s: u64) -> Self {
         let mut w = recent.window(window_s);
         let m = self.measured.clone();
