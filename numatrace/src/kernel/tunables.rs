@@ -460,6 +460,12 @@ fn restore_in(store: &Store, known: impl Fn(&Path) -> bool) -> Result<Restored> 
                     keep.push(e);
                 }
             },
+            // Never set (the run was killed between saving the record and writing this
+            // one), or put back since: nothing to restore.
+            Ok(now) if now == e.original => out.notes.push(format!(
+                "{path} = {} already (its original value): nothing to restore; dropped",
+                e.original
+            )),
             Ok(now) => {
                 out.notes.push(format!(
                     "{path} = {} changed since numatrace set it to {} (was {}): left as is \
@@ -777,17 +783,28 @@ mod tests {
         let f = Fixture::new();
         let untouched = f.tunable("scan_delay_ms", "100");
         let changed = f.tunable("scan_size_mb", "777");
+        // Killed after the record was saved, before this one was written.
+        let never_set = f.tunable("scan_period_min_ms", "1000");
         let store = f.store();
         store
             .save(&[
                 dead_entry(&untouched, "1000", "100"),
                 dead_entry(&changed, "256", "16"),
+                dead_entry(&never_set, "1000", "100"),
             ])
             .unwrap();
-        assert_eq!(stale(&store.load()).len(), 2);
+        assert_eq!(stale(&store.load()).len(), 3);
         let r = restore_in(&store, |_| true).unwrap();
         assert_eq!(value(&untouched), "1000");
         assert_eq!(value(&changed), "777", "someone's value was overwritten");
+        assert_eq!(value(&never_set), "1000");
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("already (its original value)")),
+            "{:?}",
+            r.notes
+        );
         assert_eq!(r.kept, 1);
         assert!(
             r.notes.iter().any(|n| n.contains("changed since")),
