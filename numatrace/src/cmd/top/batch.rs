@@ -5,7 +5,7 @@ use serde::Serialize;
 use super::{
     graph,
     history::{LastActivity, SPARK_S, fmt_window},
-    view::{self, COLUMNS, Caps, FrameView, OwnCost, SystemRates, first_rows, shown_columns},
+    view::{self, Caps, FrameView, OwnCost, SystemRates, first_rows, shown_columns},
 };
 use crate::report::{stat::StatJson, table};
 
@@ -71,11 +71,10 @@ pub fn text_frame(
     }
     out.push_str("\n\n");
     let col = sort.unwrap_or_else(|| view::busiest_column(&view.caps));
-    let desc = COLUMNS
-        .get(col)
-        .is_some_and(|c| c.numeric() && *c != super::view::Column::Pid);
+    let desc = view::sort_desc(col);
     let tasks = &view.tasks;
-    if tasks.is_empty() {
+    let listed = tasks.len() + view.tasks_unlisted;
+    if listed == 0 {
         out.push_str(&view.quiet_text(balancing));
         out.push('\n');
     } else {
@@ -92,8 +91,8 @@ pub fn text_frame(
                 .map(|r| shown.iter().map(|c| c.cell(r)).collect()),
         );
         out.push_str(&table(&t));
-        if tasks.len() > rows {
-            out.push_str(&format!("... {} more tasks\n", tasks.len() - rows));
+        if listed > rows {
+            out.push_str(&format!("... {} more tasks\n", listed - rows));
         }
     }
     // Pages counted by task_numa_fault: without it, left out (the frame has no room for why).

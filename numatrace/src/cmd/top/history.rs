@@ -674,7 +674,7 @@ impl TaskSeries {
 
 #[cfg(test)]
 #[path = "history_reference.rs"]
-mod reference;
+pub(crate) mod reference;
 
 #[cfg(test)]
 pub mod tests {

@@ -78,7 +78,7 @@ impl Reference {
 }
 
 /// One refresh's counts of a task: mostly nothing (run time only), sometimes a burst.
-fn counts(r: &mut Rng) -> Counts {
+pub(crate) fn counts(r: &mut Rng) -> Counts {
     let mut c = Counts::default();
     c.scan.task_runtime_ns = r.below(1_000_000);
     c.scan.samples = r.below(3);
@@ -101,6 +101,17 @@ fn counts(r: &mut Rng) -> Counts {
         c.placement.swaps_out = 1;
     }
     c.finished()
+}
+
+/// The delta of refresh `s` (one a second) with `tasks`.
+pub(crate) fn refresh(s: u64, tasks: Vec<TaskRecord>) -> Snapshot {
+    Snapshot {
+        mono_ns: s * 1_000_000_000,
+        span_ns: 1_000_000_000,
+        self_tgid: 1,
+        tasks,
+        ..Snapshot::default()
+    }
 }
 
 fn check(seed: u64, refreshes: u64) {
@@ -133,13 +144,7 @@ fn check(seed: u64, refreshes: u64) {
                 counts: crate::model::PackedCounts::pack(&counts(&mut r)),
             })
             .collect();
-        let delta = Snapshot {
-            mono_ns: s * 1_000_000_000,
-            span_ns: 1_000_000_000,
-            self_tgid: 1,
-            tasks,
-            ..Snapshot::default()
-        };
+        let delta = refresh(s, tasks);
         recent.push(&delta, &Filter::default(), Default::default());
         let oldest = recent.samples.front().map_or(0, |x| x.end_ns);
         assert!(s * 1_000_000_000 - oldest < reference.horizon_ns);

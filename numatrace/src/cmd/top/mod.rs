@@ -189,6 +189,19 @@ async fn run_batch(
     } else {
         args.delay.min(FIRST_BATCH_FRAME)
     };
+    // The column the text sorts by. By a number (the default), a frame makes rows only for the
+    // tasks it prints; by a text column, its whole table. The JSON's tables are the report's.
+    let caps = view::Caps::from(&Measured::from_hooks(&engine.hooks));
+    let col = args
+        .sort
+        .map(SortColumn::index)
+        .unwrap_or_else(|| view::busiest_column(&caps));
+    let first_only = !args.json && view::COLUMNS.get(col).is_some_and(|c| c.numeric());
+    let tables = if args.json || first_only {
+        Tables::None
+    } else {
+        Tables::Tasks
+    };
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, args.delay);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for frame in 1..=args.iterations.unwrap_or(u64::MAX) {
@@ -207,10 +220,14 @@ async fn run_batch(
             m.since(&meter),
             &mut recent,
             spare,
-            // Its text prints the task table alone; its JSON makes the report's own tables.
-            Tables::Tasks,
+            tables,
         );
-        let v = r.view.windowed(&recent, args.window);
+        let v = if first_only {
+            r.view
+                .windowed_first(&r.delta, filter, &recent, args.window, args.rows, col)
+        } else {
+            r.view.windowed(&recent, args.window)
+        };
         let written = if args.json {
             let report = StatReport::new(
                 KernelSummary::from(&engine.facts),
@@ -233,11 +250,16 @@ async fn run_batch(
             writeln!(out, "{}", serde_json::to_string(&f)?)
         } else {
             let header = v.header(&engine.facts.release, engine.facts.numa_balancing, nodes);
-            let sort = args.sort.map(SortColumn::index);
             write!(
                 out,
                 "{}",
-                batch::text_frame(&header, &v, args.rows, sort, engine.facts.numa_balancing)
+                batch::text_frame(
+                    &header,
+                    &v,
+                    args.rows,
+                    Some(col),
+                    engine.facts.numa_balancing
+                )
             )
         };
         // A closed pipe (`top -b | head`) ends the run quietly.

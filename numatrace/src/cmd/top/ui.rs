@@ -773,6 +773,98 @@ mod tests {
         }
     }
 
+    /// `top -b` by a number column makes rows only for the tasks it prints. Over random
+    /// histories (a pid's two tasks, exited tasks, tasks quiet now and active earlier in the
+    /// window, interval tasks the window has no record of), they are the first rows of the
+    /// whole table, in its order, and the frames read the same.
+    fn rows_made_for_the_shown_tasks_alone(seed: u64) {
+        use crate::{
+            cmd::top::{
+                batch::text_frame,
+                history::reference::{counts, refresh},
+                view::{COLUMNS, Row, Tables, first_rows, sort_desc},
+            },
+            engine::tasks::tests::Rng,
+            model::{PackedCounts, TaskRecord},
+            report::measured::Measured,
+        };
+        let mut r = Rng(seed | 1);
+        let hooks = hooks(r.chance(50));
+        let f = Filter::default();
+        let m = Measured::from_hooks(&hooks);
+        let window = [1, 5, 10][r.below(3) as usize];
+        let mut recent = Recent::new(window);
+        let task = |r: &mut Rng, pid: u32, first_ns: u64| TaskRecord {
+            pid,
+            tgid: 100 + pid % 3,
+            comm: format!("t{pid}").into(),
+            exited: r.chance(10),
+            cgroup_id: u64::from(pid % 2),
+            cgroup: None,
+            preferred_node: None,
+            last_node: None,
+            first_ns,
+            counts: PackedCounts::pack(&counts(r)),
+        };
+        let refreshes = 1 + r.below(15);
+        let mut last = Snapshot::default();
+        for s in 1..=refreshes {
+            let mut tasks = Vec::new();
+            for pid in 1..=8 {
+                if r.chance(80) {
+                    tasks.push(task(&mut r, pid, 1));
+                }
+                if r.chance(10) {
+                    tasks.push(task(&mut r, pid, 2));
+                }
+            }
+            let delta = refresh(s, tasks);
+            // The last refresh is not always remembered: its tasks then have no window record.
+            if s < refreshes || r.chance(70) {
+                recent.push(&delta, &f, Sample::of(&delta, &f, &m));
+            }
+            last = delta;
+        }
+        let what = format!("seed {seed}");
+        let every = FrameView::build_for(&last, &hooks, &f, OwnCost::default(), Tables::Tasks)
+            .windowed(&recent, window);
+        let header = every.header("6.12", Some(1), 2);
+        let all = every.tasks.len();
+        for col in (0..COLUMNS.len()).filter(|&c| COLUMNS[c].numeric()) {
+            for n in [0, 1, 3, all, all + 5] {
+                let want: Vec<Row> = first_rows(&every.tasks, n, col, sort_desc(col))
+                    .into_iter()
+                    .cloned()
+                    .collect();
+                let got = FrameView::build_for(&last, &hooks, &f, OwnCost::default(), Tables::None)
+                    .windowed_first(&last, &f, &recent, window, n, col);
+                let what = format!("{what}, column {col}, rows {n}");
+                assert_eq!(got.tasks, want, "{what}");
+                assert_eq!(got.tasks.len() + got.tasks_unlisted, all, "{what}");
+                assert_eq!(got.header("6.12", Some(1), 2), header, "{what}");
+                assert_eq!(
+                    text_frame(&header, &got, n, Some(col), Some(1)),
+                    text_frame(&header, &every, n, Some(col), Some(1)),
+                    "{what}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 128,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        #[test]
+        fn batch_rows_made_for_the_shown_tasks_alone_are_the_whole_tables_first(
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            rows_made_for_the_shown_tasks_alone(seed);
+        }
+    }
+
     /// What a process named itself (comm), its cgroup and the kernel's strings reach the screen
     /// escaped: in every view, the overlays and `top -b`'s text.
     #[test]

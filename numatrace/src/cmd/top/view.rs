@@ -505,18 +505,33 @@ fn sort_key(d: &ColumnDef, x: &Cells, m: &Measured) -> f64 {
 
 /// The sort keys of columns `pick` of counts `c` over `secs` (no text made).
 fn sort_keys(pick: &[usize], c: &Counts, m: &Measured, secs: f64) -> Vec<f64> {
+    pick.iter()
+        .map(|&i| column_value(&COLUMN_DEFS[i], c, m, secs, 0))
+        .collect()
+}
+
+/// Column `d`'s sort key of counts `c` over `secs` ([`sort_key`]; `pid`: the PID column's).
+fn column_value(d: &ColumnDef, c: &Counts, m: &Measured, secs: f64, pid: u64) -> f64 {
     let x = Cells {
         c,
         secs,
         sampled: !m.is(Feed::Scan) && m.is(Feed::Samples),
-        pid: 0,
+        pid,
         comm: "",
         node: "",
         cgroup: "",
     };
-    pick.iter()
-        .map(|&i| sort_key(&COLUMN_DEFS[i], &x, m))
-        .collect()
+    sort_key(d, &x, m)
+}
+
+/// The tasks of the interval's table: those that did something in it.
+fn interval_tasks<'a>(
+    delta: &'a Snapshot,
+    filter: &'a Filter,
+) -> impl Iterator<Item = &'a TaskRecord> {
+    delta
+        .traced(filter)
+        .filter(|t| !t.exited && !t.counts.is_empty())
 }
 
 /// The last component of a cgroup path, which is what tells containers and services apart
@@ -670,6 +685,9 @@ pub enum Tables {
     All,
     /// Tasks and nodes: `processes` and `cgroups` stay empty.
     Tasks,
+    /// Nodes only, no task rows: `top -b --json` (its tables are the report's), and `top -b`'s
+    /// text by a number column, whose few shown rows [`FrameView::windowed_first`] makes.
+    None,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -685,6 +703,9 @@ pub struct FrameView {
     pub measured: Measured,
     pub own: OwnCost,
     pub tasks: Vec<Row>,
+    /// Rows of the task table left out of `tasks` ([`FrameView::windowed_first`]): the table
+    /// has `tasks.len()` + this.
+    pub tasks_unlisted: usize,
     pub processes: Vec<Row>,
     pub cgroups: Vec<Row>,
     pub nodes: Vec<Row>,
@@ -880,11 +901,13 @@ impl FrameView {
         };
         // In the snapshot's (key) order: the table sorts its rows as shown, so task_refs' sort
         // by skipped VMAs was a second sort of 100 000 tasks for nothing.
-        let tasks = delta
-            .traced(filter)
-            .filter(|t| !t.exited && !t.counts.is_empty())
-            .map(|t| task_row(t, &measured, secs))
-            .collect();
+        let tasks = if tables == Tables::None {
+            Vec::new()
+        } else {
+            interval_tasks(delta, filter)
+                .map(|t| task_row(t, &measured, secs))
+                .collect()
+        };
         let processes = if all {
             delta
                 .processes(filter)
@@ -963,6 +986,7 @@ impl FrameView {
             measured,
             own,
             tasks,
+            tasks_unlisted: 0,
             processes,
             cgroups,
             nodes,
@@ -988,27 +1012,137 @@ impl FrameView {
         let mut w = recent.window(window_s);
         let m = self.measured.clone();
         let (secs, ws) = (self.interval_s, w.span_s);
-        let tasks: Vec<(&TaskRecord, u64)> = w.with_last().filter(|(t, _)| !t.exited).collect();
-        self.tasks = merge_window(
-            std::mem::take(&mut self.tasks),
-            &tasks,
-            |(t, _)| {
-                (
-                    u64::from(t.pid),
-                    sort_keys(&ALL_COLUMNS, &t.counts(), &m, ws),
-                )
-            },
-            |(t, _)| task_row(&t.with_counts(&Counts::default()), &m, secs),
-            |(_, at)| w.ago_s(*at),
-        );
+        if self.tables != Tables::None {
+            let tasks: Vec<(&TaskRecord, u64)> = w.with_last().filter(|(t, _)| !t.exited).collect();
+            self.tasks = merge_window(
+                std::mem::take(&mut self.tasks),
+                &tasks,
+                |(t, _)| {
+                    (
+                        u64::from(t.pid),
+                        sort_keys(&ALL_COLUMNS, &t.counts(), &m, ws),
+                    )
+                },
+                |(t, _)| task_row(&t.with_counts(&Counts::default()), &m, secs),
+                |(_, at)| w.ago_s(*at),
+            );
+        }
         match self.tables {
             Tables::All => self.window_groups(&mut w, recent),
-            Tables::Tasks => recent.give_back(std::mem::take(&mut w.tasks)),
+            Tables::Tasks | Tables::None => recent.give_back(std::mem::take(&mut w.tasks)),
         }
+        self.window_tail(&w, recent, window_s)
+    }
+
+    /// [`FrameView::windowed`]'s task rows for a frame that prints only the first `n` by number
+    /// column `col` (`top -b`): the rows [`first_rows`] of its table gives, in that order, and
+    /// how many it leaves out (`tasks_unlisted`), without making the others. Each task is
+    /// ranked on its column's value in the interval and over the window, as [`row_order`]
+    /// ranks rows (a number column's text is empty), in [`merge_window`]'s order. `self` is
+    /// built with [`Tables::None`] from `delta` and `filter`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn windowed_first(
+        mut self,
+        delta: &Snapshot,
+        filter: &Filter,
+        recent: &Recent,
+        window_s: u64,
+        n: usize,
+        col: usize,
+    ) -> Self {
+        debug_assert!(self.tables == Tables::None && COLUMNS.get(col).is_some_and(|c| c.numeric()));
+        let mut w = recent.window(window_s);
+        let m = self.measured.clone();
+        let (secs, ws) = (self.interval_s, w.span_s);
+        let d = &COLUMN_DEFS[col.min(COLUMN_DEFS.len() - 1)];
+        let zero = Counts::default();
+        // build's task rows, each as its column's value (a row's own `sort[col]`).
+        let interval: Vec<(&TaskRecord, f64)> = interval_tasks(delta, filter)
+            .map(|t| (t, column_value(d, &t.counts(), &m, secs, u64::from(t.pid))))
+            .collect();
+        // merge_window's rows as what orders them: the last interval row of a pid wins, a
+        // window record finds it (a second record of the pid gets a quiet row), and the
+        // interval rows no record found go last, by pid, ranked over the window as now.
+        struct Rank {
+            key: u64,
+            now: f64,
+            window: f64,
+            interval: Option<usize>,
+            record: Option<usize>,
+        }
+        let mut at: HashMap<u64, usize, BuildHasherDefault<KeyHasher>> =
+            HashMap::with_capacity_and_hasher(interval.len(), Default::default());
+        for (i, (t, _)) in interval.iter().enumerate() {
+            at.insert(u64::from(t.pid), i);
+        }
+        let mut ranks: Vec<Rank> = w
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.exited)
+            .map(|(wi, t)| {
+                let key = u64::from(t.pid);
+                let i = at.remove(&key);
+                Rank {
+                    key,
+                    now: i.map_or_else(|| column_value(d, &zero, &m, secs, key), |i| interval[i].1),
+                    window: column_value(d, &t.counts(), &m, ws, 0),
+                    interval: i,
+                    record: Some(wi),
+                }
+            })
+            .collect();
+        let mut left: Vec<usize> = at.into_values().collect();
+        left.sort_unstable_by_key(|&i| interval[i].0.pid);
+        ranks.extend(left.into_iter().map(|i| Rank {
+            key: u64::from(interval[i].0.pid),
+            now: interval[i].1,
+            window: interval[i].1,
+            interval: Some(i),
+            record: None,
+        }));
+        let desc = sort_desc(col);
+        let first = first_by(&ranks, n, |a, b| {
+            order_of(
+                (a.now, a.window),
+                (b.now, b.window),
+                || std::cmp::Ordering::Equal,
+                (a.key, b.key),
+                desc,
+            )
+        });
+        self.tasks = first
+            .into_iter()
+            .map(|r| {
+                let mut row = match (r.interval, r.record) {
+                    (Some(i), _) => task_row(interval[i].0, &m, secs),
+                    (None, Some(wi)) => task_row(&w.tasks[wi].with_counts(&zero), &m, secs),
+                    (None, None) => Row::default(),
+                };
+                match r.record {
+                    Some(wi) => {
+                        row.window_sort = sort_keys(&ALL_COLUMNS, &w.tasks[wi].counts(), &m, ws);
+                        row.idle_s = Some(w.ago_s(w.last_active_ns[wi]));
+                    }
+                    None => {
+                        row.window_sort = row.sort.clone();
+                        row.idle_s = Some(0.0);
+                    }
+                }
+                row
+            })
+            .collect();
+        self.tasks_unlisted = ranks.len() - self.tasks.len();
+        recent.give_back(std::mem::take(&mut w.tasks));
+        self.window_tail(&w, recent, window_s)
+    }
+
+    /// The window's header parts: its span and flows, the sparklines and the last activity.
+    fn window_tail(mut self, w: &WindowData, recent: &Recent, window_s: u64) -> Self {
         self.window_s = window_s;
-        self.window_span_s = ws;
+        self.window_span_s = w.span_s;
         self.window_flows = w.flows.clone();
-        self.trend = recent.system_series(&m);
+        self.trend = recent.system_series(&self.measured);
         self.quiet = Quiet {
             last: recent
                 .last_activity()
@@ -1286,10 +1420,14 @@ pub fn sort_rows<R: std::borrow::Borrow<Row>>(rows: &mut [R], col: usize, desc: 
 
 /// The first `n` of `rows` in [`sort_rows`]'s order, without sorting the rest.
 pub fn first_rows(rows: &[Row], n: usize, col: usize, desc: bool) -> Vec<&Row> {
-    // Equal rows (one key twice) keep their order, as in the stable sort.
-    let order =
-        |a: &(usize, &Row), b: &(usize, &Row)| row_order(a.1, b.1, col, desc).then(a.0.cmp(&b.0));
-    let mut v: Vec<(usize, &Row)> = rows.iter().enumerate().collect();
+    first_by(rows, n, |a, b| row_order(a, b, col, desc))
+}
+
+/// The first `n` of `items` in `order`, without sorting the rest; equal items (one key twice)
+/// keep their order, as in a stable sort.
+fn first_by<T>(items: &[T], n: usize, order: impl Fn(&T, &T) -> std::cmp::Ordering) -> Vec<&T> {
+    let order = |a: &(usize, &T), b: &(usize, &T)| order(a.1, b.1).then(a.0.cmp(&b.0));
+    let mut v: Vec<(usize, &T)> = items.iter().enumerate().collect();
     if n < v.len() {
         if n == 0 {
             return Vec::new();
@@ -1301,19 +1439,41 @@ pub fn first_rows(rows: &[Row], n: usize, col: usize, desc: bool) -> Vec<&Row> {
     v.into_iter().map(|(_, r)| r).collect()
 }
 
+/// Numbers largest first, except PID; text in order.
+pub fn sort_desc(col: usize) -> bool {
+    COLUMNS
+        .get(col)
+        .is_some_and(|c| c.numeric() && *c != Column::Pid)
+}
+
 fn row_order(a: &Row, b: &Row, col: usize, desc: bool) -> std::cmp::Ordering {
     let num = |s: &[f64]| s.get(col).copied().unwrap_or(0.0);
-    let (x, y) = (num(&a.sort), num(&b.sort));
-    let (wx, wy) = (num(&a.window_sort), num(&b.window_sort));
-    // A number's text follows its value: equal values, equal texts (an empty cell).
+    order_of(
+        (num(&a.sort), num(&a.window_sort)),
+        (num(&b.sort), num(&b.window_sort)),
+        // A number's text follows its value: equal values, equal texts (an empty cell).
+        || a.cells.get(col).cmp(&b.cells.get(col)),
+        (a.key, b.key),
+        desc,
+    )
+}
+
+/// Rows' order by (value now, value over the window), then `text`, then key.
+fn order_of(
+    (x, wx): (f64, f64),
+    (y, wy): (f64, f64),
+    text: impl FnOnce() -> std::cmp::Ordering,
+    (ka, kb): (u64, u64),
+    desc: bool,
+) -> std::cmp::Ordering {
     let o = if x != y {
         x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal)
     } else if wx != wy {
         wx.partial_cmp(&wy).unwrap_or(std::cmp::Ordering::Equal)
     } else {
-        a.cells.get(col).cmp(&b.cells.get(col))
+        text()
     };
-    let o = o.then(a.key.cmp(&b.key));
+    let o = o.then(ka.cmp(&kb));
     if desc { o.reverse() } else { o }
 }
 
