@@ -81,9 +81,11 @@ macro_rules! counter_table {
             NumaPage numa_page [["do_numa_page"]];
             /// `hint_faults.huge_pmd_numa_entries`.
             HugePmdNumaPage huge_pmd_numa_page [["do_huge_pmd_numa_page"]];
-            /// mpol_misplaced: hint faults on COW-shared pages, faults per region pass (seed
-            /// 001).
+            /// mpol_misplaced: hint faults on COW-shared pages.
             Cow cow [["mpol_misplaced"]];
+            /// mpol_misplaced: hint faults per 2 MiB region and scan pass (seed 001), counted
+            /// for the commands that report them (`stat --json`, `check`, `record`).
+            Regions regions [["mpol_misplaced"]];
             /// COW-shared faults that migrated: mpol_misplaced marks them, migrate_misplaced
             /// counts.
             CowMigrated cow_migrated [["mpol_misplaced"], ["migrate_misplaced_folio|_page"]];

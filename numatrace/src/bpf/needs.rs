@@ -3,7 +3,7 @@
 //! (a record that is not sent costs no header, no reservation; an aggregate that is not kept
 //! costs no map update).
 
-use numatrace_common::{EMIT_ALL, EMIT_VMA_SCAN, READ_ALL, READ_VMAS};
+use numatrace_common::{EMIT_ALL, EMIT_VMA_SCAN, Feed, READ_ALL, READ_REGIONS, READ_VMAS};
 
 /// One command's consumption.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +75,22 @@ pub const SERVE: Needs = Needs {
 /// `probes`: attaches to report what attaches, counts nothing.
 pub const PROBES: Needs = SERVE;
 
+impl Needs {
+    /// What a command with these needs leaves uncounted where the hooks attached, and why:
+    /// its reports say "not measured" there, not 0.
+    pub fn not_counted(&self) -> Vec<(Feed, String)> {
+        let mut v = Vec::new();
+        if self.reads & READ_REGIONS == 0 {
+            v.push((
+                Feed::Regions,
+                "not counted by this command (`stat --json`, `check` and `record` count it)"
+                    .to_owned(),
+            ));
+        }
+        v
+    }
+}
+
 /// Every command's declaration, by name (the tests hold each to what its output needs; the
 /// benchmark measures `record`'s and `stat`'s).
 pub const ALL: [(&str, Needs); 7] = [
@@ -90,7 +106,6 @@ pub const ALL: [(&str, Needs); 7] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-    use numatrace_common::READ_REGIONS;
 
     #[test]
     fn only_reports_pay_for_region_counts_and_only_record_for_spans() {
@@ -103,6 +118,14 @@ mod tests {
             assert_eq!(n.emit_spans, name == "record", "{name}");
         }
         assert_eq!(SERVE.emit_events | SERVE.reads, 0);
+    }
+
+    #[test]
+    fn what_is_not_counted_is_said_so() {
+        for (name, n) in ALL {
+            let regions = n.not_counted().iter().any(|(f, _)| *f == Feed::Regions);
+            assert_eq!(regions, n.reads & READ_REGIONS == 0, "{name}");
+        }
     }
 
     #[test]

@@ -70,6 +70,12 @@ impl Measured {
         m
     }
 
+    /// `f` is not measured, because of `why`, though its hooks attached (the command does not
+    /// count it: see `bpf::needs`). A reason already given stays.
+    pub fn not_counted(&mut self, f: Feed, why: &str) {
+        self.0.entry(f).or_insert_with(|| why.to_owned());
+    }
+
     pub fn is(&self, f: Feed) -> bool {
         !self.0.contains_key(&f)
     }
@@ -239,9 +245,9 @@ const TIERING: Table = &[
 const HISTOGRAMS: Table = &[
     (Feed::MigrateMisplaced, "migrate_latency_ns"),
     (Feed::HintFaults, "pages_per_hint_fault"),
-    (Feed::Cow, "hint_faults_per_region_pass"),
-    (Feed::Cow, "region_passes"),
-    (Feed::Cow, "mean_hint_faults_per_region_pass"),
+    (Feed::Regions, "hint_faults_per_region_pass"),
+    (Feed::Regions, "region_passes"),
+    (Feed::Regions, "mean_hint_faults_per_region_pass"),
 ];
 
 const VMA: Table = &[

@@ -229,13 +229,14 @@ async fn run_batch(
             r.view.windowed(&recent, args.window)
         };
         let written = if args.json {
-            let report = StatReport::new(
+            let mut report = StatReport::new(
                 KernelSummary::from(&engine.facts),
                 window(args, filter, v.interval_s, r.delta.consistent),
                 engine.hooks.clone(),
                 &r.delta,
                 filter,
             );
+            report.not_counted = crate::bpf::needs::TOP_JSON.not_counted();
             let f = batch::JsonFrame {
                 frame,
                 interval_s: v.interval_s,

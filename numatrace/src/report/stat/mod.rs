@@ -16,7 +16,7 @@ use crate::{
         CgroupRecord, Counts, EventTally, Filter, Log2Bucket, NodeRecord, ProcessRecord,
         TaskRecord, Window, log2_buckets,
     },
-    report::measured::Measured,
+    report::measured::{Feed, Measured},
     sources::maps::{Counters, NodeFlow},
 };
 use numatrace_common::Counter;
@@ -261,6 +261,11 @@ pub struct StatReport {
     #[serde(default)]
     pub tiering: crate::report::tiering::TieringReport,
     pub dropped: Dropped,
+    /// Counts whose hooks attached but that the command did not count (see `bpf::needs`), and
+    /// why: left out of its JSON as not measured. Not serialized (the JSON's `not_measured`
+    /// says it).
+    #[serde(skip)]
+    pub not_counted: Vec<(Feed, String)>,
 }
 
 impl StatReport {
@@ -328,12 +333,18 @@ impl StatReport {
             histograms,
             node_matrix: delta.node_flows(),
             dropped: Dropped::from_snapshot(delta),
+            not_counted: Vec::new(),
         }
     }
 
-    /// Which counts this report measured: those whose hooks attached.
+    /// Which counts this report measured: those whose hooks attached, and that the command
+    /// counted.
     pub fn measured(&self) -> Measured {
-        Measured::of_window(&self.hooks, &self.tiering.source)
+        let mut m = Measured::of_window(&self.hooks, &self.tiering.source);
+        for (f, why) in &self.not_counted {
+            m.not_counted(*f, why);
+        }
+        m
     }
 
     /// `numatrace.stat/2` as tools get it: the counts whose hooks did not attach left out, and
@@ -504,6 +515,33 @@ pub(crate) mod tests {
         let mut r = sample();
         r.hooks = crate::report::measured::tests::all_but(missing);
         r
+    }
+
+    /// `top -b --json` does not count regions: its frames leave them out as not measured,
+    /// where its hooks would have them read 0.
+    #[test]
+    fn json_leaves_out_counts_the_command_did_not_count() {
+        let mut r = without(&[]);
+        let v = r.to_json().unwrap();
+        assert_eq!(v["histograms"]["region_passes"], 0);
+        r.not_counted = crate::bpf::needs::TOP_JSON.not_counted();
+        let v = r.to_json().unwrap();
+        for absent in [
+            "region_passes",
+            "hint_faults_per_region_pass",
+            "mean_hint_faults_per_region_pass",
+        ] {
+            assert!(v["histograms"].get(absent).is_none(), "{absent}");
+        }
+        assert!(
+            v["not_measured"]["regions"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("not counted by this command")),
+            "{}",
+            v["not_measured"]
+        );
+        assert!(v["tasks"][0]["hint_faults"].get("cow_shared").is_some());
+        assert!(v["not_measured"].get("cow").is_none());
     }
 
     #[test]
