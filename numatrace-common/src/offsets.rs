@@ -222,8 +222,11 @@ pub const READ_REGIONS: u32 = 1 << 0;
 /// PTE updates and calls per VMA (change_prot_numa): the per-process VMA tables of `stat`,
 /// `record`, `check` and `top`'s detail.
 pub const READ_VMAS: u32 = 1 << 1;
+/// Skips per VMA by reason (sched_skip_vma_numa): a VMA row's `skips`, in `top`'s detail and
+/// the JSON's VMA rows (`stat`'s text shows none; pid_inactive gaps are kept either way).
+pub const READ_VMA_SKIPS: u32 = 1 << 2;
 /// Every optional aggregate.
-pub const READ_ALL: u32 = READ_REGIONS | READ_VMAS;
+pub const READ_ALL: u32 = READ_REGIONS | READ_VMAS | READ_VMA_SKIPS;
 
 /// `sched_skip_vma_numa` records (per-VMA skips with their reason).
 pub const EMIT_SKIP_VMA: u32 = 1 << 0;

@@ -13,7 +13,7 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use numatrace_common::{
-    Counter, EMIT_SKIP_VMA, EventKind, GapOffsets, MAX_VMAS, READ_VMAS, SkipVmaEvent, VmaGap,
+    Counter, EMIT_SKIP_VMA, EventKind, GapOffsets, MAX_VMAS, READ_VMA_SKIPS, SkipVmaEvent, VmaGap,
     VmaKey,
 };
 
@@ -60,7 +60,7 @@ pub fn btf_skip_vma(ctx: BtfTracePointContext) -> i32 {
     let record = whole && emit(EMIT_SKIP_VMA);
     // Where the records go out, userspace counts each VMA's skips from them (as from the
     // classic program's): the map would only repeat them at a lookup per skip.
-    let by_reason = whole && reads(READ_VMAS) && !record;
+    let by_reason = whole && reads(READ_VMA_SKIPS) && !record;
     if !(pid_inactive || by_reason || record) {
         return 0;
     }

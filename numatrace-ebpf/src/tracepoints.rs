@@ -11,8 +11,8 @@ use numatrace_common::{
     CTX_MIGRATE, CTX_MOVE, CTX_SKIP_VMA, CTX_STICK, CTX_SWAP, Counter, EMIT_MIGRATE_PAGES,
     EMIT_PLACEMENT, EMIT_SKIP_VMA, EventKind, ForkOffsets, MR_DEMOTION, MR_NUMA_MISPLACED,
     MigrateOffsets, MigratePagesEvent, MoveOffsets, PF_KSWAPD, PairOffsets, PlacementEvent,
-    READ_VMAS, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets, TP_RECORD_BYTES,
-    TaskExitEvent,
+    READ_VMA_SKIPS, SKIP_REASON_OTHER, SKIP_REASON_SLOTS, SkipVmaEvent, SkipVmaOffsets,
+    TP_RECORD_BYTES, TaskExitEvent,
 };
 
 use crate::tasks::{
@@ -159,7 +159,7 @@ pub(crate) fn count_skip(pid: u32, tgid: u32, reason: u32) {
 /// reasons the frontend reads (the tp_btf program keeps those in its map instead).
 #[inline(always)]
 fn send_skips() -> bool {
-    emit(EMIT_SKIP_VMA) || reads(READ_VMAS)
+    emit(EMIT_SKIP_VMA) || reads(READ_VMA_SKIPS)
 }
 
 /// The classic program: where the tp_btf one cannot be the hook's only program (no BTF).

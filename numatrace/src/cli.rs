@@ -595,8 +595,9 @@ pub struct StatArgs {
     pub duration: Option<Duration>,
 
     /// Print JSON (schema numatrace.stat/2, see docs/json-schema.md) instead of a table. It
-    /// holds more than the table (each VMA's scan times, seed 001's hint faults per region
-    /// pass), which the kernel programs then collect: a little more work per event.
+    /// holds more than the table (each VMA's scan times and skips by reason, seed 001's hint
+    /// faults per region pass), which the kernel programs then collect: a little more work per
+    /// event.
     #[arg(long)]
     pub json: bool,
 

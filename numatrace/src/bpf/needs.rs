@@ -3,7 +3,9 @@
 //! (a record that is not sent costs no header, no reservation; an aggregate that is not kept
 //! costs no map update).
 
-use numatrace_common::{EMIT_ALL, EMIT_VMA_SCAN, Feed, READ_ALL, READ_REGIONS, READ_VMAS};
+use numatrace_common::{
+    EMIT_ALL, EMIT_VMA_SCAN, Feed, READ_ALL, READ_REGIONS, READ_VMA_SKIPS, READ_VMAS,
+};
 
 /// One command's consumption.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,11 +33,10 @@ pub const RECORD: Needs = Needs {
     reads: READ_ALL,
 };
 
-/// `stat`: a report — the VMA tables (with their skips by reason: counted in the tp_btf
-/// program's map, or sent as records by the classic program where it is the hook's);
-/// placements and migrations are counted per task without records. Its text shows neither
-/// scan times nor seed 001's region counts, so change_prot_numa sends no record and
-/// mpol_misplaced counts no region: `top`'s programs.
+/// `stat`: a report — its text's most scanned VMAs and pid_inactive gaps; placements and
+/// migrations are counted per task without records. Its text shows no scan times, no seed
+/// 001's region counts and no VMA's skips by reason, so change_prot_numa sends no record,
+/// mpol_misplaced counts no region and sched_skip_vma_numa keeps no per-VMA reasons.
 pub const STAT: Needs = Needs {
     emit_events: 0,
     emit_spans: false,
@@ -43,7 +44,9 @@ pub const STAT: Needs = Needs {
 };
 
 /// `stat --json` and `check`: `stat`'s, and each VMA's scan times as records (the JSON's
-/// `scan_times_ns`, seed 002's evidence) and the region counts (its `histograms`, seed 001's).
+/// `scan_times_ns`, seed 002's evidence), its skips by reason (counted in the tp_btf
+/// program's map, or sent as records by the classic program where it is the hook's) and the
+/// region counts (its `histograms`, seed 001's).
 pub const STAT_JSON: Needs = Needs {
     emit_events: EMIT_VMA_SCAN,
     emit_spans: false,
@@ -55,7 +58,7 @@ pub const STAT_JSON: Needs = Needs {
 pub const TOP: Needs = Needs {
     emit_events: 0,
     emit_spans: false,
-    reads: READ_VMAS,
+    reads: READ_VMAS | READ_VMA_SKIPS,
 };
 
 /// `top -b --json`: its frames carry `stat --json`'s VMA rows, scan times included.
@@ -118,6 +121,17 @@ mod tests {
             assert_eq!(n.emit_spans, name == "record", "{name}");
         }
         assert_eq!(SERVE.emit_events | SERVE.reads, 0);
+    }
+
+    #[test]
+    fn skips_by_reason_per_vma_only_for_what_shows_them() {
+        for (name, n) in ALL {
+            assert_eq!(
+                n.reads & READ_VMA_SKIPS != 0,
+                !matches!(name, "stat" | "serve"),
+                "{name}"
+            );
+        }
     }
 
     #[test]
