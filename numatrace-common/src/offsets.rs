@@ -216,8 +216,8 @@ pub struct Config {
     pub reads: u32,
 }
 
-/// Hint faults per 2 MiB region and scan pass (seed 001's batching check: `stat`, `record`,
-/// `check`).
+/// Hint faults per 2 MiB region and scan pass (seed 001's batching check: `stat --json`,
+/// `record`, `check`).
 pub const READ_REGIONS: u32 = 1 << 0;
 /// PTE updates and calls per VMA (change_prot_numa): the per-process VMA tables of `stat`,
 /// `record`, `check` and `top`'s detail.

@@ -3,7 +3,7 @@
 //!
 //! Where the kernel has it, it is the hook's only program ([`GapOffsets::whole_hook`]): it
 //! counts each skip system-wide and per task, per VMA by reason (for the frontends that read
-//! VMA rows), and sends `record` its record; the classic program is the fallback. Everywhere
+//! per-VMA skips: `READ_VMA_SKIPS`), and sends `record` its record; the classic program is the fallback. Everywhere
 //! it runs it gives seed 002's evidence: on each pid_inactive skip, how many scan sequences
 //! ago the VMA was last scanned (`mm->numa_scan_seq - vma->numab_state->prev_scan_seq`)
 //! against the scanning task's thread count. Offsets come from BTF via [`GAP_OFFSETS`].

@@ -61,6 +61,14 @@ pub const TOP: Needs = Needs {
     reads: READ_VMAS | READ_VMA_SKIPS,
 };
 
+/// `top -b`'s text: the task table and the node lines, no VMA (the detail pane is the terminal
+/// view's).
+pub const TOP_BATCH: Needs = Needs {
+    emit_events: 0,
+    emit_spans: false,
+    reads: 0,
+};
+
 /// `top -b --json`: its frames carry `stat --json`'s VMA rows, scan times included.
 pub const TOP_JSON: Needs = Needs {
     emit_events: EMIT_VMA_SCAN,
@@ -96,12 +104,13 @@ impl Needs {
 
 /// Every command's declaration, by name (the tests hold each to what its output needs; the
 /// benchmark measures `record`'s and `stat`'s).
-pub const ALL: [(&str, Needs); 7] = [
+pub const ALL: [(&str, Needs); 8] = [
     ("record", RECORD),
     ("stat", STAT),
     ("stat --json", STAT_JSON),
     ("check", STAT_JSON),
     ("top", TOP),
+    ("top -b", TOP_BATCH),
     ("top -b --json", TOP_JSON),
     ("serve", SERVE),
 ];
@@ -121,6 +130,7 @@ mod tests {
             assert_eq!(n.emit_spans, name == "record", "{name}");
         }
         assert_eq!(SERVE.emit_events | SERVE.reads, 0);
+        assert_eq!(TOP_BATCH.emit_events | TOP_BATCH.reads, 0);
     }
 
     #[test]
@@ -128,7 +138,7 @@ mod tests {
         for (name, n) in ALL {
             assert_eq!(
                 n.reads & READ_VMA_SKIPS != 0,
-                !matches!(name, "stat" | "serve"),
+                !matches!(name, "stat" | "top -b" | "serve"),
                 "{name}"
             );
         }

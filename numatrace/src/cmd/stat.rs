@@ -58,7 +58,8 @@ fn window_options(a: &StatArgs, no_fentry: bool) -> CollectOptions {
         sample_hz: a.kernel.sample_hz,
         bpf_log: a.bpf_log,
         no_fentry,
-        // The text has no scan times or region counts: only the JSON pays for them.
+        // The text has no scan times, region counts or per-VMA skips: only the JSON pays for
+        // them.
         needs: if a.json {
             crate::bpf::needs::STAT_JSON
         } else {

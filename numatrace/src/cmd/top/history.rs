@@ -348,6 +348,10 @@ impl WindowData {
 #[derive(Clone, Debug)]
 pub struct Recent {
     horizon_ns: u64,
+    /// How long a task's refreshes are kept (the task itself is kept while it was active within
+    /// the horizon): the horizon, for the terminal view's per-task sparklines; the window, for
+    /// `top -b`, which shows no task's history beyond it ([`Recent::batch`]).
+    task_horizon_ns: u64,
     /// The window each trail keeps a running sum for (see [`Trail::sum`]): the one shown.
     kept_ns: u64,
     samples: VecDeque<Sample>,
@@ -365,8 +369,10 @@ pub struct Recent {
 impl Recent {
     /// Keeps a minute, or `window_s` if longer.
     pub fn new(window_s: u64) -> Self {
+        let horizon_ns = SPARK_S.max(window_s.min(MAX_WINDOW_S)) * 1_000_000_000;
         Self {
-            horizon_ns: SPARK_S.max(window_s.min(MAX_WINDOW_S)) * 1_000_000_000,
+            horizon_ns,
+            task_horizon_ns: horizon_ns,
             kept_ns: window_s.saturating_mul(1_000_000_000),
             samples: VecDeque::new(),
             tasks: HashMap::default(),
@@ -374,6 +380,18 @@ impl Recent {
             last: None,
             self_tgid: 0,
             spare: RefCell::default(),
+        }
+    }
+
+    /// [`Recent::new`] for `top -b`: the system's series over a minute (the trend line), each
+    /// task's refreshes over the window alone (at 100 000 busy tasks, a minute of them was most
+    /// of its memory). Windows longer than `window_s` then miss older refreshes: `top -b` never
+    /// changes its window. Tasks are kept as long as in the terminal view.
+    pub fn batch(window_s: u64) -> Self {
+        let r = Self::new(window_s);
+        Self {
+            task_horizon_ns: r.kept_ns.clamp(1_000_000_000, r.horizon_ns),
+            ..r
         }
     }
 
@@ -389,7 +407,8 @@ impl Recent {
         // refresh is shorter; a minute's at most) in a trail: grown in steps, the trails of
         // tasks that became busy together all grew at the same refresh (100 000 of them took
         // it to 0.8 s).
-        let room = (self.horizon_ns / delta.span_ns.max(1_000_000_000)).min(ROOM_MAX) as usize + 1;
+        let room =
+            (self.task_horizon_ns / delta.span_ns.max(1_000_000_000)).min(ROOM_MAX) as usize + 1;
         let mut busiest: Option<(&TaskRecord, u64)> = None;
         for t in delta.traced(filter) {
             let active = !t.counts.is_empty();
@@ -452,11 +471,16 @@ impl Recent {
         {
             self.samples.pop_front();
         }
+        // A task is remembered while it was active within the horizon (its idle refreshes'
+        // run time is what a window's scan share divides by, should it become active again);
+        // its refreshes, within the task horizon too (an end `e` is kept while
+        // e + task_horizon > now).
         let oldest = self.samples.front().map_or(now, |s| s.end_ns);
+        let oldest_entry = oldest.max((now + 1).saturating_sub(self.task_horizon_ns));
         let kept = self.kept_ns;
         self.tasks.retain(|_, tr| {
-            tr.slide(|end| end >= oldest && end.saturating_add(kept) > now);
-            tr.entries.drop_before(oldest);
+            tr.slide(|end| end >= oldest_entry && end.saturating_add(kept) > now);
+            tr.entries.drop_before(oldest_entry);
             tr.last_active_ns >= oldest
         });
     }
@@ -465,6 +489,8 @@ impl Recent {
     /// sum afresh, once.
     pub fn keep_window(&mut self, window_s: u64) {
         self.kept_ns = window_s.saturating_mul(1_000_000_000);
+        // Never shorter than the window kept (a batch history keeps no more from now on).
+        self.task_horizon_ns = self.task_horizon_ns.max(self.kept_ns).min(self.horizon_ns);
         let now = self.now_ns();
         let kept = self.kept_ns;
         for tr in self.tasks.values_mut() {
@@ -727,6 +753,41 @@ pub mod tests {
 
     fn pids(w: &WindowData) -> Vec<u32> {
         w.tasks.iter().map(|t| t.pid).collect()
+    }
+
+    /// `top -b`'s history keeps a task's refreshes over the window, not the minute the
+    /// terminal view's sparklines need; its windows are the same, and the trend's series too.
+    #[test]
+    fn a_batch_history_keeps_each_task_over_the_window_alone() {
+        let (mut full, mut batch) = (Recent::new(5), Recent::batch(5));
+        for s in 1..=30 {
+            let d = delta(s, 1, &[(7, 1, 10), (8, 0, 0)]);
+            push(&mut full, &d);
+            push(&mut batch, &d);
+        }
+        let entries = |r: &Recent| -> usize {
+            r.tasks
+                .values()
+                .map(|t| t.entries.from(t.entries.start()).count())
+                .sum()
+        };
+        assert_eq!(entries(&batch), 5, "refreshes ending at 26..=30 s");
+        assert_eq!(entries(&full), 30);
+        let (a, b) = (full.window(5), batch.window(5));
+        assert_eq!(pids(&a), pids(&b));
+        assert_eq!(a.last_active_ns, b.last_active_ns);
+        assert_eq!(a.tasks[0].counts(), b.tasks[0].counts());
+        assert_eq!(full.samples.len(), batch.samples.len());
+        // Idle for longer than the window: still known (as in the terminal view), with none of
+        // its refreshes left, and listed in neither window.
+        for s in 31..=36 {
+            let d = delta(s, 1, &[]);
+            push(&mut full, &d);
+            push(&mut batch, &d);
+        }
+        assert_eq!((full.tasks.len(), batch.tasks.len()), (1, 1));
+        assert_eq!(entries(&batch), 0);
+        assert!(pids(&batch.window(5)).is_empty() && pids(&full.window(5)).is_empty());
     }
 
     #[test]

@@ -114,10 +114,15 @@ pub(crate) fn refresh(s: u64, tasks: Vec<TaskRecord>) -> Snapshot {
     }
 }
 
-fn check(seed: u64, refreshes: u64) {
+/// `batch`: `top -b`'s history ([`Recent::batch`]), which keeps each task over the window alone.
+fn check(seed: u64, refreshes: u64, batch: bool) {
     let mut r = Rng(seed | 1);
     let window = [1, 5, 10, 30][r.below(4) as usize];
-    let mut recent = Recent::new(window);
+    let mut recent = if batch {
+        Recent::batch(window)
+    } else {
+        Recent::new(window)
+    };
     let mut reference = Reference {
         horizon_ns: SPARK_S.max(window) * 1_000_000_000,
         ..Reference::default()
@@ -174,6 +179,11 @@ proptest! {
 
     #[test]
     fn windows_agree_with_the_reference(seed in any::<u64>()) {
-        check(seed, 150);
+        check(seed, 150, false);
+    }
+
+    #[test]
+    fn batch_windows_agree_with_the_reference(seed in any::<u64>()) {
+        check(seed, 150, true);
     }
 }

@@ -109,9 +109,11 @@ pub async fn run(args: TopArgs, no_fentry: bool) -> Result<i32> {
         filter_tgids: args.pid.is_some(),
         sample_hz: args.kernel.sample_hz,
         no_fentry,
-        // `--json` requires `-b`.
+        // `--json` requires `-b`; `-b`'s text shows no VMA.
         ..LoadOptions::reading(if args.json {
             crate::bpf::needs::TOP_JSON
+        } else if args.batch {
+            crate::bpf::needs::TOP_BATCH
         } else {
             crate::bpf::needs::TOP
         })
@@ -176,7 +178,7 @@ async fn run_batch(
     let mut prev = engine.snapshot(detail)?;
     let mut meter = Meter::now(engine, stats);
     let nodes = engine.facts.numa_nodes as usize;
-    let mut recent = Recent::new(args.window);
+    let mut recent = Recent::batch(args.window);
     // The previous frame's delta list, reused for the next (see `Snapshot::delta_into`).
     let mut delta_list = Vec::new();
     let mut out = std::io::stdout().lock();
