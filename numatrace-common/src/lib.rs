@@ -31,6 +31,8 @@ mod pod {
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for TaskStats {}
     unsafe impl aya::Pod for TaskEntry {}
+    unsafe impl aya::Pod for SlotRef {}
+    unsafe impl aya::Pod for LastTask {}
     unsafe impl aya::Pod for TaskIterControl {}
     unsafe impl aya::Pod for TaskOffsets {}
     unsafe impl aya::Pod for FuncConfig {}
@@ -94,6 +96,8 @@ mod tests {
         assert_eq!(size_of::<TaskIterControl>(), 16);
         // The iterator's records follow one another: each keeps the next one's u64s aligned.
         assert_eq!(size_of::<TaskEntry>() % 8, 0);
+        assert_eq!(size_of::<SlotRef>(), 8);
+        assert_eq!(size_of::<LastTask>(), 16);
         assert_eq!(size_of::<GapOffsets>(), 10 * 4);
         assert_eq!(size_of::<VmaGap>(), 6 * 8 + 8 * SKIP_REASON_SLOTS);
     }

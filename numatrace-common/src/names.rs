@@ -4,8 +4,22 @@
 #[allow(unused_imports)]
 use crate::*;
 
-/// Name of the per-task aggregate map (`LRU_HASH`, key: kernel pid a.k.a. thread id).
+/// Name of the per-task aggregate map (`ARRAY` of [`TaskEntry`] by slot; [`MAP_TASK_SLOT`]
+/// says which slot a pid has).
 pub const MAP_TASK_STATS: &str = "TASK_STATS";
+/// Which slot of [`MAP_TASK_STATS`] a live task has (`HASH`, key: kernel pid a.k.a. thread id,
+/// value: [`SlotRef`]). Inserted at the task's first event (or a swap's, for its other task),
+/// never while it exits; removed by its exit alone.
+pub const MAP_TASK_SLOT: &str = "TASK_SLOT";
+/// The free slots of [`MAP_TASK_STATS`] (`STACK` of [`SlotRef`]): filled by the loader, popped
+/// by a task's first event, pushed back by its exit (or by userspace, for an entry whose exit
+/// record was lost).
+pub const MAP_FREE_SLOTS: &str = "FREE_SLOTS";
+/// Per CPU, the last task counted for ([`LastTask`]).
+pub const MAP_TASK_LAST: &str = "TASK_LAST";
+/// Entries marked exited, for userspace to free once their task is gone (`QUEUE` of
+/// [`SlotRef`]).
+pub const MAP_MARKED: &str = "MARKED";
 /// Name of the ring buffer that carries discrete events to userspace.
 pub const MAP_EVENTS: &str = "EVENTS";
 /// Name of the per-CPU array of [`Counter`]s.
@@ -13,7 +27,8 @@ pub const MAP_COUNTERS: &str = "COUNTERS";
 /// Name of the set of followed thread-group ids (`HASH`, key: tgid, value: 1).
 pub const MAP_TRACKED_TGIDS: &str = "TRACKED_TGIDS";
 
-/// Default capacity of [`MAP_TASK_STATS`]; the loader overrides it from `--max-tasks`.
+/// Default capacity of [`MAP_TASK_STATS`] (and of [`MAP_TASK_SLOT`], [`MAP_FREE_SLOTS`]); the
+/// loader overrides it from `--max-tasks`.
 pub const DEFAULT_MAX_TASKS: u32 = 16384;
 /// Capacity of [`MAP_TRACKED_TGIDS`].
 pub const MAX_TRACKED_TGIDS: u32 = 8192;
@@ -272,6 +287,10 @@ pub const PROGRAMS: &[&str] = &[
 /// Every map name above.
 pub const MAPS: &[&str] = &[
     MAP_TASK_STATS,
+    MAP_TASK_SLOT,
+    MAP_FREE_SLOTS,
+    MAP_TASK_LAST,
+    MAP_MARKED,
     MAP_EVENTS,
     MAP_COUNTERS,
     MAP_TRACKED_TGIDS,

@@ -282,9 +282,10 @@ macro_rules! counter_table {
         system {
             /// A ring buffer reservation failed: a discrete event was not delivered.
             loss ringbuf_full [Always; 0 RingbufFull];
-            /// A task entry could not be created: that event was not counted per task.
+            /// A task entry could not be created (every slot of the task table held a task, or
+            /// the kernel refused a slot or the pid's key): that event was not counted per task.
             loss task_map_full [Always; 1 TaskMapFull];
-            /// Task entries created (userspace derives LRU evictions from it).
+            /// Task entries created (userspace checks against it that none went missing).
             own task_entries_created [Always; 2 TasksCreated];
             /// A forked child of a followed process could not be followed.
             loss tracked_map_full [Always; 3 TrackedMapFull];

@@ -32,7 +32,7 @@ pub const MR_DEMOTION: u32 = 8;
 pub const PF_KSWAPD: u32 = 0x0002_0000;
 
 /// A value of [`MAP_TASK_STATS`]: the task's counts, then its calls in progress. An exit
-/// record carries `stats` only.
+/// record carries `stats` only. A free slot has pid 0.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskEntry {
@@ -41,6 +41,30 @@ pub struct TaskEntry {
     /// bpf_jiffies64 when the task's comm, cgroup and nodes were last re-read (the kernel
     /// side re-reads them at most every few jiffies of a busy task's events).
     pub noted_jiffies: u64,
+    /// The entry's index in [`MAP_TASK_STATS`] and its generation: bumped each time the slot
+    /// is freed, so that a [`SlotRef`] kept from before (a CPU's [`LastTask`], a lookup in
+    /// progress) no longer matches. 0: never used.
+    pub slot: u32,
+    pub generation: u32,
+}
+
+/// A slot of [`MAP_TASK_STATS`] as [`MAP_TASK_SLOT`] and [`MAP_FREE_SLOTS`] hold it: the index,
+/// and the generation of the entry there that it names.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotRef {
+    pub slot: u32,
+    pub generation: u32,
+}
+
+/// The value of [`MAP_TASK_LAST`] (per CPU): the last task this CPU counted for, and its slot,
+/// so that its next event finds its entry without hashing its pid.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastTask {
+    pub pid: u32,
+    pub at: SlotRef,
+    pub _pad: u32,
 }
 
 /// A record of the task-map iterator ([`PROG_ITER_TASKS`]): a [`TaskEntry`] after a

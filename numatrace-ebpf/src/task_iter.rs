@@ -1,5 +1,5 @@
 //! The task-map iterator: what `TASK_STATS` holds, each entry in full only if a program took it
-//! since the reader's previous read (`touched`, see `tasks::task_stats`), else as its key. A
+//! since the reader's previous read (`touched`, see `tasks::task_entry`), else as its key. A
 //! reader of 100 000 entries of which a few changed then copies a few, not 70 MiB.
 //!
 //! Reads only: nothing in the map changes, so an aborted read or a second reader costs a copy,
@@ -58,9 +58,12 @@ pub extern "C" fn iter_tasks(ctx: *const MapElemCtx) -> i32 {
         let s = &raw const (*value).stats;
         ((*s).touched, (*s).pid, (*s).first_ns)
     };
-    // An entry inserted and not yet filled in (no first_ns) is sent as it is, as a batched
-    // read would give it.
-    if unsafe { (*control).sends(touched) } || first_ns == 0 {
+    // A free slot (pid 0), or one being made an entry (no first_ns yet: its task has counted
+    // nothing in it), is no task's.
+    if pid == 0 || first_ns == 0 {
+        return 0;
+    }
+    if unsafe { (*control).sends(touched) } {
         let head = TaskIterHead {
             tag: TASK_ITER_VALUE,
             _pad: 0,

@@ -5,24 +5,49 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use aya_ebpf::{
     Global,
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-        bpf_get_numa_node_id, bpf_ktime_get_ns,
+        bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_numa_node_id, bpf_ktime_get_ns,
     },
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, Queue, RingBuf, Stack},
 };
 use numatrace_common::{
     COUNTER_SLOTS, Config, Counter, DEFAULT_MAX_TASKS, DEFAULT_RINGBUF_BYTES, EventHeader,
-    EventKind, Inflight, MAX_TRACKED_TGIDS, SpanEvent, TaskEntry, TaskOffsets, TaskStats,
+    EventKind, Inflight, LastTask, MAX_TRACKED_TGIDS, SlotRef, SpanEvent, TaskEntry, TaskOffsets,
+    TaskStats,
 };
 
 /// Offsets of `task_struct` fields, set by the loader from the kernel's BTF.
 #[unsafe(no_mangle)]
 pub(crate) static TASK_OFFSETS: Global<TaskOffsets> = Global::new(TaskOffsets::ABSENT);
 
+/// Per-task entries by slot (see `numatrace_common::MAP_TASK_STATS`): an array, so that a
+/// CPU that remembers its last task's slot (`TASK_LAST`) finds the entry without hashing.
 #[map]
-pub static TASK_STATS: LruHashMap<u32, TaskEntry> =
-    LruHashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);
+pub static TASK_STATS: Array<TaskEntry> = Array::with_max_entries(DEFAULT_MAX_TASKS, 0);
+
+/// pid -> its slot, for a task's first event on a CPU and for another task's entry (a swap's).
+#[map]
+pub static TASK_SLOT: HashMap<u32, SlotRef> = HashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);
+
+/// Free slots, filled by the loader in increasing order, so that the used ones stay a prefix
+/// that userspace reads alone.
+#[map]
+pub static FREE_SLOTS: Stack<SlotRef> = Stack::with_max_entries(DEFAULT_MAX_TASKS, 0);
+
+#[map]
+pub static TASK_LAST: PerCpuArray<LastTask> = PerCpuArray::with_max_entries(1, 0);
+
+/// Entries marked exited (their exit record lost to a full ring, or made in do_exit): userspace
+/// frees each once its task is gone, whenever it reads the ring, not only at snapshots.
+#[map]
+pub static MARKED: Queue<SlotRef> = Queue::with_max_entries(DEFAULT_MAX_TASKS, 0);
+
+/// Hands marked entry `r` to userspace (see [`MARKED`]). Should the push fail, the next snapshot
+/// finds the entry and frees it all the same.
+#[inline(always)]
+pub fn mark(r: SlotRef) {
+    let _ = MARKED.push(&r, 0);
+}
 
 #[map]
 pub static TRACKED_TGIDS: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED_TGIDS, 0);
@@ -173,9 +198,12 @@ pub fn is_self(tgid: u32) -> bool {
 #[inline(always)]
 pub fn note_current(t: *mut TaskStats) {
     unsafe {
-        if let Ok(comm) = bpf_get_current_comm() {
-            (*t).comm = comm;
-        }
+        // Straight into the entry: through a stack copy, two byte-by-byte copies of 16 bytes
+        // (~65 instructions in every program that notes). A failed call leaves it zeroed.
+        aya_ebpf::helpers::generated::bpf_get_current_comm(
+            (&raw mut (*t).comm).cast(),
+            size_of::<[u8; 16]>() as u32,
+        );
         (*t).cgroup_id = bpf_get_current_cgroup_id();
         (*t).last_nid = bpf_get_numa_node_id() as u32 + 1;
     }
@@ -247,68 +275,217 @@ pub fn owned_by_current(t: *const TaskStats) -> bool {
 /// The task's aggregate entry, created on first use. `is_current` says whether `pid` is the
 /// running task, whose comm can then be recorded.
 ///
-/// An entry created for a task already in do_exit is marked exited at once: no exit record may
-/// follow (the tracepoint may have passed), and userspace must not wait for one to know the
-/// task is gone. Its counts are kept, so the totals stay exact.
+/// Only a task's own exit removes its `TASK_SLOT` key. Another task's entry (a swap's other
+/// task) is made too where it has none: the kernel never picks an exiting task for a swap, and
+/// should it exit in between, its entry waits for the pid's next task to take it over, as one
+/// whose exit program did not run. An entry created for a task already in do_exit is marked
+/// exited at once and given no key: no exit record may follow (the tracepoint may have
+/// passed), and userspace must not wait for one to know the task is gone; it frees the slot
+/// once the task is. Its counts are kept, so the totals stay exact.
 #[inline(always)]
 pub fn task_entry(pid: u32, tgid: u32, is_current: bool) -> Option<*mut TaskStats> {
-    if let Some(p) = task_stats(pid) {
-        if unsafe { (*p).exited } == 0 {
-            return Some(p);
-        }
-        // Marked: the task exited while the ring buffer was full (its loss is counted), or
-        // the entry was created in do_exit. While that task is still exiting it is the same
-        // task; otherwise the pid is another task's, which starts its own entry.
-        if is_current && current_exiting() && owned_by_current(p) {
-            return Some(p);
-        }
-        let _ = TASK_STATS.remove(&pid);
+    if pid == 0 {
+        return None;
     }
-    // TaskStats is too big for the 512-byte stack: insert a zeroed map value, then fill it in.
-    let zero = ZERO_STATS.get_ptr(0)?;
-    match TASK_STATS.insert(&pid, unsafe { &*zero }, BPF_NOEXIST) {
-        Ok(()) => {
-            count(Counter::TasksCreated);
-            let t = task_stats(pid)?;
-            let now = unsafe { bpf_ktime_get_ns() };
-            unsafe {
-                (*t).pid = pid;
-                (*t).tgid = tgid;
-                (*t).first_ns = now;
-                (*t).last_ns = now;
-                if is_current {
-                    note_current(t);
-                    if current_exiting() {
-                        (*t).exited = 1;
-                    }
-                }
-            }
-            Some(t)
+    // The running task's entry where this CPU counted for it last: two array lookups the
+    // verifier inlines, no hashing.
+    let last = if is_current {
+        TASK_LAST.get_ptr_mut(0)
+    } else {
+        None
+    };
+    if let Some(l) = last
+        && unsafe { (*l).pid } == pid
+        && let Some(e) = entry_at(unsafe { (*l).at }, pid)
+        && unsafe { (*e).stats.exited } == 0
+    {
+        return Some(stamped(e));
+    }
+    // The slot, not the entry: a subprogram's result is a plain number to the verifier.
+    let slot = task_slot_slow(pid, tgid, is_current);
+    TASK_STATS.get_ptr_mut(slot).map(stamped)
+}
+
+/// No slot ([`task_slot_slow`]): past the array's end.
+const NO_SLOT: u32 = u32::MAX;
+
+/// [`task_entry`]'s slot for a task this CPU did not count for last, or whose entry is marked;
+/// [`NO_SLOT`] if it has none and cannot be given one. A subprogram of its own: the rare path
+/// is not copied into every program that finds an entry.
+#[inline(never)]
+fn task_slot_slow(pid: u32, tgid: u32, is_current: bool) -> u32 {
+    let last = if is_current {
+        TASK_LAST.get_ptr_mut(0)
+    } else {
+        None
+    };
+    if let Some(r) = unsafe { TASK_SLOT.get(&pid) }.copied() {
+        // An entry a key leads to is never marked (the exit that marks it removes the key);
+        // one whose exit did not run at all is taken over by the pid's next task.
+        if entry_at(r, pid).is_some_and(|e| unsafe { (*e).stats.exited } == 0) {
+            remember(last, pid, r);
+            return r.slot;
         }
-        Err(e) if e == -EEXIST => task_stats(pid),
-        Err(_) => {
-            count(Counter::TaskMapFull);
-            None
+        let _ = TASK_SLOT.remove(&pid);
+    }
+    let exiting = is_current && current_exiting();
+    if exiting
+        && let Some(l) = last
+        && unsafe { (*l).pid } == pid
+        && let Some(e) = entry_at(unsafe { (*l).at }, pid)
+        && owned_by_current(e.cast())
+    {
+        // Marked, and the running task's own: it is in do_exit, and its events after its exit
+        // record (or the record's loss) share one entry.
+        return unsafe { (*l).at.slot };
+    }
+    new_entry(pid, tgid, last, is_current, exiting)
+}
+
+/// The entry `r` names, if it is still that one and `pid`'s.
+#[inline(always)]
+fn entry_at(r: SlotRef, pid: u32) -> Option<*mut TaskEntry> {
+    let e = TASK_STATS.get_ptr_mut(r.slot)?;
+    // SAFETY: a live array value.
+    unsafe { ((*e).generation == r.generation && (*e).stats.pid == pid).then_some(e) }
+}
+
+/// Makes `last` say that `pid`'s entry is at `r`.
+#[inline(always)]
+fn remember(last: Option<*mut LastTask>, pid: u32, r: SlotRef) {
+    if let Some(l) = last {
+        // SAFETY: this CPU's value. A sample interrupting these stores writes the running
+        // task's own pid and slot too, so a mix of the two still names that task's entry.
+        unsafe {
+            (*l).pid = pid;
+            (*l).at = r;
         }
     }
 }
 
-/// The counts of `pid`'s entry, if it has one (the first field of its [`TaskEntry`]).
+/// A free slot made `pid`'s entry (`last`: this CPU's cache, for the running task; `exiting`:
+/// the running task is `pid`, in do_exit): the slot, or [`NO_SLOT`].
 #[inline(always)]
-pub fn task_stats(pid: u32) -> Option<*mut TaskStats> {
-    let t = TASK_STATS.get_ptr_mut(&pid)?.cast::<TaskStats>();
-    // Stamped before anything is counted in it, so that the iterator's next read sends it in
-    // full (task_iter.rs); one load (the verifier inlines the helper) and a store.
+fn new_entry(
+    pid: u32,
+    tgid: u32,
+    last: Option<*mut LastTask>,
+    is_current: bool,
+    exiting: bool,
+) -> u32 {
+    let Ok(Some(r)) = FREE_SLOTS.pop() else {
+        count(Counter::TaskMapFull);
+        return NO_SLOT;
+    };
+    let zero = ZERO_STATS.get_ptr(0);
+    let e = TASK_STATS.get_ptr_mut(r.slot);
+    let (Some(zero), Some(e)) = (zero, e) else {
+        // Cannot happen: index 0 of a per-CPU array, and a slot below the array's size.
+        return NO_SLOT;
+    };
+    // TaskEntry is too big for the 512-byte stack: the zeroed value is copied by the helper
+    // (which cannot fail: an index below the array's size, no flag).
+    let _ = TASK_STATS.set(r.slot, unsafe { &*zero }, 0);
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the slot is this program's alone until a key or the cache leads to it.
+    unsafe {
+        (*e).slot = r.slot;
+        (*e).generation = r.generation;
+        let t = &raw mut (*e).stats;
+        (*t).pid = pid;
+        (*t).tgid = tgid;
+        (*t).last_ns = now;
+        if is_current {
+            note_current(t);
+        }
+        (*t).exited = u32::from(exiting);
+    }
+    if !exiting && let Err(err) = TASK_SLOT.insert(&pid, &r, BPF_NOEXIST) {
+        // Never published: readers take an entry without first_ns as not yet made.
+        free_slot(e, r);
+        if err != -EEXIST {
+            count(Counter::TaskMapFull);
+            return NO_SLOT;
+        }
+        // A sample that interrupted this program made the task's entry first.
+        let Some(r) = unsafe { TASK_SLOT.get(&pid) }.copied() else {
+            return NO_SLOT;
+        };
+        if entry_at(r, pid).is_none() {
+            return NO_SLOT;
+        }
+        remember(last, pid, r);
+        return r.slot;
+    }
+    // Last, once its key is in: readers take an entry without it as not yet made.
+    unsafe { core::ptr::write_volatile(&raw mut (*e).stats.first_ns, now) };
+    if exiting {
+        mark(r);
+    }
+    count(Counter::TasksCreated);
+    remember(last, pid, r);
+    r.slot
+}
+
+/// Gives slot `r` (entry `e`) back: readers skip it from now on (pid 0), and whatever still
+/// names it no longer matches its generation.
+#[inline(always)]
+pub fn free_slot(e: *mut TaskEntry, r: SlotRef) {
+    let next = SlotRef {
+        slot: r.slot,
+        generation: r.generation.wrapping_add(1),
+    };
+    // SAFETY: a live array value, no longer named by any key.
+    unsafe {
+        (*e).stats.pid = 0;
+        (*e).generation = next.generation;
+    }
+    let _ = FREE_SLOTS.push(&next, 0);
+}
+
+/// The running task's entry at its exit, if it has one, with its slot; its `TASK_SLOT` key is
+/// removed whatever follows (only its own exit removes it: see [`task_entry`]).
+#[inline(always)]
+pub fn exiting_entry(pid: u32) -> Option<(*mut TaskEntry, SlotRef)> {
+    if pid == 0 {
+        return None;
+    }
+    let last = TASK_LAST.get_ptr_mut(0)?;
+    let at = unsafe { (*last).at };
+    // A marked entry of an earlier task with this pid, still held for userspace, is not this
+    // task's to hand over.
+    if unsafe { (*last).pid } == pid
+        && let Some(e) = entry_at(at, pid)
+        && (unsafe { (*e).stats.exited } == 0 || owned_by_current(e.cast()))
+    {
+        let _ = TASK_SLOT.remove(&pid);
+        stamped(e);
+        return Some((e, at));
+    }
+    let r = unsafe { TASK_SLOT.get(&pid) }.copied()?;
+    let _ = TASK_SLOT.remove(&pid);
+    let e = entry_at(r, pid)?;
+    // The task's events after this one (in do_exit) find the entry here, marked or freed.
+    remember(Some(last), pid, r);
+    stamped(e);
+    Some((e, r))
+}
+
+/// Stamps entry `e` as taken now, before anything is counted in it, so that the iterator's
+/// next read sends it in full (task_iter.rs): one load (the verifier inlines the helper) and a
+/// store. Its counts (the first field).
+#[inline(always)]
+fn stamped(e: *mut TaskEntry) -> *mut TaskStats {
     let now = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
-    // SAFETY: `t` is the first field of a live TaskEntry map value.
-    unsafe { (*t).touched = now as u32 };
-    Some(t)
+    // SAFETY: a live array value.
+    unsafe { (*e).stats.touched = now as u32 };
+    e.cast()
 }
 
 /// The calls in progress kept in the same entry as the counts `t`.
 #[inline(always)]
 pub fn inflight_of(t: *mut TaskStats) -> *mut Inflight {
-    // SAFETY: `t` is the first field of a live TaskEntry map value (task_stats).
+    // SAFETY: `t` is the first field of a live TaskEntry map value (task_entry).
     unsafe { &raw mut (*t.cast::<TaskEntry>()).inflight }
 }
 
@@ -325,7 +502,7 @@ const NOTE_EVERY_JIFFIES: u64 = 3;
 #[inline(always)]
 pub fn touch_noting(t: *mut TaskStats) -> bool {
     let now = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
-    // SAFETY: `t` is the first field of a live TaskEntry map value (task_stats).
+    // SAFETY: `t` is the first field of a live TaskEntry map value (task_entry).
     unsafe {
         let e = t.cast::<TaskEntry>();
         if now.wrapping_sub((*e).noted_jiffies) < NOTE_EVERY_JIFFIES {

@@ -16,8 +16,8 @@ use numatrace_common::{
 };
 
 use crate::tasks::{
-    Hit, TASK_STATS, add, count, count_as, count_n, current, emit, follow_child, header, is_self,
-    reads, send, slot_at, task_entry, task_stats, touch_noting, wanted,
+    Hit, add, count, count_as, count_n, current, emit, follow_child, header, is_self, reads, send,
+    slot_at, task_entry, touch_noting, wanted,
 };
 
 #[unsafe(no_mangle)]
@@ -441,18 +441,14 @@ pub fn tp_sched_process_fork(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tp_sched_process_exit(_ctx: TracePointContext) -> u32 {
     // Fires once per exiting thread, in its own context. Hand the final aggregates over and free
-    // the entry; if the ring buffer is full, keep the entry (marked) for userspace's final read.
-    // One lookup: a task numatrace never counted has no entry (its calls in progress, if any,
-    // live in the entry and go with it).
+    // the slot; if the ring buffer is full, keep the entry (marked) for userspace's final read,
+    // which frees it. A task numatrace never counted has no entry (its calls in progress, if
+    // any, live in the entry and go with it).
     let cur = current();
-    let Some(t) = task_stats(cur.pid) else {
+    let Some((e, at)) = crate::tasks::exiting_entry(cur.pid) else {
         return 0;
     };
-    // An earlier task's entry, marked at its own exit and still held for userspace: not this
-    // task's to hand over (userspace may have folded and forgotten it already).
-    if unsafe { (*t).exited } != 0 && !crate::tasks::owned_by_current(t) {
-        return 0;
-    }
+    let t = e.cast::<numatrace_common::TaskStats>();
     crate::functions::note_runtime(t);
     match crate::tasks::EVENTS.reserve::<TaskExitEvent>(0) {
         Some(mut slot) => {
@@ -467,11 +463,12 @@ pub fn tp_sched_process_exit(_ctx: TracePointContext) -> u32 {
             }
             slot.submit(crate::tasks::wake_flags());
             count(Counter::ExitSnapshots);
-            let _ = TASK_STATS.remove(&cur.pid);
+            crate::tasks::free_slot(e, at);
         }
         None => {
             count(Counter::RingbufFull);
             unsafe { (*t).exited = 1 };
+            crate::tasks::mark(at);
         }
     }
     0

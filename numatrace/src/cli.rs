@@ -661,9 +661,11 @@ pub struct ViewArgs {
 /// The kernel side's table size and sampling rate, as every attaching subcommand takes them.
 #[derive(Clone, Debug, Args)]
 pub struct KernelArgs {
-    /// Capacity of the in-kernel per-task table; tasks beyond it evict the least recently
-    /// updated ones (reported under "dropped").
-    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..))]
+    /// Capacity of the in-kernel per-task table (~820 bytes a task with its pid's key,
+    /// allocated when the programs load). A task that finds it full is not counted per task until an exit frees a
+    /// slot: its events are reported under "dropped" (task_map_full); the totals stay exact.
+    /// At most 4194304, the kernel's largest pid_max
+    #[arg(long, default_value_t = DEFAULT_MAX_TASKS, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub max_tasks: u32,
 
     /// Sampling frequency (per CPU) of the scan-share fallback, used only where task_numa_work

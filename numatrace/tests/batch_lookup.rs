@@ -1,27 +1,36 @@
 //! Batched map reads on the real kernel: a hash and an LRU hash map of task-entry-sized values,
 //! filled here, read with `BPF_MAP_LOOKUP_BATCH` in small chunks (many calls) and element by
-//! element, give the same entries.
+//! element, give the same entries; so does the task array, up to its used slots.
 
 mod common;
 
 use std::collections::BTreeMap;
 
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{Array, HashMap, Map, MapData};
 use aya_obj::{
     EbpfSectionKind,
     generated::bpf_map_type,
     maps::{LegacyMap, PinningType, bpf_map_def},
 };
-use numatrace::sources::batch::{Batch, BatchError};
+use numatrace::sources::{
+    batch::{Batch, BatchError},
+    task_map::Prefix,
+};
+use numatrace_common::TaskEntry;
 
 /// As large as a task entry (720 bytes).
 type Value = [u64; 90];
 
 fn map(kind: bpf_map_type, name: &str, max_entries: u32) -> MapData {
+    map_of::<Value>(kind, name, max_entries)
+}
+
+/// A map of `V` values keyed by u32.
+fn map_of<V>(kind: bpf_map_type, name: &str, max_entries: u32) -> MapData {
     let def = bpf_map_def {
         map_type: kind as u32,
         key_size: 4,
-        value_size: size_of::<Value>() as u32,
+        value_size: size_of::<V>() as u32,
         max_entries,
         map_flags: 0,
         id: 0,
@@ -95,4 +104,63 @@ fn batched_and_iterated_reads_agree() {
         Map::HashMap(map(bpf_map_type::BPF_MAP_TYPE_HASH, "nt_batch_empty", 64)),
         0,
     );
+}
+
+/// The task array's read ([`Prefix`]): in slot order, the entries that hold a task, up to a
+/// run of never-used slots long enough that no slot past it can have been handed out; batched
+/// and element by element alike.
+#[test]
+fn a_task_array_read_stops_past_the_slots_ever_used() {
+    const TEST: &str = "a_task_array_read_stops_past_the_slots_ever_used";
+    if !common::is_root() {
+        common::skip(
+            TEST,
+            "needs root (CAP_BPF) to create BPF maps; CI runs it as root",
+        );
+        return;
+    }
+    let data = map_of::<TaskEntry>(bpf_map_type::BPF_MAP_TYPE_ARRAY, "nt_batch_array", 8192);
+    let mut a: Array<MapData, TaskEntry> = Array::try_from(Map::Array(data)).unwrap();
+    let mut put = |slot: u32, pid: u32, first_ns: u64, generation: u32| {
+        let mut e = TaskEntry::default();
+        (e.stats.pid, e.stats.first_ns, e.slot, e.generation) = (pid, first_ns, slot, generation);
+        a.set(slot, &e, 0).unwrap();
+    };
+    let mut want = Vec::new();
+    for slot in 0..3000 {
+        match slot % 10 {
+            // Freed (pid 0), and being made (no first_ns yet): no task's.
+            3 => put(slot, 0, 5, 2),
+            7 => put(slot, 100_000 + slot, 0, 1),
+            _ => {
+                put(slot, 100_000 + slot, 1 + u64::from(slot), 1);
+                want.push(100_000 + slot);
+            }
+        }
+    }
+    // 63 never-used slots, then one handed out later and filled first: read.
+    put(3063, 7, 8, 1);
+    want.push(7);
+    // Past 64 never-used slots in a row, nothing has been handed out: not read.
+    put(3200, 9, 9, 1);
+    let mut batched = Vec::new();
+    let mut prefix = Prefix::default();
+    match Batch::<u32, TaskEntry>::new(128).read_while(
+        std::os::fd::AsFd::as_fd(aya::maps::IterableMap::map(&a).fd()),
+        |_, e| prefix.take(e, &mut |e| batched.push(e.stats.pid)),
+    ) {
+        Ok(()) => assert_eq!(batched, want),
+        Err(BatchError::Unsupported(e)) => common::skip(TEST, format!("{e}: kernel < 5.6")),
+        Err(e) => panic!("{e}"),
+    }
+    let mut one_by_one = Vec::new();
+    let mut prefix = Prefix::default();
+    for i in 0..a.len() {
+        if !prefix.take(&a.get(&i, 0).unwrap(), &mut |e| {
+            one_by_one.push(e.stats.pid)
+        }) {
+            break;
+        }
+    }
+    assert_eq!(one_by_one, want);
 }

@@ -241,3 +241,90 @@ fn snapshots_every_100ms_lose_nothing_and_add_up() {
     assert_eq!(t.scan.pte_updates, seen.get("scan.pte_updates"));
     assert_eq!(t.hint_faults.faults, seen.get("hint_faults.faults"));
 }
+
+/// Entries whose exit record found the ring full stay in the task table, marked; once their
+/// tasks are gone, the ring's reader takes them as exited and frees their slots, with no
+/// snapshot in between. The ring is left undrained (one thread, busy elsewhere) while 600
+/// short-lived processes come and go: exit records are lost and a 256-slot table fills. Once
+/// the reader has run for a moment, 100 more processes find it full for no event, and a
+/// snapshot then has lost no entry. Sampled at 997 Hz, so that each process is seen on the
+/// host, where task_numa_work cannot be hooked (the guests' programs see such processes only
+/// through hint faults).
+#[test]
+fn entries_whose_exit_record_was_lost_are_freed_once_read() {
+    const TEST: &str = "entries_whose_exit_record_was_lost_are_freed_once_read";
+    require_root!(TEST);
+    if common::host_covers(TEST) {
+        return;
+    }
+    use numatrace_common::Counter;
+    let churn = |tasks: &str| {
+        let mut c = Command::new(workload_bin());
+        c.args([
+            "churn",
+            "--tasks",
+            tasks,
+            "--parallel",
+            "4",
+            "--spin-ms",
+            "30",
+        ]);
+        c.stdout(std::process::Stdio::null());
+        c
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let facts = KernelFacts::gather().unwrap();
+        let opts = LoadOptions {
+            max_tasks: 256,
+            ringbuf_bytes: 64 << 10,
+            sample_hz: 997,
+            ..options()
+        };
+        let mut engine = Engine::start(facts, &opts).unwrap();
+        let first = engine.counters().unwrap();
+        // Blocking this runtime's only thread: nothing reads the ring meanwhile.
+        assert!(churn("600").status().unwrap().success());
+        let undrained = engine.counters().unwrap();
+        let delta = |a: &numatrace::sources::maps::Counters,
+                     b: &numatrace::sources::maps::Counters,
+                     c: Counter| b.get(c) - a.get(c);
+        let lost_exits = delta(&first, &undrained, Counter::RingbufFull);
+        let refused = delta(&first, &undrained, Counter::TaskMapFull);
+        println!(
+            "undrained: {lost_exits} ring records lost, {refused} events refused by the full \
+             table; {} tasks created",
+            delta(&first, &undrained, Counter::TasksCreated)
+        );
+        if lost_exits == 0 || refused == 0 {
+            common::skip(
+                TEST,
+                "the churn neither lost an exit record nor filled the table (no process seen)",
+            );
+            return;
+        }
+        // The reader's turn: it drains the ring and frees the marked entries.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let settled = engine.counters().unwrap();
+        let mut child = churn("100").spawn().unwrap();
+        while child.try_wait().unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let last = engine.counters().unwrap();
+        assert_eq!(
+            delta(&settled, &last, Counter::TaskMapFull),
+            0,
+            "the marked entries' slots were not freed: the table was still full"
+        );
+        assert!(
+            delta(&settled, &last, Counter::TasksCreated) > 0,
+            "the 100 processes were seen"
+        );
+        let snap = engine.snapshot(Detail::Summary).unwrap();
+        assert_eq!(snap.evicted, 0, "no entry lost");
+        engine.stop().await.unwrap();
+    });
+}

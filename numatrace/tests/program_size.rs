@@ -1,6 +1,6 @@
 //! A guard on what each eBPF program costs, that cannot flake: the instructions of every
-//! program in the embedded object (its ELF symbol's size; the programs are fully inlined, with
-//! only the mem* helpers called out of line), against the committed baseline
+//! program in the embedded object (its ELF symbol's size, and those of the functions it calls
+//! out of line but the mem* helpers), against the committed baseline
 //! `tests/fixtures/program-insns.json`. The object comes from the pinned nightly and
 //! bpf-linker, so the figure is the same on every machine. A change that makes a program more
 //! than 10 % (and 16 instructions) heavier fails here, naming the program, the figure and the
@@ -15,9 +15,11 @@
 use std::{collections::BTreeMap, path::Path};
 
 use numatrace_common::PROGRAMS;
-use object::{Object as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-/// Instructions of each program of the object, by name.
+/// Instructions of each program of the object, by name: its own, and those of each function
+/// of `.text` it calls but the mem* helpers (the rare paths kept out of line, see
+/// numatrace-ebpf's `tasks::task_slot_slow`), counted once.
 fn program_insns() -> BTreeMap<String, u64> {
     let file = object::File::parse(numatrace::bpf::OBJECT).expect("the embedded object parses");
     let sizes: BTreeMap<&str, u64> = file
@@ -25,14 +27,66 @@ fn program_insns() -> BTreeMap<String, u64> {
         .filter(|s| s.is_definition())
         .filter_map(|s| Some((s.name().ok()?, s.size())))
         .collect();
+    let text = file.section_by_name(".text");
+    // Functions of `.text` by address: (name, size).
+    let out_of_line: BTreeMap<u64, (&str, u64)> = file
+        .symbols()
+        .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text)
+        .filter(|s| {
+            text.as_ref()
+                .is_some_and(|t| s.section_index() == Some(t.index()))
+        })
+        .filter_map(|s| Some((s.address(), (s.name().ok()?, s.size()))))
+        .collect();
     PROGRAMS
         .iter()
         .map(|p| {
-            let bytes = sizes
-                .get(p)
+            let sym = file
+                .symbols()
+                .find(|s| s.is_definition() && s.name() == Ok(p))
                 .unwrap_or_else(|| panic!("program {p} is not in the object"));
+            let own = sizes[p];
+            let called = calls_into_text(&file, &sym, text.as_ref().map(|t| t.index()))
+                .into_iter()
+                .filter_map(|at| out_of_line.get(&at))
+                .filter(|(name, _)| !name.starts_with("mem"))
+                .map(|(name, size)| (*name, *size))
+                .collect::<BTreeMap<_, _>>();
             // One eBPF instruction is 8 bytes (a 64-bit immediate load takes two).
-            (p.to_string(), bytes / 8)
+            (p.to_string(), (own + called.values().sum::<u64>()) / 8)
+        })
+        .collect()
+}
+
+/// The `.text` addresses that program `sym` calls: its call instructions relocated against
+/// `.text` (R_BPF_64_32, the target in the immediate, in instructions less one).
+fn calls_into_text(
+    file: &object::File<'_>,
+    sym: &object::Symbol<'_, '_>,
+    text: Option<object::SectionIndex>,
+) -> Vec<u64> {
+    let (Some(text), Some(index)) = (text, sym.section_index()) else {
+        return Vec::new();
+    };
+    let section = file.section_by_index(index).expect("the program's section");
+    let data = section.data().expect("the program's bytes");
+    let range = sym.address()..sym.address() + sym.size();
+    section
+        .relocations()
+        .filter(|(at, _)| range.contains(at))
+        .filter(|(_, r)| {
+            matches!(r.flags(), object::RelocationFlags::Elf { r_type } if r_type == object::elf::R_BPF_64_32)
+        })
+        .filter(|(_, r)| match r.target() {
+            object::RelocationTarget::Symbol(s) => file
+                .symbol_by_index(s)
+                .is_ok_and(|s| s.section_index() == Some(text)),
+            _ => false,
+        })
+        .map(|(at, _)| {
+            let at = at as usize;
+            let imm = i32::from_le_bytes(data[at + 4..at + 8].try_into().unwrap());
+            (i64::from(imm) + 1) as u64 * 8
         })
         .collect()
 }

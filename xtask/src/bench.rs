@@ -440,9 +440,9 @@ fn lookup_table(s: &mut String, rs: &[Record]) {
         s,
         "\nFinding the running task's entry, on the same hooks in the same run: a program that \
          does only that and one count in the entry, through the pid-keyed hash numatrace's \
-         programs use, through BPF task storage (found from `current`, no hashing), and through \
-         a per-CPU cache of the last task's slot in an array (the pid hash asked only when \
-         another task comes); ns/event above the empty program of the same type on the \
+         programs used before, through BPF task storage (found from `current`, no hashing), and \
+         through a per-CPU cache of the last task's slot in an array (the pid hash asked only \
+         when another task comes: numatrace's programs since the slot table); ns/event above the empty program of the same type on the \
          hook:\n\n| hook | mechanism | events | empty program ns/event | pid hash | task storage | per-CPU cache, array |\n|---|---|---:|---:|---:|---:|---:|"
     );
     for l in lookups(rs) {

@@ -1,13 +1,13 @@
 //! The benchmark's measure of one design choice: how a program finds the running task's entry.
 //! Each program does only that, and one count in the entry, on a hook where numatrace's own
 //! programs run (the benchmark attaches the three beside them, as it does the empty floors):
-//! - `*_lookup_hash`: as numatrace does, the pid helper and a lookup in an LRU hash keyed by
-//!   pid (an insert for a task seen first), the entry stamped with jiffies;
+//! - `*_lookup_hash`: as numatrace did until its slot table, the pid helper and a lookup in an
+//!   LRU hash keyed by pid (an insert for a task seen first), the entry stamped with jiffies;
 //! - `*_lookup_ts`: BPF task storage (tracing programs: 5.12+), the entry found from `current`
 //!   without hashing (created at a task's first event), stamped the same way;
 //! - `*_lookup_cpu`: entries in an array by slot, each CPU remembering the last task it counted
 //!   for and its slot, the pid hash (pid → slot) asked only when another task comes (a design
-//!   that needs no task storage, 5.10 included).
+//!   that needs no task storage, 5.10 included; numatrace's own, see `tasks::task_entry`).
 //!
 //! An object of its own, never loaded by numatrace: a task-storage map in numatrace's object
 //! would keep it from loading on 5.10, which has no such map type.
@@ -33,7 +33,7 @@ use aya_ebpf::{
 };
 use numatrace_common::{DEFAULT_MAX_TASKS, TaskEntry};
 
-/// numatrace's task map, as its programs use it.
+/// numatrace's task map as its programs used it before the slot table.
 #[map]
 static LOOKUP_TASKS: LruHashMap<u32, TaskEntry> =
     LruHashMap::with_max_entries(DEFAULT_MAX_TASKS, 0);

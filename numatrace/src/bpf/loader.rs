@@ -29,6 +29,8 @@ use numatrace_common::{
 pub enum LoadError {
     #[error("loading the eBPF object: {0}")]
     Object(#[from] aya::EbpfError),
+    #[error("filling the task map's free slots: {0}")]
+    FreeSlots(String),
     #[error("no hook could be attached on this kernel:\n{summary}")]
     NothingAttached {
         summary: String,
@@ -162,6 +164,9 @@ fn load_object(plan: &Plan, opts: &LoadOptions) -> Result<Ebpf, aya::EbpfError> 
         .override_global(numatrace_common::GLOBAL_TYPED_CURRENT, &typed_current, true)
         .override_global(numatrace_common::GLOBAL_TP_CTX_READS, &ctx_reads, true)
         .map_max_entries(MAP_TASK_STATS, opts.max_tasks)
+        .map_max_entries(numatrace_common::MAP_TASK_SLOT, opts.max_tasks)
+        .map_max_entries(numatrace_common::MAP_FREE_SLOTS, opts.max_tasks)
+        .map_max_entries(numatrace_common::MAP_MARKED, opts.max_tasks)
         .map_max_entries(numatrace_common::MAP_VMA_STATS, opts.max_vmas)
         .map_max_entries(numatrace_common::MAP_VMA_GAPS, opts.max_vmas)
         .map_max_entries(MAP_EVENTS, opts.ringbuf_bytes)
@@ -374,6 +379,8 @@ impl Session {
         // Tracepoint offsets do not depend on the fentry tests, so a first plan gives the
         // globals; the object is then loaded once and used for the tests and the real plan.
         let mut ebpf = load_object(&plan(&facts), opts)?;
+        fill_free_slots(&mut ebpf, opts.max_tasks)
+            .map_err(|e| LoadError::FreeSlots(e.to_string()))?;
         // One parse of the kernel BTF serves the fentry tests and the fentry/fexit attaches.
         let btf = Btf::from_sys_fs();
         match (&btf, opts.no_fentry) {
@@ -471,4 +478,26 @@ impl Session {
             btf,
         })
     }
+}
+
+/// Fills the free-slot stack of a freshly loaded object with its `n` slots, so that pops come
+/// out 0, 1, 2, …: before any program is attached.
+fn fill_free_slots(ebpf: &mut aya::Ebpf, n: u32) -> Result<(), aya::maps::MapError> {
+    let map = ebpf
+        .map_mut(numatrace_common::MAP_FREE_SLOTS)
+        .ok_or_else(|| aya::maps::MapError::InvalidName {
+            name: numatrace_common::MAP_FREE_SLOTS.to_string(),
+        })?;
+    let mut free: aya::maps::Stack<&mut aya::maps::MapData, numatrace_common::SlotRef> =
+        aya::maps::Stack::try_from(map)?;
+    for slot in (0..n).rev() {
+        free.push(
+            &numatrace_common::SlotRef {
+                slot,
+                generation: 1,
+            },
+            0,
+        )?;
+    }
+    Ok(())
 }

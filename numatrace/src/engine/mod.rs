@@ -23,12 +23,12 @@ use std::{
 use anyhow::{Context as _, Result, anyhow};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, IterableMap as _, MapData, RingBuf},
+    maps::{Array, HashMap, MapData, RingBuf},
 };
 use numatrace_common::{
     Counter, MAP_COUNTERS, MAP_EVENTS, MAP_FAULT_PAGES, MAP_HOT_THRESHOLD, MAP_MIGRATE_LATENCY,
-    MAP_MIGRATE_MATRIX, MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TASK_STATS,
-    MAP_TIERING, MAP_TRACKED_TGIDS, MAP_VMA_GAPS, MAP_VMA_STATS, MAX_NODES, TierConfig,
+    MAP_MIGRATE_MATRIX, MAP_MIGRATED_PAGES, MAP_NODE_FAULTS, MAP_REGION_FAULTS, MAP_TIERING,
+    MAP_TRACKED_TGIDS, MAP_VMA_GAPS, MAP_VMA_STATS, MAX_NODES, TierConfig,
 };
 use tokio::{io::unix::AsyncFd, sync::watch, task::JoinHandle};
 
@@ -43,12 +43,12 @@ use crate::{
     model::{Counts, GapRecord, SkipCounts, TaskRow, VmaRecord},
     plan::Plan,
     sources::{
-        batch::Batch,
         cgroups::CgroupResolver,
-        maps::{self, Maps, TASK_CHUNK},
+        maps::{self, Maps},
         procfs, progstats, ringbuf,
         stamps::{self, Jiffies, Stamps},
         task_iter::{self, TaskIter, TaskRec},
+        task_map::{self, MarkedSlots, TaskMap},
     },
 };
 use accum::Accum;
@@ -69,7 +69,15 @@ struct Shared {
     ring: RingBuf<MapData>,
     acc: Accum,
     tap: Option<Tap>,
+    /// Frees the task table's marked entries as their tasks finish ([`Shared::settle`]).
+    marked: MarkedSlots,
+    /// When [`Shared::settle`] last ran.
+    settled_at: std::time::Instant,
 }
+
+/// How often the ring's reader frees marked entries: their tasks need a moment to be reaped,
+/// and a /proc read a pending entry.
+const SETTLE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Decoded records kept for a frontend that wants each one (`record`), up to a bound.
 struct Tap {
@@ -81,7 +89,7 @@ struct Tap {
 
 impl Shared {
     fn drain(&mut self) {
-        let Self { ring, acc, tap } = self;
+        let Self { ring, acc, tap, .. } = self;
         while let Some(item) = ring.next() {
             match ringbuf::decode(&item) {
                 Ok(ev) => {
@@ -99,6 +107,21 @@ impl Shared {
                     tracing::warn!("ring buffer: {e}");
                 }
             }
+        }
+        if self.settled_at.elapsed() >= SETTLE_INTERVAL {
+            self.settle();
+        }
+    }
+
+    /// Frees the marked entries (see [`MarkedSlots`]) whose task is gone, each taken as its
+    /// exit record would have been: the table's slots do not wait for a snapshot.
+    fn settle(&mut self) {
+        self.settled_at = std::time::Instant::now();
+        let Self { marked, acc, .. } = self;
+        if let Err(e) = marked.settle(procfs::task_done, |k, stats| {
+            acc.exited.insert(k, stats);
+        }) {
+            tracing::warn!("freeing the task table's marked entries: {e}");
         }
     }
 }
@@ -124,14 +147,13 @@ pub struct Engine {
     /// The task list handed back for the next snapshot, and the lists handed out
     /// ([`Engine::recycle`]).
     lists: spare::Lists,
-    /// Entries marked exited in the kernel's task map that a frontend forgot
-    /// ([`Engine::forget_exited`]): they stay in the map until it evicts them or the pid is
-    /// reused, and reads skip them meanwhile (else they would come back as new tasks).
-    forgotten_marked: HashSet<Key>,
-    /// Marked entries of the latest read whose task had finished before it (their read is final).
-    done_marked: HashSet<Key>,
-    /// Marked entries read at least once and then gone from the map (removed when a new task
-    /// took the pid): seen, not evicted.
+    /// The slot of each entry reads found marked exited in the kernel's task map (its exit
+    /// record lost to a full ring buffer, or made in do_exit): userspace frees it once its task
+    /// is gone ([`Engine::settle_marked`]).
+    marked_slots: std::collections::HashMap<Key, u32>,
+    /// Marked entries read at least once and then gone from the map with no exit record (a
+    /// hand-over to the ring's reader that the kernel refused, see [`Engine::settle_marked`]):
+    /// seen, not lost.
     marked_gone: u64,
     /// Holds the kernel's BPF run-time statistics on (`enable_bpf_stats`).
     stats_fd: Option<OwnedFd>,
@@ -195,6 +217,13 @@ where
     T::try_from(map).with_context(|| format!("map {name}"))
 }
 
+/// Keeps the slot of `e` if it is marked exited (see [`Engine::settle_marked`]).
+fn note_marked(slots: &mut std::collections::HashMap<Key, u32>, e: &numatrace_common::TaskEntry) {
+    if e.stats.exited != 0 {
+        slots.insert((e.stats.pid, e.stats.first_ns), e.slot);
+    }
+}
+
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -226,11 +255,10 @@ impl Engine {
             .as_fd()
             .try_clone_to_owned()
             .context("duplicating the ring buffer descriptor")?;
-        let tasks: HashMap<MapData, u32, numatrace_common::TaskEntry> =
-            take(&mut ebpf, MAP_TASK_STATS)?;
+        let (tasks, marked) = TaskMap::take(&mut ebpf).context("the task map")?;
         // Where it loads (5.9+, kernel BTF): reads send only what changed.
         let task_iter = btf.as_ref().and_then(|btf| {
-            TaskIter::open(&mut ebpf, btf, tasks.map().fd().as_fd())
+            TaskIter::open(&mut ebpf, btf, tasks.fd())
                 .map_err(|e| tracing::info!("{e}: the task map is read whole at each snapshot"))
                 .ok()
         });
@@ -246,7 +274,6 @@ impl Engine {
             vmas: take(&mut ebpf, MAP_VMA_STATS)?,
             gaps: take(&mut ebpf, MAP_VMA_GAPS)?,
             region_faults: take(&mut ebpf, MAP_REGION_FAULTS)?,
-            task_batch: Batch::new(TASK_CHUNK),
             batched: AtomicBool::new(true),
         };
         let tracked = take(&mut ebpf, MAP_TRACKED_TGIDS)?;
@@ -256,6 +283,8 @@ impl Engine {
             ring,
             acc: Accum::default(),
             tap: None,
+            marked,
+            settled_at: std::time::Instant::now(),
         }));
         // SAFETY: the duplicated descriptor is owned by the AsyncFd alone and closed with it.
         let fd = unsafe { AsyncFd::register_with_interest(ring_fd, tokio::io::Interest::READABLE) }
@@ -276,8 +305,7 @@ impl Engine {
             self_tgid: std::process::id(),
             table: TaskTable::default(),
             lists: spare::Lists::default(),
-            forgotten_marked: Default::default(),
-            done_marked: Default::default(),
+            marked_slots: Default::default(),
             marked_gone: 0,
             stats_fd: None,
             tier_map,
@@ -396,11 +424,9 @@ impl Engine {
     fn read_once(&mut self, detail: Detail, whole: bool) -> Result<Option<(Snapshot, bool)>> {
         self.refresh_tiering();
         let vmstat_lo = Vmstat::read().unwrap_or_default().0;
-        // Marked entries whose task has finished before this read: what it reads of them is
-        // final, so they may be forgotten once settled.
-        self.done_marked = self.table.marked_done(procfs::task_done);
+        self.settle_marked();
         // Counters before the task map: a task created in between is in the map and not yet
-        // in `TasksCreated`, so evictions are never over-estimated.
+        // in `TasksCreated`, so entries are never taken as lost that were only new.
         let counters = self.maps.counters().context("reading counters")?;
         let created_by = monotonic_ns();
         // The snapshot's task list: a recycled one with room, or one faulted in on another
@@ -553,9 +579,8 @@ impl Engine {
         Ok(Some((snap, consistent)))
     }
 
-    /// Reads the kernel's task map into the table (entries a frontend forgot skipped): how
-    /// many tasks had a hint fault in flight (see [`maps::fault_in_flight`]; forgotten entries
-    /// are marked exited, and have none). `whole`: every entry read whole, none taken as
+    /// Reads the kernel's task map into the table: how many tasks had a hint fault in flight
+    /// (see [`maps::fault_in_flight`]; entries marked exited have none). `whole`: every entry read whole, none taken as
     /// unchanged since the previous read (see [`task_iter`]).
     fn read_tasks(&mut self, whole: bool) -> Result<u64> {
         self.read_keys = None;
@@ -644,23 +669,16 @@ impl Engine {
         let Self {
             maps,
             table,
-            forgotten_marked,
+            marked_slots,
             ..
         } = self;
-        let mut forgotten_seen = HashSet::new();
         let mut untouched = 0;
         table.begin_read();
         maps.tasks(|e| {
-            let k = (e.stats.pid, e.stats.first_ns);
-            if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
-                forgotten_seen.insert(k);
-            } else {
-                let old = stamps::untouched(e.stats.touched, since);
-                untouched += u64::from(table.note(&e.stats, maps::fault_in_flight(e), old));
-            }
+            note_marked(marked_slots, e);
+            let old = stamps::untouched(e.stats.touched, since);
+            untouched += u64::from(table.note(&e.stats, maps::fault_in_flight(e), old));
         })?;
-        // Gone from the map: it cannot come back as a new task.
-        forgotten_marked.retain(|k| forgotten_seen.contains(k));
         Ok(untouched)
     }
 
@@ -672,69 +690,45 @@ impl Engine {
         let Self {
             maps,
             table,
-            forgotten_marked,
+            marked_slots,
             ..
         } = self;
         let Some(iter) = maps.task_iter.as_mut() else {
             return Ok(None);
         };
-        let mut forgotten_seen = HashSet::new();
         let mut unknown = false;
         let mut keys = 0;
         table.begin_read();
-        iter.read_changed(|rec| {
-            let k = match rec {
-                TaskRec::Entry(e) => (e.stats.pid, e.stats.first_ns),
-                TaskRec::Unchanged(pid, first_ns) => (pid, first_ns),
-            };
-            if !forgotten_marked.is_empty() && forgotten_marked.contains(&k) {
-                forgotten_seen.insert(k);
-                return;
+        iter.read_changed(|rec| match rec {
+            // Freed between the walk's look at its pid and its copy of the value.
+            TaskRec::Entry(e) if !task_map::holds_task(e) => {}
+            TaskRec::Entry(e) => {
+                note_marked(marked_slots, e);
+                table.note(&e.stats, maps::fault_in_flight(e), false);
             }
-            match rec {
-                TaskRec::Entry(e) => {
-                    table.note(&e.stats, maps::fault_in_flight(e), false);
-                }
-                TaskRec::Unchanged(..) => {
-                    keys += 1;
-                    unknown |= table.note_unchanged(k).is_none();
-                }
+            TaskRec::Unchanged(pid, first_ns) => {
+                keys += 1;
+                unknown |= table.note_unchanged((pid, first_ns)).is_none();
             }
         })
         .map_err(TaskReadError::Iterator)?;
         if unknown {
             return Ok(None);
         }
-        // Entries the previous read met and this walk did not: most are gone (exited,
-        // evicted, replaced), a few may have been passed over.
-        let lookup = |pid: u32| match maps.tasks.get(&pid, 0) {
-            Ok(e) => Ok(Some(e)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(TaskReadError::Map(e)),
-        };
-        let still = |k: &Key| Ok(lookup(k.0)?.filter(|e| e.stats.first_ns == k.1));
+        // Entries the previous read met and this walk did not: gone (exited), or their pid
+        // taken by a new task whose entry was made in a slot the walk had passed.
         for k in table.unmet() {
-            // The pid's entry now: this one, or the entry of a new task that took the pid (in
-            // the same bucket: as likely passed over), read as a walk would have.
-            if let Some(e) = lookup(k.0)?
-                && !forgotten_marked.contains(&(e.stats.pid, e.stats.first_ns))
-            {
+            if let Some(e) = maps.tasks.of_pid(k.0).map_err(TaskReadError::Map)? {
+                note_marked(marked_slots, &e);
                 table.note(&e.stats, maps::fault_in_flight(&e), false);
             }
         }
-        let unmet: Vec<Key> = forgotten_marked
-            .iter()
-            .filter(|k| !forgotten_seen.contains(*k))
-            .copied()
-            .collect();
-        for k in unmet {
-            if still(&k)?.is_some() {
-                forgotten_seen.insert(k);
-            }
-        }
-        // Gone from the map: it cannot come back as a new task.
-        forgotten_marked.retain(|k| forgotten_seen.contains(k));
         Ok(Some(keys))
+    }
+
+    /// The kernel side's own counters now, without a snapshot.
+    pub fn counters(&self) -> Result<maps::Counters> {
+        self.maps.counters().context("reading counters")
     }
 
     /// How many task entries the latest snapshot's read took as unchanged since the one before
@@ -870,12 +864,11 @@ impl Engine {
 
     /// Forgets exited tasks whose final counts a frontend has folded into its own aggregates
     /// (a long-running `serve` would otherwise keep every task that ever ran): those whose exit
-    /// record arrived (the kernel deleted their entry), those carried forward and known gone,
-    /// and those marked exited in the kernel map once their task has finished exiting (later
-    /// reads skip the entry). Returns the keys forgotten.
+    /// record arrived (the kernel freed their entry) or whose marked entry was taken as one
+    /// ([`Engine::settle_marked`]), and those carried forward and known gone. Returns the keys
+    /// forgotten.
     pub fn forget_exited(&mut self, keys: &[(u32, u64)]) -> Vec<(u32, u64)> {
         let mut gone = Vec::new();
-        let mut marked = Vec::new();
         {
             let mut sh = self.lock();
             for k in keys {
@@ -887,22 +880,47 @@ impl Engine {
                     // Carried forward and known gone (see `TaskTable::commit`); already counted
                     // as evicted when its entry went missing.
                     gone.push(*k);
-                } else if self.table.marked_in_map(k) && self.done_marked.contains(k) {
-                    // Marked exited in the kernel map (created in do_exit, or its exit record
-                    // lost to a full ring buffer), and done running: nothing more can count.
-                    // A pid taken by a new task keeps it until that task's first event
-                    // replaces the entry: one per live task at most.
-                    sh.acc.forgotten += 1;
-                    marked.push(*k);
-                    gone.push(*k);
                 }
             }
         }
         for k in &gone {
             self.table.remove(k);
         }
-        self.forgotten_marked.extend(marked);
         gone
+    }
+
+    /// Frees the slots of marked entries (created in do_exit, or whose exit record was lost to
+    /// a full ring buffer) whose task had finished before the latest read, so that nothing more
+    /// could count in them: each is taken as its exit record would have been, and its slot goes
+    /// back to the programs. The ring's reader frees those the programs hand it as their tasks
+    /// finish ([`Shared::settle`]); this frees what it could not (a hand-over the kernel
+    /// refused). A slot that no longer holds the entry was freed so, or handed over by its own
+    /// exit (the record is on the ring).
+    fn settle_marked(&mut self) {
+        let done = self.table.marked_done(procfs::task_done);
+        self.marked_slots.retain(|k, _| self.table.contains(k));
+        if done.is_empty() {
+            return;
+        }
+        // Under the lock: the ring's reader frees marked entries too, and a slot pushed back
+        // twice would be two tasks' at once.
+        let mut sh = lock(&self.shared);
+        for k in done {
+            let Some(slot) = self.marked_slots.remove(&k) else {
+                continue;
+            };
+            match sh.marked.free(slot, k) {
+                Ok(Some(stats)) => {
+                    sh.acc.exited.insert(k, stats);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // Kept for the next read's try.
+                    tracing::warn!("freeing the task map's slot {slot}: {e}");
+                    self.marked_slots.insert(k, slot);
+                }
+            }
+        }
     }
 
     /// Σ of the per-VMA pid_inactive gap records (seed 002): (skips, over the thread count, at

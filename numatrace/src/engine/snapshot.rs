@@ -74,8 +74,9 @@ pub struct Snapshot {
     pub program_misses: BTreeMap<String, u64>,
     pub events: EventTally,
     pub undecodable: u64,
-    /// Task entries the kernel's LRU map evicted before userspace read them (created minus
-    /// live minus exited), cumulative.
+    /// Task entries gone from the kernel's table before userspace read them (created minus
+    /// live minus exited), cumulative. A table that only frees an entry once its exit record
+    /// is on the ring, or once userspace has read it, loses none: a figure above 0 is a bug.
     pub evicted: u64,
     pub nodes: Vec<NodeInfo>,
     /// Memory tiering as read with this snapshot; for a delta, at its end, and

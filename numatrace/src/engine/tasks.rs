@@ -159,6 +159,11 @@ impl TaskTable {
         self.index.get(k).map(|&i| i as usize)
     }
 
+    /// Whether the table holds task `k`.
+    pub fn contains(&self, k: &Key) -> bool {
+        self.slot(k).is_some()
+    }
+
     /// The number of the latest commit (0: none yet).
     pub fn commits(&self) -> u64 {
         self.commits
@@ -457,8 +462,8 @@ impl TaskTable {
     }
 
     /// Entries the latest read found marked (see [`TaskTable::marked_in_map`]) that the read in
-    /// progress does not find, with no exit record: a new task took the pid and replaced the
-    /// entry (an exit record would be in `exited`).
+    /// progress does not find, with no exit record (one freed by the ring's reader or a
+    /// snapshot is in `exited`, as its own exit's would be).
     pub fn replaced(&self, exited: &BTreeMap<Key, TaskStats>) -> u64 {
         self.occupied()
             .filter(|&i| {
@@ -486,7 +491,7 @@ impl TaskTable {
     /// Completes the read in progress: every task in key order, the exit records in `exited`
     /// winning over the map's entries (read later, they only grew).
     ///
-    /// A task seen before and missing now stays, with the counts it had: an entry the LRU map
+    /// A task seen before and missing now stays, with the counts it had: an entry the table
     /// evicted (counted under `evicted`), or an exit record not yet readable (behind a record
     /// another CPU has reserved but not committed). Without this, the next snapshot would count
     /// such a task's whole history again. A carried task is marked exited once it cannot be

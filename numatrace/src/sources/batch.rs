@@ -61,6 +61,19 @@ pub enum Answer {
     TooSmall,
 }
 
+impl BatchError {
+    /// As aya's error for a failed map system call.
+    pub fn into_map_error(self) -> aya::maps::MapError {
+        let io_error = match self {
+            Self::Unsupported(e) | Self::Failed(e) => e,
+        };
+        aya::maps::MapError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_map_lookup_batch",
+            io_error,
+        })
+    }
+}
+
 /// Key and value buffers of one chunk, kept between reads.
 pub struct Batch<K, V> {
     keys: Vec<MaybeUninit<K>>,
@@ -84,7 +97,24 @@ impl<K: Pod, V: Pod> Batch<K, V> {
     }
 
     /// Calls `each` with every element of the hash map behind `fd`, chunk by chunk.
-    pub fn read(&mut self, fd: BorrowedFd<'_>, each: impl FnMut(&K, &V)) -> Result<(), BatchError> {
+    pub fn read(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        mut each: impl FnMut(&K, &V),
+    ) -> Result<(), BatchError> {
+        self.read_while(fd, |k, v| {
+            each(k, v);
+            true
+        })
+    }
+
+    /// [`Batch::read`], stopped after the chunk in which `each` last returned false (the
+    /// elements of that chunk are all given to it).
+    pub fn read_while(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        each: impl FnMut(&K, &V) -> bool,
+    ) -> Result<(), BatchError> {
         let fd = fd.as_raw_fd() as u32;
         self.drive(
             |from, keys, values| lookup_batch(fd, from, keys, values),
@@ -101,7 +131,7 @@ impl<K: Pod, V: Pod> Batch<K, V> {
             &mut [MaybeUninit<K>],
             &mut [MaybeUninit<V>],
         ) -> Result<Answer, BatchError>,
-        mut each: impl FnMut(&K, &V),
+        mut each: impl FnMut(&K, &V) -> bool,
     ) -> Result<(), BatchError> {
         let mut from = None;
         loop {
@@ -133,11 +163,12 @@ impl<K: Pod, V: Pod> Batch<K, V> {
                     std::slice::from_raw_parts(self.values.as_ptr().cast::<V>(), n),
                 )
             };
+            let mut more = true;
             for (k, v) in keys.iter().zip(values) {
-                each(k, v);
+                more &= each(k, v);
             }
             match answer {
-                Answer::More(_, next) => from = Some(next),
+                Answer::More(_, next) if more => from = Some(next),
                 _ => return Ok(()),
             }
         }
@@ -229,8 +260,11 @@ mod tests {
     fn read_with(map: &[(u32, u64)], bucket: usize, chunk: usize) -> (Vec<(u32, u64)>, usize) {
         let mut b = Batch::<u32, u64>::new(chunk);
         let mut got = Vec::new();
-        b.drive(fake(map, bucket), |k, v| got.push((*k, *v)))
-            .unwrap();
+        b.drive(fake(map, bucket), |k, v| {
+            got.push((*k, *v));
+            true
+        })
+        .unwrap();
         (got, b.keys.len())
     }
 
@@ -242,6 +276,23 @@ mod tests {
             assert_eq!(got, map, "chunk {chunk}");
         }
         assert_eq!(read_with(&[], 1, 16).0, vec![]);
+    }
+
+    #[test]
+    fn a_read_while_stops_after_the_chunk_that_said_so() {
+        let map: Vec<(u32, u64)> = (0..100).map(|i| (i, 1)).collect();
+        let mut b = Batch::<u32, u64>::new(8);
+        let mut got = Vec::new();
+        b.drive(fake(&map, 1), |k, _| {
+            got.push(*k);
+            *k != 19
+        })
+        .unwrap();
+        assert_eq!(
+            got,
+            (0..24).collect::<Vec<_>>(),
+            "the chunk of 16..24 whole, no more"
+        );
     }
 
     #[test]
@@ -264,10 +315,10 @@ mod tests {
                     libc::EINVAL,
                 )))
             },
-            |_, _| {},
+            |_, _| true,
         );
         assert!(matches!(r, Err(BatchError::Unsupported(_))));
-        let r = b.drive(|_, _, _| Ok(Answer::TooSmall), |_, _| {});
+        let r = b.drive(|_, _, _| Ok(Answer::TooSmall), |_, _| true);
         assert!(
             matches!(r, Err(BatchError::Failed(_))),
             "never grows forever"

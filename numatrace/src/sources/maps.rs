@@ -10,7 +10,6 @@ use std::{
 use aya::{
     Pod,
     maps::{HashMap, IterableMap as _, MapData, MapError, PerCpuArray},
-    sys::SyscallError,
 };
 use numatrace_common::{
     COUNTER_SLOTS, Counter, FAULT_PAGE_BUCKETS, LATENCY_BUCKETS, MATRIX_SLOTS, MAX_NODES,
@@ -32,7 +31,7 @@ impl Counters {
 }
 
 pub struct Maps {
-    pub tasks: HashMap<MapData, u32, TaskEntry>,
+    pub tasks: super::task_map::TaskMap,
     /// The task map's iterator, where it loaded: reads that copy only what changed.
     pub task_iter: Option<super::task_iter::TaskIter>,
     pub counters: Slots<{ COUNTER_SLOTS as usize }>,
@@ -44,19 +43,10 @@ pub struct Maps {
     pub vmas: HashMap<MapData, VmaKey, VmaStats>,
     pub gaps: HashMap<MapData, VmaKey, VmaGap>,
     pub region_faults: HashMap<MapData, RegionKey, u64>,
-    /// The task map's chunk buffers, kept from one snapshot to the next.
-    pub task_batch: Batch<u32, TaskEntry>,
     /// False once the kernel said it has no batched lookup: iterate from then on.
     pub batched: AtomicBool,
 }
 
-/// Task entries per batched call: ~1.4 MiB of buffer (an entry is ~720 bytes), and 50 calls
-/// for 100 000 tasks. Measured at 100 000 entries (2-CPU host): the kernel's read alone 27–32 ms
-/// (32 with chunks of 256, in another run); the whole snapshot within its noise (±3 ms in
-/// side-by-side runs), larger chunks alike. Overlapping the calls with the caller's taking of the previous
-/// chunk (a second buffer filled on a thread of its own) made the read itself ~5 ms shorter
-/// but the snapshot 6–15 ms longer: not done.
-pub const TASK_CHUNK: usize = 2048;
 /// Elements per batched call of the smaller-valued maps.
 const CHUNK: usize = 1024;
 
@@ -124,16 +114,6 @@ fn sum_array<const N: usize>(a: &Slots<N>) -> Result<Vec<u64>, MapError> {
     Ok(out)
 }
 
-fn batch_error(e: BatchError) -> MapError {
-    let io_error = match e {
-        BatchError::Unsupported(e) | BatchError::Failed(e) => e,
-    };
-    MapError::SyscallError(SyscallError {
-        call: "bpf_map_lookup_batch",
-        io_error,
-    })
-}
-
 /// Reads `map` in batches through `buf` while `batched` holds; Ok(false) when the kernel has
 /// no batched lookup (nothing was read: iterate instead, and `batched` is cleared).
 fn read_batched<K: Pod, V: Pod>(
@@ -152,7 +132,7 @@ fn read_batched<K: Pod, V: Pod>(
             batched.store(false, Ordering::Relaxed);
             Ok(false)
         }
-        Err(e) => Err(batch_error(e)),
+        Err(e) => Err(e.into_map_error()),
     }
 }
 
@@ -243,18 +223,10 @@ impl Maps {
         ))
     }
 
-    /// Calls `each` with every live entry of the task map. Entries may change while being
-    /// read; each value is read atomically, and a walk may meet an entry twice. An entry
-    /// deleted between listing and lookup (its task exited) is left out: its exit snapshot is
-    /// on the ring buffer.
-    pub fn tasks(&mut self, mut each: impl FnMut(&TaskEntry)) -> Result<(), MapError> {
-        for_each_in(
-            &self.batched,
-            &self.tasks,
-            &mut self.task_batch,
-            true,
-            |_, v| each(v),
-        )
+    /// Calls `each` with every entry of the task map that holds a task
+    /// ([`super::task_map::TaskMap::each`]).
+    pub fn tasks(&mut self, each: impl FnMut(&TaskEntry)) -> Result<(), MapError> {
+        self.tasks.each(each)
     }
 }
 

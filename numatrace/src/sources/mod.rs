@@ -9,4 +9,5 @@ pub mod progstats;
 pub mod ringbuf;
 pub mod stamps;
 pub mod task_iter;
+pub mod task_map;
 pub mod task_numa;

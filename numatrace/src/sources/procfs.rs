@@ -34,7 +34,8 @@ pub fn pid_exists(pid: u32) -> bool {
 pub fn task_done(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat_state(&stat).is_some_and(|s| matches!(s, 'Z' | 'X')),
-        Err(_) => true,
+        // Gone; any other error (no memory, no descriptor left) says nothing about the task.
+        Err(e) => matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)),
     }
 }
 

@@ -1,6 +1,6 @@
 //! How numatrace's programs find the running task's entry, measured on the hooks they run on:
 //! beside each hook's programs, three from the `numatrace-lookups` object that do only that and
-//! one count: through the pid hash numatrace uses, through BPF task storage (issue 37's
+//! one count: through the pid hash numatrace used, through BPF task storage (issue 37's
 //! proposed replacement), and through a per-CPU cache of the last task's slot in an array. Each
 //! hook's programs come from their own copy of the object, so that the kernel keeps one
 //! run-time statistic per hook, and every copy shares the same maps (pinned while the copies

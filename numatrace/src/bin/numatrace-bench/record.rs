@@ -88,7 +88,7 @@ pub struct HookPeer {
 
 /// How a program finds the running task's entry, on one hook, in the same run as numatrace's
 /// programs there (the `numatrace-lookups` object: each program only finds the entry and counts
-/// in it): the pid-keyed hash numatrace uses, BPF task storage, and a per-CPU cache of the last
+/// in it): the pid-keyed hash numatrace used, BPF task storage, and a per-CPU cache of the last
 /// task's slot in an array.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LookupCost {

@@ -16,7 +16,11 @@ use numatrace::{
     bpf::loader::LoadOptions,
     engine::{Detail, Engine},
     model::TaskRecord,
-    sources::{batch::Batch, maps::TASK_CHUNK, task_iter::TaskIter},
+    sources::{
+        batch::Batch,
+        task_iter::TaskIter,
+        task_map::{Prefix, TASK_CHUNK},
+    },
 };
 use numatrace_common::TaskEntry;
 
@@ -39,8 +43,8 @@ pub struct Scale {
 }
 
 impl Scale {
-    /// Room for the entries and the kernel side's own: an LRU map starts evicting before it is
-    /// full (each CPU keeps a batch of free nodes), so a quarter more, rounded up.
+    /// Room for the entries and the kernel side's own (the tasks that really run), so a quarter
+    /// more, rounded up.
     fn max_tasks(self) -> u32 {
         let want = self.tasks + self.tasks / 4;
         u32::try_from(want.next_power_of_two()).unwrap_or(u32::MAX)
@@ -147,13 +151,14 @@ fn ms(d: Duration) -> f64 {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// One batched read of the whole map, entries dropped (the kernel's part of a snapshot): ms.
+/// One batched read of the map's used slots, entries dropped (the kernel's part of a snapshot): ms.
 fn batched_read_ms(syn: &Synthetic) -> Result<f64> {
     let mut batch = Batch::<u32, TaskEntry>::new(TASK_CHUNK);
     let fd = std::os::fd::AsFd::as_fd(syn.map().map().fd());
     let mut n = 0usize;
+    let mut prefix = Prefix::default();
     let t = Instant::now();
-    batch.read(fd, |_, _| n += 1)?;
+    batch.read_while(fd, |_, e| prefix.take(e, &mut |_| n += 1))?;
     Ok(ms(t.elapsed()))
 }
 

@@ -5,21 +5,22 @@
 use std::fs;
 
 use anyhow::{Context as _, Result, bail};
-use aya::maps::{Array, HashMap, Map, MapData, MapInfo};
-use numatrace::sources::stamps::Jiffies;
-use numatrace_common::{MAP_TASK_ITER, MAP_TASK_STATS, TaskEntry, TaskIterControl, TaskStats};
+use aya::maps::{Array, HashMap, Map, MapData, MapInfo, Stack};
+use numatrace::sources::{stamps::Jiffies, task_map::holds_task};
+use numatrace_common::{
+    MAP_FREE_SLOTS, MAP_TASK_ITER, MAP_TASK_SLOT, MAP_TASK_STATS, SlotRef, TaskEntry,
+    TaskIterControl, TaskStats,
+};
 
 /// The first pid written (the kernel's limit is 2^22 = 4 194 304).
 pub const PID_BASE: u32 = 4_000_000;
 /// Threads per synthetic process.
 const THREADS: u32 = 10;
 
-/// The task map of process `pid`: the map named [`MAP_TASK_STATS`] among its open descriptors
-/// (their fdinfo names the map id), the newest if several.
-pub fn task_map_of(pid: u32) -> Result<HashMap<MapData, u32, TaskEntry>> {
-    let data = map_of(pid, MAP_TASK_STATS)?
-        .with_context(|| format!("process {pid} holds no {MAP_TASK_STATS} map"))?;
-    HashMap::try_from(Map::LruHashMap(data)).context(MAP_TASK_STATS)
+/// The map named `name` among the open descriptors of process `pid` (their fdinfo names the
+/// map id), the newest if several.
+fn owned_map(pid: u32, name: &str) -> Result<MapData> {
+    map_of(pid, name)?.with_context(|| format!("process {pid} holds no {name} map"))
 }
 
 /// The task iterator's control value of process `pid`, if it reads its task map through the
@@ -69,7 +70,10 @@ pub fn check_pid_max(tasks: usize) -> Result<()> {
 
 /// `tasks` entries spread round-robin over `cgroups`, rewritten with growing counters.
 pub struct Synthetic {
-    map: HashMap<MapData, u32, TaskEntry>,
+    map: Array<MapData, TaskEntry>,
+    /// The slot of each entry written, popped from the owner's free slots as a program pops
+    /// one for a new task, its pid given it in the owner's pid → slot map.
+    slots: Vec<SlotRef>,
     /// The owner's task iterator, if it has one: an entry written is stamped as a program
     /// stamps the entries it takes, so that the next read sends it whole.
     iter: Option<Array<MapData, TaskIterControl>>,
@@ -83,8 +87,27 @@ pub struct Synthetic {
 impl Synthetic {
     /// The entries of process `owner`'s task map.
     pub fn new(owner: u32, cgroups: &[u64], tasks: usize) -> Result<Self> {
+        let map = Array::try_from(Map::Array(owned_map(owner, MAP_TASK_STATS)?))
+            .context(MAP_TASK_STATS)?;
+        let mut slot_of: HashMap<MapData, u32, SlotRef> =
+            HashMap::try_from(Map::HashMap(owned_map(owner, MAP_TASK_SLOT)?))
+                .context(MAP_TASK_SLOT)?;
+        let mut free: Stack<MapData, SlotRef> =
+            Stack::try_from(Map::Stack(owned_map(owner, MAP_FREE_SLOTS)?))
+                .context(MAP_FREE_SLOTS)?;
+        let mut slots = Vec::with_capacity(tasks);
+        for i in 0..tasks {
+            let r = free
+                .pop(0)
+                .with_context(|| format!("a free slot for entry {i} of {tasks}"))?;
+            slot_of
+                .insert(&(PID_BASE + i as u32), &r, 0)
+                .with_context(|| format!("the slot of entry {i} of {tasks}"))?;
+            slots.push(r);
+        }
         Ok(Self {
-            map: task_map_of(owner)?,
+            map,
+            slots,
             iter: iter_control_of(owner)?,
             jiffies: Jiffies::probe(),
             cgroups: cgroups.to_vec(),
@@ -93,13 +116,16 @@ impl Synthetic {
         })
     }
 
-    pub fn map(&self) -> &HashMap<MapData, u32, TaskEntry> {
+    pub fn map(&self) -> &Array<MapData, TaskEntry> {
         &self.map
     }
 
-    /// Entries in the map now (before writing: the ones the kernel side created).
+    /// Entries that hold a task now (before writing: the ones the kernel side created).
     pub fn count(&self) -> usize {
-        self.map.keys().filter(Result::is_ok).count()
+        self.map
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(holds_task))
+            .count()
     }
 
     /// Writes every entry as at `generation` (1, 2, …): each counter grows with it, so each
@@ -125,8 +151,10 @@ impl Synthetic {
         for i in (0..self.tasks).filter(|i| i % 100 < percent) {
             let mut e = self.entry(i, generation);
             e.stats.touched = touched;
+            let r = self.slots[i];
+            (e.slot, e.generation) = (r.slot, r.generation);
             self.map
-                .insert(&e.stats.pid, &e, 0)
+                .set(r.slot, &e, 0)
                 .with_context(|| format!("writing entry {i} of {}", self.tasks))?;
         }
         Ok(())

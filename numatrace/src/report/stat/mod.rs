@@ -30,7 +30,9 @@ pub struct Dropped {
     pub ringbuf_full: u64,
     /// Events not counted per task because the task map was full and could not take the task.
     pub task_map_full: u64,
-    /// Task entries the LRU map evicted before they were read: their counts are lost.
+    /// Task entries gone from the task table before they were read: their counts are lost
+    /// (none since the table frees an entry only once it is read or its exit record sent;
+    /// captures of earlier versions, whose table evicted, may hold some).
     pub task_entries_evicted: u64,
     /// Children of a followed process that could not be followed.
     pub tracked_map_full: u64,
