@@ -77,14 +77,22 @@ fn both_ways(map: Map, entries: u32) {
     assert_eq!(batched, iterated);
 }
 
+/// Whether this process may create BPF maps; else `test` is skipped, saying why.
+fn may_create_maps(test: &str) -> bool {
+    let root = common::is_root();
+    if !root {
+        common::skip(
+            test,
+            "needs root (CAP_BPF) to create BPF maps; CI runs it as root",
+        );
+    }
+    root
+}
+
 #[test]
 fn batched_and_iterated_reads_agree() {
     const TEST: &str = "batched_and_iterated_reads_agree";
-    if !common::is_root() {
-        common::skip(
-            TEST,
-            "needs root (CAP_BPF) to create BPF maps; CI runs it as root",
-        );
+    if !may_create_maps(TEST) {
         return;
     }
     both_ways(
@@ -112,11 +120,7 @@ fn batched_and_iterated_reads_agree() {
 #[test]
 fn a_task_array_read_stops_past_the_slots_ever_used() {
     const TEST: &str = "a_task_array_read_stops_past_the_slots_ever_used";
-    if !common::is_root() {
-        common::skip(
-            TEST,
-            "needs root (CAP_BPF) to create BPF maps; CI runs it as root",
-        );
+    if !may_create_maps(TEST) {
         return;
     }
     let data = map_of::<TaskEntry>(bpf_map_type::BPF_MAP_TYPE_ARRAY, "nt_batch_array", 8192);

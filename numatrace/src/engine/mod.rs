@@ -580,8 +580,8 @@ impl Engine {
     }
 
     /// Reads the kernel's task map into the table: how many tasks had a hint fault in flight
-    /// (see [`maps::fault_in_flight`]; entries marked exited have none). `whole`: every entry read whole, none taken as
-    /// unchanged since the previous read (see [`task_iter`]).
+    /// (see [`maps::fault_in_flight`]; entries marked exited have none). `whole`: every entry
+    /// read whole, none taken as unchanged since the previous read (see [`task_iter`]).
     fn read_tasks(&mut self, whole: bool) -> Result<u64> {
         self.read_keys = None;
         self.unchanged = None;

@@ -159,7 +159,7 @@ impl MarkedSlots {
                     still.push(r);
                     return Ok(None);
                 }
-                self.free(r.slot, (e.stats.pid, e.stats.first_ns))
+                self.release(r.slot, &e).map(Some)
             });
             match freed {
                 Ok(Some(stats)) => fold((stats.pid, stats.first_ns), stats),
@@ -183,6 +183,12 @@ impl MarkedSlots {
         if (e.stats.pid, e.stats.first_ns) != key || e.stats.exited == 0 {
             return Ok(None);
         }
+        self.release(slot, &e).map(Some)
+    }
+
+    /// Zeroes marked entry `e`, as just read from `slot`, with the next generation, and gives
+    /// the slot back: its final counts.
+    fn release(&mut self, slot: u32, e: &TaskEntry) -> Result<TaskStats, MapError> {
         let next = SlotRef {
             slot,
             generation: e.generation.wrapping_add(1),
@@ -194,7 +200,7 @@ impl MarkedSlots {
         };
         self.entries.set(slot, &zeroed, 0)?;
         self.free.push(&next, 0)?;
-        Ok(Some(e.stats))
+        Ok(e.stats)
     }
 }
 
